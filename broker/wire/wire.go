@@ -1,0 +1,165 @@
+// Package wire holds the types that travel between frontends and workers:
+// jobs, results, their version, the subject names and the sentinel errors.
+//
+// It is a leaf: it imports nothing of codexec's, so every other package can
+// import it without cycles. Changing a field's meaning is a wire-protocol
+// change; bump Version when an old peer would misread a new message.
+package wire
+
+import (
+	"errors"
+	"regexp"
+	"time"
+)
+
+// Version is the wire-protocol version stamped on every job and result.
+// A peer refuses a message whose version it does not know.
+const Version = 1
+
+// JobKind says what a worker is asked to do.
+type JobKind string
+
+const (
+	// KindExecute runs Python code in a fresh process.
+	KindExecute JobKind = "execute"
+)
+
+// Job is one unit of work published on the jobs stream.
+type Job struct {
+	V    int     `json:"v"`
+	ID   string  `json:"id"` // ULID; also the JetStream dedup id and the result key
+	Kind JobKind `json:"kind"`
+	// Pool names the worker pool whose consumer receives the job.
+	Pool string `json:"pool"`
+	// Scope is the session scope the job belongs to (see ValidScope). It is
+	// derived by the frontend, never copied from client input.
+	Scope string `json:"scope"`
+	// Code is the Python source. Empty when CodeRef is set.
+	Code string `json:"code,omitempty"`
+	// CodeRef names a blob in the object store that holds the code, used when
+	// the job would not fit in one NATS message.
+	CodeRef string `json:"code_ref,omitempty"`
+	// Filename is the already-sanitized name the script is saved under.
+	Filename string `json:"filename,omitempty"`
+	// TimeoutMS is the wall-clock limit for the run, in milliseconds.
+	TimeoutMS int64 `json:"timeout_ms"`
+	// OutputLimit caps stdout and stderr, each, in bytes. 0 means the worker default.
+	OutputLimit int64 `json:"output_limit,omitempty"`
+	// EnqueuedAt is when the frontend published the job.
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	// Deadline is when the frontend stops waiting; a worker that receives the
+	// job after it does not start it.
+	Deadline time.Time `json:"deadline"`
+}
+
+// Status is the outcome of a job.
+type Status string
+
+const (
+	StatusOK       Status = "ok"       // exit code 0
+	StatusError    Status = "error"    // exception or non-zero exit
+	StatusTimeout  Status = "timeout"  // wall-clock limit hit, process group killed
+	StatusLimit    Status = "limit"    // another resource limit hit
+	StatusRejected Status = "rejected" // bad input, nothing ran
+	StatusInternal Status = "internal" // the system failed, not the code
+	StatusExpired  Status = "expired"  // the job's deadline passed before it started
+)
+
+// Failed reports whether s is any status other than StatusOK.
+func (s Status) Failed() bool { return s != StatusOK }
+
+// Result is what a worker reports for a job. It is stored under the job id
+// for the configured retention, so it outlives the connection that asked.
+type Result struct {
+	V     int    `json:"v"`
+	JobID string `json:"job_id"`
+	// Scope is the session scope of the job, so a result is only ever shown
+	// to the session that asked for it.
+	Scope  string `json:"scope"`
+	Status Status `json:"status"`
+	// ExitCode is the process exit code; -1 when it was killed by a signal.
+	ExitCode int `json:"exit_code"`
+	// Signal names the signal that ended the process, if one did.
+	Signal string `json:"signal,omitempty"`
+	Stdout string `json:"stdout"`
+	Stderr string `json:"stderr"`
+	// StdoutTruncated and StderrTruncated say a stream hit the output limit;
+	// StdoutBytes and StderrBytes count everything the process wrote.
+	StdoutTruncated bool  `json:"stdout_truncated"`
+	StderrTruncated bool  `json:"stderr_truncated"`
+	StdoutBytes     int64 `json:"stdout_bytes"`
+	StderrBytes     int64 `json:"stderr_bytes"`
+	// DurationMS is the wall-clock run time of the process.
+	DurationMS float64 `json:"duration_ms"`
+	WorkerID   string  `json:"worker_id"`
+	EnvID      string  `json:"env_id,omitempty"`
+	// ScriptPath is where the worker saved the script, on the worker's disk.
+	ScriptPath string `json:"script_path,omitempty"`
+	// Message is a one-line, human-readable status ("exit code 1", "timed out after 5s").
+	Message string `json:"message,omitempty"`
+	// Attempt is the JetStream delivery number that produced the result.
+	Attempt    int       `json:"attempt"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+}
+
+// Subject and resource names. Pool names are validated by ValidPool, so a
+// subject built from one never carries wildcards or separators.
+const (
+	JobsStream     = "CODEXEC_JOBS"
+	JobsSubjectPre = "codexec.jobs."
+	ResultsBucket  = "codexec-results"
+	BlobsBucket    = "codexec-blobs"
+	DefaultPool    = "default"
+)
+
+// JobSubject is the subject jobs for pool are published on.
+func JobSubject(pool string) string { return JobsSubjectPre + pool }
+
+// ConsumerName is the durable pull consumer shared by the workers of pool.
+func ConsumerName(pool string) string { return "pool-" + pool }
+
+var (
+	poolRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+	scopeRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+)
+
+// ValidPool reports whether name is a usable pool name: lower-case letters,
+// digits, '-' and '_', at most 32 characters.
+func ValidPool(name string) bool { return poolRe.MatchString(name) }
+
+// ValidScope reports whether s is a well-formed session scope: lower-case
+// letters, digits and '-', at most 64 characters. Scopes name directories on
+// workers, so nothing else is ever accepted.
+func ValidScope(s string) bool { return scopeRe.MatchString(s) }
+
+// Sentinel errors shared by frontends and workers.
+var (
+	ErrResultNotFound  = errors.New("codexec: result not found")
+	ErrBadVersion      = errors.New("codexec: unknown wire version")
+	ErrPayloadTooLarge = errors.New("codexec: payload too large")
+)
+
+// WorkerInfo is what a worker records about itself in the state store's
+// presence set; frontends read it to find live workers of a pool.
+type WorkerInfo struct {
+	V           int       `json:"v"`
+	ID          string    `json:"id"`
+	Pool        string    `json:"pool"`
+	Host        string    `json:"host"`
+	Concurrency int       `json:"concurrency"`
+	Python      string    `json:"python"`
+	StartedAt   time.Time `json:"started_at"`
+}
+
+// ResultStub stands in, in the results bucket, for a Result whose encoding
+// does not fit one NATS message: the encoded Result is the object BlobRef in
+// BlobsBucket. Only the broker writes and resolves stubs; readers of
+// results never see one.
+type ResultStub struct {
+	V       int    `json:"v"`
+	JobID   string `json:"job_id"`
+	BlobRef string `json:"blob_ref"`
+	// Size is the length in bytes of the encoded Result in the blob.
+	Size int64 `json:"blob_size"`
+}
