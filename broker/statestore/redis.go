@@ -1,0 +1,314 @@
+package statestore
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+var (
+	//go:embed lua/append.lua
+	appendSource string
+	//go:embed lua/touch.lua
+	touchSource string
+	//go:embed lua/members.lua
+	membersSource string
+
+	appendScript  = redis.NewScript(appendSource)
+	touchScript   = redis.NewScript(touchSource)
+	membersScript = redis.NewScript(membersSource)
+)
+
+// RedisOptions configures NewRedis. Exactly one of URL and Client is needed;
+// Client wins when both are set.
+type RedisOptions struct {
+	// URL is a redis:// or rediss:// URL as accepted by redis.ParseURL, e.g.
+	// "redis://127.0.0.1:6379/0". The store owns the client it builds from it
+	// and closes it in Close.
+	URL string
+	// Client, when not nil, is used instead of URL. The caller owns it: Close
+	// stops the store but leaves Client open.
+	Client *redis.Client
+}
+
+// RedisStore is the Store for clusters, on a single Redis server (or a
+// Sentinel-managed primary). It is not written for Redis Cluster: a presence
+// set spans two keys that are not hash-tagged into one slot. It needs Redis 5
+// or later, whose scripts may write after reading the clock (TIME).
+type RedisStore struct {
+	client    *redis.Client
+	ownClient bool
+	closed    atomic.Bool
+}
+
+var _ Store = (*RedisStore)(nil)
+
+// NewRedis connects to Redis and pings it, so an unreachable server is
+// reported here rather than on first use.
+func NewRedis(ctx context.Context, opts RedisOptions) (*RedisStore, error) {
+	s := &RedisStore{client: opts.Client}
+	if s.client == nil {
+		if opts.URL == "" {
+			return nil, errors.New("statestore: redis: neither URL nor Client is set")
+		}
+		o, err := redis.ParseURL(opts.URL)
+		if err != nil {
+			return nil, fmt.Errorf("statestore: redis: parse URL: %w", err)
+		}
+		s.client = redis.NewClient(o)
+		s.ownClient = true
+	}
+	if err := s.client.Ping(ctx).Err(); err != nil {
+		if s.ownClient {
+			_ = s.client.Close()
+		}
+		return nil, fmt.Errorf("statestore: redis: ping %s: %w", s.client.Options().Addr, err)
+	}
+	return s, nil
+}
+
+// Get implements Store.
+func (s *RedisStore) Get(ctx context.Context, key string) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	v, err := s.client.Get(ctx, key).Bytes()
+	if err != nil {
+		return nil, s.wrap("get", err)
+	}
+	return v, nil
+}
+
+// Set implements Store. A ttl is sent as PX, rounded up to whole milliseconds.
+func (s *RedisStore) Set(ctx context.Context, key string, value []byte, ttl time.Duration) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	args := []any{"SET", key, value}
+	if ttl > 0 {
+		args = append(args, "PX", ttlMillis(ttl))
+	}
+	return s.wrap("set", s.client.Do(ctx, args...).Err())
+}
+
+// SetNX implements Store.
+func (s *RedisStore) SetNX(ctx context.Context, key string, value []byte, ttl time.Duration) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	args := []any{"SET", key, value, "NX"}
+	if ttl > 0 {
+		args = append(args, "PX", ttlMillis(ttl))
+	}
+	err := s.client.Do(ctx, args...).Err()
+	if errors.Is(err, redis.Nil) {
+		return false, nil
+	}
+	if err != nil {
+		return false, s.wrap("setnx", err)
+	}
+	return true, nil
+}
+
+// Delete implements Store. It also removes the presence set named by each
+// key, so Delete clears a key whatever kind of value it holds.
+func (s *RedisStore) Delete(ctx context.Context, keys ...string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if len(keys) == 0 {
+		return nil
+	}
+	all := make([]string, 0, 2*len(keys))
+	for _, k := range keys {
+		all = append(all, k, presenceDataKey(k))
+	}
+	return s.wrap("delete", s.client.Del(ctx, all...).Err())
+}
+
+// Append implements Store with a Lua script (lua/append.lua), so the maxLen
+// check and the APPEND are one atomic step.
+func (s *RedisStore) Append(ctx context.Context, key string, data []byte, maxLen int64) (int64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := appendScript.Run(ctx, s.client, []string{key}, data, maxLen).Int64()
+	if err != nil {
+		return 0, s.wrap("append", err)
+	}
+	if n < 0 {
+		return 0, ErrTooLarge
+	}
+	return n, nil
+}
+
+// Len implements Store. EXISTS and STRLEN run in one MULTI, so a missing key
+// is told from an empty value.
+func (s *RedisStore) Len(ctx context.Context, key string) (int64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	var exists *redis.IntCmd
+	var n *redis.IntCmd
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		exists = p.Exists(ctx, key)
+		n = p.StrLen(ctx, key)
+		return nil
+	})
+	if err != nil {
+		return 0, s.wrap("len", err)
+	}
+	if exists.Val() == 0 {
+		return 0, ErrNotFound
+	}
+	return n.Val(), nil
+}
+
+// HSet implements Store.
+func (s *RedisStore) HSet(ctx context.Context, key, field string, value []byte) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.wrap("hset", s.client.HSet(ctx, key, field, value).Err())
+}
+
+// HGet implements Store.
+func (s *RedisStore) HGet(ctx context.Context, key, field string) ([]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	v, err := s.client.HGet(ctx, key, field).Bytes()
+	if err != nil {
+		return nil, s.wrap("hget", err)
+	}
+	return v, nil
+}
+
+// HGetAll implements Store.
+func (s *RedisStore) HGetAll(ctx context.Context, key string) (map[string][]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	m, err := s.client.HGetAll(ctx, key).Result()
+	if err != nil {
+		return nil, s.wrap("hgetall", err)
+	}
+	out := make(map[string][]byte, len(m))
+	for f, v := range m {
+		out[f] = []byte(v)
+	}
+	return out, nil
+}
+
+// HDel implements Store.
+func (s *RedisStore) HDel(ctx context.Context, key string, fields ...string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	return s.wrap("hdel", s.client.HDel(ctx, key, fields...).Err())
+}
+
+// HLen implements Store.
+func (s *RedisStore) HLen(ctx context.Context, key string) (int64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	n, err := s.client.HLen(ctx, key).Result()
+	if err != nil {
+		return 0, s.wrap("hlen", err)
+	}
+	return n, nil
+}
+
+// Touch implements Store with a Lua script (lua/touch.lua) that updates the
+// sorted set of expiries and the hash of data together. Expiry is measured
+// by the Redis server's clock. ttl must be positive.
+func (s *RedisStore) Touch(ctx context.Context, set, member string, data []byte, ttl time.Duration) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if ttl <= 0 {
+		return fmt.Errorf("statestore: touch: ttl must be positive, got %v", ttl)
+	}
+	err := touchScript.Run(ctx, s.client, []string{set, presenceDataKey(set)}, member, data, ttlMillis(ttl)).Err()
+	return s.wrap("touch", err)
+}
+
+// Members implements Store with a Lua script (lua/members.lua) that prunes
+// expired members and returns the live ones.
+func (s *RedisStore) Members(ctx context.Context, set string) (map[string][]byte, error) {
+	if s.closed.Load() {
+		return nil, ErrClosed
+	}
+	flat, err := membersScript.Run(ctx, s.client, []string{set, presenceDataKey(set)}).StringSlice()
+	if err != nil {
+		return nil, s.wrap("members", err)
+	}
+	out := make(map[string][]byte, len(flat)/2)
+	for i := 0; i+1 < len(flat); i += 2 {
+		out[flat[i]] = []byte(flat[i+1])
+	}
+	return out, nil
+}
+
+// Leave implements Store.
+func (s *RedisStore) Leave(ctx context.Context, set, member string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	_, err := s.client.TxPipelined(ctx, func(p redis.Pipeliner) error {
+		p.ZRem(ctx, set, member)
+		p.HDel(ctx, presenceDataKey(set), member)
+		return nil
+	})
+	return s.wrap("leave", err)
+}
+
+// Ping implements Store.
+func (s *RedisStore) Ping(ctx context.Context) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	return s.wrap("ping", s.client.Ping(ctx).Err())
+}
+
+// Close implements Store. It closes the client only when NewRedis built it
+// from RedisOptions.URL.
+func (s *RedisStore) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	if s.ownClient {
+		if err := s.client.Close(); err != nil {
+			return fmt.Errorf("statestore: redis: close: %w", err)
+		}
+	}
+	return nil
+}
+
+// wrap maps go-redis errors onto the package's sentinels and prefixes the rest.
+func (s *RedisStore) wrap(op string, err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, redis.Nil):
+		return ErrNotFound
+	case errors.Is(err, redis.ErrClosed):
+		return ErrClosed
+	}
+	return fmt.Errorf("statestore: redis %s: %w", op, err)
+}
+
+// ttlMillis converts a positive ttl to whole milliseconds, rounding up so a
+// sub-millisecond ttl still expires rather than meaning "forever".
+func ttlMillis(ttl time.Duration) int64 {
+	return int64((ttl + time.Millisecond - 1) / time.Millisecond)
+}
