@@ -1,0 +1,44 @@
+package broker_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/brokertest"
+	"github.com/codexec/codexec/broker/wire"
+)
+
+// BenchmarkRoundTrip measures one job's way through the broker: publish,
+// consume, PutResult, Ack, WaitResult, on an in-process server.
+func BenchmarkRoundTrip(b *testing.B) {
+	e := brokertest.StartNATSWith(b, broker.EmbeddedConfig{})
+	br := brokertest.Open(b, e, broker.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	c, err := br.Consume(ctx, wire.DefaultPool, 8, func(ctx context.Context, d *broker.Delivery) {
+		r := &wire.Result{JobID: d.Job.ID, Status: wire.StatusOK, Stdout: "42\n", Attempt: d.Attempt}
+		if _, err := br.PutResult(ctx, r); err != nil {
+			b.Error(err)
+		}
+		if err := d.Ack(); err != nil {
+			b.Error(err)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stopConsumer(b, c)
+	for b.Loop() {
+		job := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool,
+			Scope: "bench", Code: "print(6 * 7)", TimeoutMS: 5000}
+		if err := br.PublishJob(ctx, job); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := br.WaitResult(ctx, job.ID); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,506 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"regexp"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/codexec/codexec/broker/wire"
+)
+
+// headerRoom is what PublishJob and PutResult leave free in a message of the
+// server's max payload for headers (Nats-Msg-Id, KV and JetStream headers).
+const headerRoom = 8 << 10
+
+// jobsSubjects is the subject filter of the jobs stream.
+const jobsSubjects = wire.JobsSubjectPre + ">"
+
+// pingTimeout bounds Ping when its context has no deadline.
+const pingTimeout = 10 * time.Second
+
+// duplicateWindow is how long the jobs stream remembers Nats-Msg-Id values.
+const duplicateWindow = 2 * time.Minute
+
+// idRe accepts job ids that are safe as a KV key, an object name and a
+// Nats-Msg-Id. ULIDs always match.
+var idRe = regexp.MustCompile(`^[A-Za-z0-9_-]{1,128}$`)
+
+// jobBlobName and resultBlobName build object names; nothing else does.
+func jobBlobName(jobID string) string { return "job-" + jobID }
+
+// resultBlobName adds a random suffix so that two workers racing to store
+// a large result for the same job never overwrite each other's blob: only
+// the stub that wins the create-only KV write points at its blob.
+func resultBlobName(jobID string) string { return "result-" + jobID + "-" + rand.Text() }
+
+// Broker is a connection to NATS JetStream with the codexec stream, results
+// bucket and blobs store opened. It is safe for concurrent use.
+type Broker struct {
+	cfg     Config
+	log     *slog.Logger
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	results jetstream.KeyValue
+	blobs   jetstream.ObjectStore
+
+	closedCh    chan nats.Status // CLOSED events of nc
+	watchDone   chan struct{}
+	closeOnce   sync.Once
+	mu          sync.Mutex
+	closed      bool
+	consumers   map[*Consumer]struct{}
+	waitingHook func(jobID string) // see export_test.go
+}
+
+// Open connects to NATS and creates or updates the jobs stream, the results
+// bucket and the blobs object store (see the package documentation for
+// their layout).
+//
+// The connection retries a failed first connect and reconnects forever;
+// Open waits for the first connection until ctx ends. Creating the stream,
+// bucket and store needs JetStream API permissions; every process may call
+// Open, the definitions are idempotent.
+func Open(ctx context.Context, cfg Config) (*Broker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	log := cfg.Logger.With("component", "broker")
+	opts := []nats.Option{
+		nats.RetryOnFailedConnect(true),
+		nats.MaxReconnects(-1),
+		nats.DisconnectErrHandler(func(_ *nats.Conn, err error) {
+			if err != nil {
+				log.Warn("nats disconnected", "err", err)
+			}
+		}),
+		nats.ReconnectHandler(func(nc *nats.Conn) {
+			log.Info("nats reconnected", "url", nc.ConnectedUrlRedacted())
+		}),
+		nats.ErrorHandler(func(_ *nats.Conn, sub *nats.Subscription, err error) {
+			attrs := []any{"err", err}
+			if sub != nil {
+				attrs = append(attrs, "subject", sub.Subject)
+			}
+			log.Error("nats async error", attrs...)
+		}),
+	}
+	if cfg.Name != "" {
+		opts = append(opts, nats.Name(cfg.Name))
+	}
+	opts = append(opts, cfg.ConnectOptions...)
+	nc, err := nats.Connect(cfg.URL, opts...)
+	if err != nil {
+		return nil, fmt.Errorf("broker: connect: %w", err)
+	}
+	b := &Broker{
+		cfg:       cfg,
+		log:       log,
+		nc:        nc,
+		closedCh:  nc.StatusChanged(nats.CLOSED),
+		watchDone: make(chan struct{}),
+		consumers: make(map[*Consumer]struct{}),
+	}
+	go b.watchClosed()
+	if err := b.setup(ctx); err != nil {
+		b.Close()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Broker) setup(ctx context.Context) error {
+	if err := waitConnected(ctx, b.nc); err != nil {
+		return err
+	}
+	js, err := jetstream.New(b.nc)
+	if err != nil {
+		return fmt.Errorf("broker: jetstream: %w", err)
+	}
+	b.js = js
+	maxPayload := b.nc.MaxPayload()
+	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name:        wire.JobsStream,
+		Description: "codexec jobs, one subject per worker pool",
+		Subjects:    []string{jobsSubjects},
+		Retention:   jetstream.WorkQueuePolicy,
+		Storage:     jetstream.FileStorage,
+		Duplicates:  duplicateWindow,
+		MaxMsgSize:  int32(min(maxPayload, 1<<31-1)),
+		Replicas:    b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: create stream %s: %w", wire.JobsStream, err)
+	}
+	b.results, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+		Bucket:      wire.ResultsBucket,
+		Description: "codexec results by job id",
+		History:     1,
+		TTL:         b.cfg.Retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: create bucket %s: %w", wire.ResultsBucket, err)
+	}
+	b.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      wire.BlobsBucket,
+		Description: "codexec job code and results too large for one message",
+		TTL:         b.cfg.Retention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.cfg.Replicas,
+	})
+	if err != nil {
+		return fmt.Errorf("broker: create object store %s: %w", wire.BlobsBucket, err)
+	}
+	return nil
+}
+
+// waitConnected blocks until nc is connected, closed, or ctx ends.
+func waitConnected(ctx context.Context, nc *nats.Conn) error {
+	ch := nc.StatusChanged(nats.CONNECTED, nats.CLOSED)
+	defer nc.RemoveStatusListener(ch)
+	for !nc.IsConnected() {
+		if nc.IsClosed() {
+			return fmt.Errorf("broker: connect: %w", nats.ErrConnectionClosed)
+		}
+		select {
+		case <-ch:
+		case <-ctx.Done():
+			err := nc.LastError()
+			if err == nil {
+				err = ctx.Err()
+			}
+			return fmt.Errorf("broker: connect: %w", errors.Join(ctx.Err(), err))
+		}
+	}
+	return nil
+}
+
+// watchClosed stops every consumer when the connection closes under them,
+// whoever closed it: their handlers' contexts are cancelled, and their jobs
+// come back after AckWait.
+func (b *Broker) watchClosed() {
+	defer close(b.watchDone)
+	for st := range b.closedCh {
+		if st == nats.CLOSED {
+			for _, c := range b.takeConsumers() {
+				c.abort(false)
+			}
+			return
+		}
+	}
+}
+
+// takeConsumers marks the broker closed and returns its live consumers.
+func (b *Broker) takeConsumers() []*Consumer {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.closed = true
+	cs := make([]*Consumer, 0, len(b.consumers))
+	for c := range b.consumers {
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// Close stops every consumer at once, as Stop with an expired context would
+// (handlers' contexts are cancelled and their jobs Nak'd for immediate
+// redelivery elsewhere), flushes and closes the connection. It does not wait
+// for handlers to return; Consumer.Done does. Close is idempotent.
+func (b *Broker) Close() {
+	b.closeOnce.Do(func() {
+		cs := b.takeConsumers()
+		for _, c := range cs {
+			c.abort(true)
+		}
+		for _, c := range cs {
+			<-c.loopDone
+		}
+		if b.nc.IsConnected() {
+			_ = b.nc.FlushTimeout(time.Second)
+		}
+		b.nc.Close()
+		b.nc.RemoveStatusListener(b.closedCh)
+		<-b.watchDone
+	})
+}
+
+// Conn returns the underlying NATS connection, for health checks and for
+// packages that publish plain NATS messages (progress, presence).
+func (b *Broker) Conn() *nats.Conn { return b.nc }
+
+// Ping checks that the server answers and that the jobs stream exists.
+// Without a deadline in ctx it gives up after 10s.
+func (b *Broker) Ping(ctx context.Context) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, pingTimeout)
+		defer cancel()
+	}
+	if err := b.nc.FlushWithContext(ctx); err != nil {
+		return fmt.Errorf("broker: ping: %w", err)
+	}
+	if _, err := b.js.Stream(ctx, wire.JobsStream); err != nil {
+		return fmt.Errorf("broker: ping: stream %s: %w", wire.JobsStream, err)
+	}
+	return nil
+}
+
+// messageLimit is the largest body PublishJob and PutResult put in one message.
+func (b *Broker) messageLimit() int {
+	return int(b.nc.MaxPayload()) - headerRoom
+}
+
+// PublishJob publishes job on wire.JobSubject(job.Pool) with Nats-Msg-Id set
+// to job.ID, so that publishing the same id again within two minutes is a
+// no-op (the server reports a duplicate, PublishJob returns nil).
+//
+// It stamps job.V, sets job.Pool to wire.DefaultPool when empty and
+// job.EnqueuedAt to now when zero. When the encoded job does not fit one
+// message, the code is stored in the blobs store as "job-<id>" and
+// job.CodeRef is set (job.Code is left as is in the caller's struct, only
+// the published copy goes without it); Consume resolves it transparently.
+// A job whose encoding exceeds MaxJobBytes fails with wire.ErrPayloadTooLarge.
+func (b *Broker) PublishJob(ctx context.Context, job *wire.Job) error {
+	if job == nil {
+		return errors.New("broker: publish: nil job")
+	}
+	if !idRe.MatchString(job.ID) {
+		return fmt.Errorf("broker: publish: invalid job id %q", job.ID)
+	}
+	if job.Pool == "" {
+		job.Pool = wire.DefaultPool
+	}
+	if !wire.ValidPool(job.Pool) {
+		return fmt.Errorf("broker: publish job %s: invalid pool %q", job.ID, job.Pool)
+	}
+	if len(job.Code) > MaxJobBytes {
+		return fmt.Errorf("broker: publish job %s: code is %d bytes, more than %d: %w",
+			job.ID, len(job.Code), MaxJobBytes, wire.ErrPayloadTooLarge)
+	}
+	job.V = wire.Version
+	job.CodeRef = ""
+	if job.EnqueuedAt.IsZero() {
+		job.EnqueuedAt = time.Now().UTC()
+	}
+	data, err := encode(job)
+	if err != nil {
+		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+	}
+	if len(data) > MaxJobBytes {
+		return fmt.Errorf("broker: publish job %s: job is %d bytes, more than %d: %w",
+			job.ID, len(data), MaxJobBytes, wire.ErrPayloadTooLarge)
+	}
+	if limit := b.messageLimit(); len(data) > limit {
+		name := jobBlobName(job.ID)
+		if err := b.putBlobOnce(ctx, name, []byte(job.Code)); err != nil {
+			return fmt.Errorf("broker: publish job %s: store code: %w", job.ID, err)
+		}
+		job.CodeRef = name
+		small := *job
+		small.Code = ""
+		if data, err = encode(&small); err != nil {
+			return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+		}
+		if len(data) > limit {
+			return fmt.Errorf("broker: publish job %s: job without code is %d bytes, more than %d: %w",
+				job.ID, len(data), limit, wire.ErrPayloadTooLarge)
+		}
+	}
+	_, err = b.js.Publish(ctx, wire.JobSubject(job.Pool), data,
+		jetstream.WithMsgID(job.ID), jetstream.WithExpectStream(wire.JobsStream))
+	if err != nil {
+		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+	}
+	return nil
+}
+
+// putBlobOnce stores data as name unless an object with the same content is
+// already there, so that republishing a job (deduplicated by the stream)
+// never rewrites the blob a worker may be reading.
+func (b *Broker) putBlobOnce(ctx context.Context, name string, data []byte) error {
+	sum := sha256.Sum256(data)
+	digest := "SHA-256=" + base64.URLEncoding.EncodeToString(sum[:])
+	info, err := b.blobs.GetInfo(ctx, name)
+	if err == nil && info.Digest == digest && info.Size == uint64(len(data)) {
+		return nil
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return err
+	}
+	_, err = b.blobs.PutBytes(ctx, name, data)
+	return err
+}
+
+// storedResult decodes a results-bucket value, which is either a
+// wire.Result or a wire.ResultStub (BlobRef set), in one pass.
+type storedResult struct {
+	wire.Result
+	BlobRef string `json:"blob_ref"`
+}
+
+// PutResult stores r under r.JobID, create-only: the first result stored
+// for a job wins and later calls report stored=false with a nil error. It
+// stamps r.V. A result whose encoding does not fit one message is written
+// to the blobs store as "result-<job id>-<random>" and a small
+// wire.ResultStub takes its place in the bucket.
+func (b *Broker) PutResult(ctx context.Context, r *wire.Result) (stored bool, err error) {
+	if r == nil {
+		return false, errors.New("broker: put result: nil result")
+	}
+	if !idRe.MatchString(r.JobID) {
+		return false, fmt.Errorf("broker: put result: invalid job id %q", r.JobID)
+	}
+	r.V = wire.Version
+	data, err := encode(r)
+	if err != nil {
+		return false, fmt.Errorf("broker: put result %s: %w", r.JobID, err)
+	}
+	if len(data) <= b.messageLimit() {
+		return b.createResult(ctx, r.JobID, data)
+	}
+
+	// Large result. Skip the upload when a result is already there (the
+	// common case of a redelivered job), then upload under a unique name
+	// and let the create-only stub decide who won.
+	if _, err := b.results.Get(ctx, r.JobID); err == nil {
+		return false, nil
+	} else if !errors.Is(err, jetstream.ErrKeyNotFound) {
+		return false, fmt.Errorf("broker: put result %s: %w", r.JobID, err)
+	}
+	name := resultBlobName(r.JobID)
+	if _, err := b.blobs.PutBytes(ctx, name, data); err != nil {
+		return false, fmt.Errorf("broker: put result %s: store blob: %w", r.JobID, err)
+	}
+	stub, err := encode(&wire.ResultStub{V: wire.Version, JobID: r.JobID, BlobRef: name, Size: int64(len(data))})
+	if err != nil {
+		return false, fmt.Errorf("broker: put result %s: %w", r.JobID, err)
+	}
+	stored, err = b.createResult(ctx, r.JobID, stub)
+	if !stored {
+		// Lost the race or failed: the blob is nobody's. Best effort; the
+		// store's TTL removes it otherwise.
+		if derr := b.blobs.Delete(context.WithoutCancel(ctx), name); derr != nil {
+			b.log.Debug("delete orphan result blob", "blob", name, "err", derr)
+		}
+	}
+	return stored, err
+}
+
+func (b *Broker) createResult(ctx context.Context, jobID string, data []byte) (bool, error) {
+	_, err := b.results.Create(ctx, jobID, data)
+	switch {
+	case err == nil:
+		return true, nil
+	case errors.Is(err, jetstream.ErrKeyExists):
+		return false, nil
+	default:
+		return false, fmt.Errorf("broker: put result %s: %w", jobID, err)
+	}
+}
+
+// GetResult returns the result stored for jobID, or an error wrapping
+// wire.ErrResultNotFound when there is none (yet, or any more).
+func (b *Broker) GetResult(ctx context.Context, jobID string) (*wire.Result, error) {
+	if !idRe.MatchString(jobID) {
+		return nil, fmt.Errorf("broker: get result: invalid job id %q", jobID)
+	}
+	e, err := b.results.Get(ctx, jobID)
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, fmt.Errorf("broker: get result %s: %w", jobID, wire.ErrResultNotFound)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: get result %s: %w", jobID, err)
+	}
+	return b.decodeResult(ctx, jobID, e.Value())
+}
+
+// WaitResult returns the result for jobID as soon as it exists, which may
+// be at once. It watches the key rather than polling; when ctx ends first it
+// returns ctx.Err() unwrapped.
+func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, error) {
+	if !idRe.MatchString(jobID) {
+		return nil, fmt.Errorf("broker: wait result: invalid job id %q", jobID)
+	}
+	w, err := b.results.Watch(ctx, jobID, jetstream.IgnoreDeletes())
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		return nil, fmt.Errorf("broker: wait result %s: %w", jobID, err)
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				if ctx.Err() != nil {
+					return nil, ctx.Err()
+				}
+				return nil, fmt.Errorf("broker: wait result %s: watch ended: %w", jobID, nats.ErrConnectionClosed)
+			}
+			if e == nil { // initial state delivered: the key did not exist
+				if b.waitingHook != nil {
+					b.waitingHook(jobID)
+				}
+				continue
+			}
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			return b.decodeResult(ctx, jobID, e.Value())
+		}
+	}
+}
+
+func (b *Broker) decodeResult(ctx context.Context, jobID string, data []byte) (*wire.Result, error) {
+	var sr storedResult
+	if err := json.Unmarshal(data, &sr); err != nil {
+		return nil, fmt.Errorf("broker: decode result %s: %w", jobID, err)
+	}
+	if sr.BlobRef != "" {
+		blob, err := b.blobs.GetBytes(ctx, sr.BlobRef)
+		if errors.Is(err, jetstream.ErrObjectNotFound) {
+			return nil, fmt.Errorf("broker: get result %s: blob %s: %w", jobID, sr.BlobRef, wire.ErrResultNotFound)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("broker: get result %s: blob %s: %w", jobID, sr.BlobRef, err)
+		}
+		sr = storedResult{}
+		if err := json.Unmarshal(blob, &sr.Result); err != nil {
+			return nil, fmt.Errorf("broker: decode result %s: %w", jobID, err)
+		}
+	}
+	if sr.V != wire.Version {
+		return nil, fmt.Errorf("broker: result %s has version %d: %w", jobID, sr.V, wire.ErrBadVersion)
+	}
+	r := sr.Result
+	return &r, nil
+}
+
+// encode is json.Marshal without HTML escaping, so that code full of '<'
+// does not grow six-fold on the wire.
+func encode(v any) ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

@@ -1,0 +1,518 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"runtime/debug"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/codexec/codexec/broker/wire"
+)
+
+const (
+	// pullExpiry is how long one pull request waits on the server for a job.
+	pullExpiry = 30 * time.Second
+	// ackTimeout bounds the server's confirmation of an Ack.
+	ackTimeout = 5 * time.Second
+	// blobRetryDelay is the Nak delay after a transient failure to fetch a
+	// job's code from the blobs store.
+	blobRetryDelay = 2 * time.Second
+	// panicRetryDelay is the Nak delay after a handler panicked.
+	panicRetryDelay = 5 * time.Second
+	// fetchBackoffMin and fetchBackoffMax bound the pause between failed pulls.
+	fetchBackoffMin = 100 * time.Millisecond
+	fetchBackoffMax = 5 * time.Second
+)
+
+// Consume starts a pull loop on the durable consumer wire.ConsumerName(pool)
+// and returns at once. The consumer is created or updated (filter
+// wire.JobSubject(pool), explicit acks, the Config's AckWait and MaxDeliver)
+// and shared by every worker of the pool: each job goes to one of them.
+//
+// At most concurrency handlers run at once, and the loop only asks the
+// server for a job when a slot is free, so a busy worker never holds jobs
+// that another worker could run. Each handler runs in its own goroutine
+// with a *Delivery; while it runs, the consumer sends InProgress every
+// AckWait/3, so a job may run for longer than AckWait. A handler should
+// settle its delivery (Ack, Nak or Term); one that returns without doing so
+// gets its job Ack'd automatically. A panicking handler is recovered, logged
+// with its stack, and its job Nak'd with a delay.
+//
+// Messages that cannot be decoded, carry an unknown wire version or a
+// foreign CodeRef are Term'd with a reason and logged, never handed to
+// handle. When the job's CodeRef is set, the code is fetched from the blobs
+// store into Job.Code before handle is called.
+//
+// ctx bounds the consumer's whole life: when it ends, the consumer stops as
+// Stop does with an expired context. The context given to handlers carries
+// ctx's values but is cancelled only by such a hard stop.
+func (b *Broker) Consume(ctx context.Context, pool string, concurrency int, handle func(context.Context, *Delivery)) (*Consumer, error) {
+	if !wire.ValidPool(pool) {
+		return nil, fmt.Errorf("broker: consume: invalid pool %q", pool)
+	}
+	if concurrency < 1 {
+		return nil, fmt.Errorf("broker: consume pool %s: concurrency %d is less than 1", pool, concurrency)
+	}
+	if handle == nil {
+		return nil, fmt.Errorf("broker: consume pool %s: nil handler", pool)
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:       wire.ConsumerName(pool),
+		Description:   "codexec workers of pool " + pool,
+		FilterSubject: wire.JobSubject(pool),
+		AckPolicy:     jetstream.AckExplicitPolicy,
+		AckWait:       b.cfg.AckWait,
+		MaxDeliver:    b.cfg.MaxDeliver,
+		DeliverPolicy: jetstream.DeliverAllPolicy,
+	}
+	cons, err := b.js.CreateOrUpdateConsumer(ctx, wire.JobsStream, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("broker: consume pool %s: %w", pool, err)
+	}
+	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
+	c := &Consumer{
+		b:        b,
+		cfg:      cfg,
+		cons:     cons,
+		handle:   handle,
+		log:      b.log.With("pool", pool),
+		ackWait:  b.cfg.AckWait,
+		sem:      make(chan struct{}, concurrency),
+		baseCtx:  context.WithoutCancel(ctx),
+		loopCtx:  loopCtx,
+		stopLoop: stopLoop,
+		loopDone: make(chan struct{}),
+		done:     make(chan struct{}),
+		inflight: make(map[*Delivery]struct{}),
+	}
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		stopLoop()
+		return nil, fmt.Errorf("broker: consume pool %s: %w", pool, nats.ErrConnectionClosed)
+	}
+	b.consumers[c] = struct{}{}
+	b.mu.Unlock()
+
+	c.stopWatch = context.AfterFunc(ctx, func() { c.abort(true) })
+	go c.loop()
+	go func() {
+		<-c.loopDone
+		c.wg.Wait()
+		c.stopWatch()
+		b.mu.Lock()
+		delete(b.consumers, c)
+		b.mu.Unlock()
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// Consumer is a running pull loop started by Broker.Consume.
+type Consumer struct {
+	b       *Broker
+	cfg     jetstream.ConsumerConfig
+	cons    jetstream.Consumer // owned by the loop goroutine
+	handle  func(context.Context, *Delivery)
+	log     *slog.Logger
+	ackWait time.Duration
+	sem     chan struct{} // one token per running handler
+
+	baseCtx   context.Context // parent of handler contexts; never cancelled
+	loopCtx   context.Context // cancelled to stop fetching
+	stopLoop  context.CancelFunc
+	stopWatch func() bool // stops the Consume ctx watch
+	loopDone  chan struct{}
+	done      chan struct{}
+	wg        sync.WaitGroup // running handlers
+
+	mu       sync.Mutex
+	inflight map[*Delivery]struct{}
+	aborted  bool
+	abortNak bool
+}
+
+// Stop stops fetching new jobs and waits for running handlers to return.
+// If ctx ends first, the contexts given to the handlers still running are
+// cancelled and their jobs Nak'd, so that the server redelivers them at once
+// to another worker, and Stop returns ctx.Err() without waiting further
+// (Done reports when the last handler has returned). Stop is idempotent and
+// safe to call concurrently; calls after the consumer finished return nil.
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.stopLoop()
+	<-c.loopDone
+	select {
+	case <-c.done:
+		return nil
+	default:
+	}
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		c.abort(true)
+		return ctx.Err()
+	}
+}
+
+// Done is closed once the consumer has stopped fetching and every handler
+// it started has returned.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// abort stops the loop and settles every in-flight delivery, then cancels
+// its handler's context: with a Nak when nak is set (the connection still
+// works), else by abandoning it to AckWait. Settling before cancelling
+// makes sure no handler returning early gets its job auto-Ack'd.
+func (c *Consumer) abort(nak bool) {
+	c.stopLoop()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.aborted {
+		c.aborted, c.abortNak = true, nak
+	}
+	for d := range c.inflight {
+		c.abandon(d)
+	}
+}
+
+// abandon settles d on behalf of a stopping consumer and cancels its
+// handler. Called with c.mu held.
+func (c *Consumer) abandon(d *Delivery) {
+	if d.settle() && c.abortNak {
+		if err := d.msg.Nak(); err != nil {
+			c.log.Warn("nak on stop", "job_id", d.jobID(), "err", err)
+		}
+	}
+	d.cancel()
+}
+
+// loop fetches one job per free slot until stopped.
+func (c *Consumer) loop() {
+	defer close(c.loopDone)
+	backoff := fetchBackoffMin
+	for {
+		select {
+		case c.sem <- struct{}{}:
+		case <-c.loopCtx.Done():
+			return
+		}
+		msg, err := c.fetch()
+		if c.loopCtx.Err() != nil {
+			if msg != nil {
+				// Arrived as we stopped: give it straight back.
+				if nerr := msg.Nak(); nerr != nil {
+					c.log.Warn("nak on stop", "err", nerr)
+				}
+			}
+			<-c.sem
+			return
+		}
+		if msg != nil {
+			backoff = fetchBackoffMin
+			c.wg.Add(1)
+			go c.run(msg)
+			continue
+		}
+		<-c.sem
+		if err == nil {
+			continue // the pull expired empty
+		}
+		switch {
+		case errors.Is(err, nats.ErrConnectionClosed):
+			c.abort(false)
+			return
+		case errors.Is(err, jetstream.ErrConsumerDeleted), errors.Is(err, jetstream.ErrConsumerNotFound),
+			errors.Is(err, nats.ErrNoResponders):
+			// The consumer was deleted, or lost with its server's storage
+			// (no responders on its pull subject): put it back. The
+			// backoff below keeps a JetStream outage from becoming a busy loop.
+			c.log.Warn("consumer gone, recreating", "consumer", c.cfg.Durable, "err", err)
+			if cons, cerr := c.b.js.CreateOrUpdateConsumer(c.loopCtx, wire.JobsStream, c.cfg); cerr == nil {
+				c.cons = cons
+			} else {
+				c.log.Warn("recreate consumer", "consumer", c.cfg.Durable, "err", cerr)
+			}
+		default:
+			c.log.Debug("pull failed", "err", err)
+		}
+		t := time.NewTimer(backoff)
+		select {
+		case <-t.C:
+		case <-c.loopCtx.Done():
+			t.Stop()
+			return
+		}
+		backoff = min(2*backoff, fetchBackoffMax)
+	}
+}
+
+// fetch asks the server for one job. It returns (nil, nil) when the pull
+// expired without one.
+func (c *Consumer) fetch() (jetstream.Msg, error) {
+	ctx, cancel := context.WithTimeout(c.loopCtx, pullExpiry)
+	defer cancel()
+	batch, err := c.cons.Fetch(1, jetstream.FetchContext(ctx))
+	if err != nil {
+		return nil, err
+	}
+	var msg jetstream.Msg
+	for m := range batch.Messages() {
+		msg = m
+	}
+	if msg != nil {
+		return msg, nil
+	}
+	err = batch.Error()
+	if errors.Is(err, context.DeadlineExceeded) || errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return nil, err
+}
+
+// run handles one message in its own goroutine and releases its slot.
+func (c *Consumer) run(msg jetstream.Msg) {
+	defer c.wg.Done()
+	defer func() { <-c.sem }()
+
+	ctx, cancel := context.WithCancel(c.baseCtx)
+	defer cancel()
+	d := &Delivery{msg: msg, cancel: cancel}
+	if md, err := msg.Metadata(); err == nil {
+		d.Attempt = int(md.NumDelivered)
+	}
+	job, reason := decodeJob(msg.Data())
+	if reason != "" {
+		c.log.Error("terminating undecodable job", "subject", msg.Subject(), "reason", reason, "attempt", d.Attempt)
+		if err := d.Term(reason); err != nil {
+			c.log.Warn("term", "err", err)
+		}
+		return
+	}
+	// Set before d is shared: abort and the heartbeat read d.Job.ID.
+	d.Job = job
+	if !c.track(d) {
+		return
+	}
+	defer c.untrack(d)
+	defer c.heartbeat(d)()
+
+	if job.CodeRef != "" && !c.resolveCode(ctx, d, job) {
+		return
+	}
+	c.call(ctx, d)
+	if !d.isSettled() {
+		if err := d.Ack(); err != nil && !errors.Is(err, errSettled) {
+			c.log.Warn("auto-ack", "job_id", job.ID, "err", err)
+		}
+	}
+}
+
+// track registers d as in flight, or settles it at once when the consumer
+// is stopping. It reports whether d should run.
+func (c *Consumer) track(d *Delivery) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.aborted {
+		c.abandon(d)
+		return false
+	}
+	c.inflight[d] = struct{}{}
+	return true
+}
+
+func (c *Consumer) untrack(d *Delivery) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.inflight, d)
+}
+
+// heartbeat sends InProgress every AckWait/3 until d is settled or the
+// returned stop function is called.
+func (c *Consumer) heartbeat(d *Delivery) (stop func()) {
+	quit, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(max(c.ackWait/3, time.Millisecond))
+		defer t.Stop()
+		for {
+			select {
+			case <-quit:
+				return
+			case <-t.C:
+				if d.isSettled() {
+					return
+				}
+				if err := d.msg.InProgress(); err != nil {
+					c.log.Debug("in progress", "job_id", d.jobID(), "err", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(quit)
+		<-finished
+	}
+}
+
+// decodeJob returns the job in data, or a reason to terminate it.
+func decodeJob(data []byte) (*wire.Job, string) {
+	var job wire.Job
+	if err := json.Unmarshal(data, &job); err != nil {
+		return nil, fmt.Sprintf("broker: undecodable job: %v", err)
+	}
+	if job.V != wire.Version {
+		return nil, fmt.Sprintf("broker: job %q: %v %d", job.ID, wire.ErrBadVersion, job.V)
+	}
+	if !idRe.MatchString(job.ID) {
+		return nil, fmt.Sprintf("broker: job has an invalid id %q", job.ID)
+	}
+	if job.CodeRef != "" && job.CodeRef != jobBlobName(job.ID) {
+		return nil, fmt.Sprintf("broker: job %s: foreign code ref %q", job.ID, job.CodeRef)
+	}
+	return &job, ""
+}
+
+// resolveCode fetches the job's code from the blobs store. On failure it
+// settles the delivery (Term when the blob is gone, Nak otherwise) and
+// reports false.
+func (c *Consumer) resolveCode(ctx context.Context, d *Delivery, job *wire.Job) bool {
+	code, err := c.b.blobs.GetBytes(ctx, job.CodeRef)
+	switch {
+	case err == nil:
+		job.Code = string(code)
+		return true
+	case ctx.Err() != nil:
+		// Hard stop: abort has already settled the delivery.
+		return false
+	case errors.Is(err, jetstream.ErrObjectNotFound):
+		reason := fmt.Sprintf("broker: job %s: code blob %s not found (expired?)", job.ID, job.CodeRef)
+		c.log.Error("terminating job without code", "job_id", job.ID, "blob", job.CodeRef)
+		if terr := d.Term(reason); terr != nil {
+			c.log.Warn("term", "job_id", job.ID, "err", terr)
+		}
+	default:
+		c.log.Warn("fetch job code, will retry", "job_id", job.ID, "blob", job.CodeRef, "err", err)
+		if nerr := d.Nak(blobRetryDelay); nerr != nil {
+			c.log.Warn("nak", "job_id", job.ID, "err", nerr)
+		}
+	}
+	return false
+}
+
+// call runs the handler, turning a panic into a logged, delayed Nak.
+func (c *Consumer) call(ctx context.Context, d *Delivery) {
+	defer func() {
+		if p := recover(); p != nil {
+			c.log.Error("handler panicked", "job_id", d.Job.ID, "attempt", d.Attempt,
+				"panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+			if err := d.Nak(panicRetryDelay); err != nil && !errors.Is(err, errSettled) {
+				c.log.Warn("nak after panic", "job_id", d.Job.ID, "err", err)
+			}
+		}
+	}()
+	c.handle(ctx, d)
+}
+
+// errSettled is returned by a Delivery method called after the delivery was
+// already settled, by the handler or by a stopping consumer.
+var errSettled = fmt.Errorf("broker: delivery already settled: %w", jetstream.ErrMsgAlreadyAckd)
+
+// Delivery is one delivery of a job to a handler. Settle it with exactly
+// one of Ack, Nak or Term; later calls return an error wrapping
+// jetstream.ErrMsgAlreadyAckd. A handler that returns without settling gets
+// its job Ack'd automatically.
+type Delivery struct {
+	// Job is the decoded job, its code resolved from the blobs store.
+	Job *wire.Job
+	// Attempt is the delivery count of the job, 1 for the first delivery.
+	Attempt int
+
+	msg    jetstream.Msg
+	cancel context.CancelFunc
+
+	mu      sync.Mutex
+	settled bool
+}
+
+// settle marks d settled and reports whether it was not already.
+func (d *Delivery) settle() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.settled {
+		return false
+	}
+	d.settled = true
+	return true
+}
+
+func (d *Delivery) isSettled() bool {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return d.settled
+}
+
+func (d *Delivery) jobID() string {
+	if d.Job != nil {
+		return d.Job.ID
+	}
+	return ""
+}
+
+// Ack acknowledges the job: it is done and leaves the stream. Ack waits
+// (up to 5s) for the server to confirm, so an error means the job may be
+// delivered again; PutResult's create-only write keeps that harmless.
+func (d *Delivery) Ack() error {
+	if !d.settle() {
+		return errSettled
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), ackTimeout)
+	defer cancel()
+	if err := d.msg.DoubleAck(ctx); err != nil {
+		return fmt.Errorf("broker: ack job %s: %w", d.jobID(), err)
+	}
+	return nil
+}
+
+// Nak gives the job back for redelivery after delay (at once when delay
+// is 0), to any worker of the pool, counting one more attempt against
+// MaxDeliver. Use it for failures worth retrying.
+func (d *Delivery) Nak(delay time.Duration) error {
+	if !d.settle() {
+		return errSettled
+	}
+	var err error
+	if delay > 0 {
+		err = d.msg.NakWithDelay(delay)
+	} else {
+		err = d.msg.Nak()
+	}
+	if err != nil {
+		return fmt.Errorf("broker: nak job %s: %w", d.jobID(), err)
+	}
+	return nil
+}
+
+// Term removes the job for good, with a reason that the server publishes in
+// its MSG_TERMINATED advisory. Use it for jobs that can never succeed.
+func (d *Delivery) Term(reason string) error {
+	if !d.settle() {
+		return errSettled
+	}
+	var err error
+	if reason != "" {
+		err = d.msg.TermWithReason(reason)
+	} else {
+		err = d.msg.Term()
+	}
+	if err != nil {
+		return fmt.Errorf("broker: term job %s: %w", d.jobID(), err)
+	}
+	return nil
+}
