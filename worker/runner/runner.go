@@ -1,0 +1,184 @@
+package runner
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"time"
+)
+
+// DefaultOutputLimit is the cap on stdout and on stderr, each, when
+// Spec.OutputLimit is not positive.
+const DefaultOutputLimit = 1 << 20
+
+// pipeDrainDelay bounds how long Run waits for the output pipes to reach EOF
+// once the main process has exited and its group has been killed. Only a
+// process that left the group (setsid) can keep them open that long; what it
+// writes afterwards is lost. It must be long enough for the copying
+// goroutines to drain what the pipes already hold on a loaded machine.
+const pipeDrainDelay = time.Second
+
+// Spec says what to run and under which limits.
+type Spec struct {
+	// Python is the absolute path of the interpreter.
+	Python string
+	// Script is the absolute path of the already-written script file.
+	Script string
+	// Dir is the working directory; it must exist.
+	Dir string
+	// Env is the complete environment of the child, usually from ChildEnv.
+	// Nil means an empty environment: the worker's own is never inherited.
+	Env []string
+	// Timeout is the wall-clock limit, counted from the start of the process;
+	// when it passes the whole process group is killed. Zero or negative
+	// means no limit.
+	Timeout time.Duration
+	// OutputLimit caps the bytes kept from stdout and from stderr, each.
+	// Zero or negative means DefaultOutputLimit.
+	OutputLimit int64
+}
+
+// Outcome is what happened to one run.
+type Outcome struct {
+	// ExitCode is the process's exit status; -1 when a signal killed it.
+	ExitCode int
+	// Signal names the signal that killed the process as
+	// syscall.Signal.String() spells it ("killed", "segmentation fault"),
+	// or "" when it exited by itself.
+	Signal string
+	// TimedOut says Spec.Timeout passed and Run killed the process group.
+	TimedOut bool
+	// Stdout and Stderr hold at most OutputLimit bytes each: the first ones
+	// the process wrote.
+	Stdout, Stderr []byte
+	// StdoutTruncated and StderrTruncated say bytes past OutputLimit were
+	// discarded.
+	StdoutTruncated, StderrTruncated bool
+	// StdoutBytes and StderrBytes count everything the process wrote, kept
+	// or not.
+	StdoutBytes, StderrBytes int64
+	// Duration is the wall-clock time from start to the main process's exit.
+	Duration time.Duration
+}
+
+// Run starts s.Python with argv [s.Python, s.Script] (no shell anywhere),
+// waits for it, and returns its outcome. A script that fails, crashes or
+// times out is an outcome, not an error: err is non-nil only when the process
+// could not be started (bad Spec, missing interpreter or directory, ctx
+// already done). Cancelling ctx kills the process group like a timeout, but
+// Run then returns ctx's error alongside the partial outcome, with TimedOut
+// false.
+func Run(ctx context.Context, s Spec) (Outcome, error) {
+	if err := supported(); err != nil {
+		return Outcome{}, err
+	}
+	if err := s.validate(); err != nil {
+		return Outcome{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, fmt.Errorf("runner: not started: %w", err)
+	}
+
+	limit := s.OutputLimit
+	if limit <= 0 {
+		limit = DefaultOutputLimit
+	}
+	stdout := &cappedBuffer{limit: limit}
+	stderr := &cappedBuffer{limit: limit}
+	env := s.Env
+	if env == nil {
+		env = []string{} // nil would make os/exec inherit the worker's environment
+	}
+	cmd := &exec.Cmd{
+		Path: s.Python,
+		Args: []string{s.Python, s.Script},
+		Dir:  s.Dir,
+		Env:  env,
+		// Stdin stays nil: os/exec connects it to /dev/null.
+		// Stdout and Stderr are not *os.File, so os/exec makes a pipe for
+		// each and copies it into the buffer in a goroutine of its own.
+		Stdout:      stdout,
+		Stderr:      stderr,
+		SysProcAttr: sysProcAttr(),
+		// The backstop: once the main process is reaped, Wait gives up on
+		// pipes still held open (by a process that escaped the group)
+		// after this delay, instead of hanging.
+		WaitDelay: pipeDrainDelay,
+	}
+
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return Outcome{}, fmt.Errorf("runner: start %s: %w", s.Python, err)
+	}
+	pid := cmd.Process.Pid
+
+	// exited closes when the main process has exited but is not yet reaped.
+	// Until cmd.Wait reaps it, its pid, which is also the group id, cannot
+	// be reused, so signalling the group cannot hit an unrelated process.
+	exited := make(chan struct{})
+	go func() {
+		defer close(exited)
+		waitExited(pid)
+	}()
+
+	var timeout <-chan time.Time
+	if s.Timeout > 0 {
+		t := time.NewTimer(s.Timeout)
+		defer t.Stop()
+		timeout = t.C
+	}
+
+	var out Outcome
+	var ctxErr error
+	select {
+	case <-exited:
+	case <-timeout:
+		select {
+		case <-exited: // it finished just in time
+		default:
+			out.TimedOut = true
+			killGroup(pid)
+			<-exited
+		}
+	case <-ctx.Done():
+		ctxErr = ctx.Err()
+		killGroup(pid)
+		<-exited
+	}
+	out.Duration = time.Since(start)
+
+	// Whatever the main process left behind in its group dies with it, so
+	// nothing outlives the job and the pipes reach EOF.
+	killGroup(pid)
+	waitErr := cmd.Wait()
+	if cmd.ProcessState == nil {
+		// The process could not be waited for at all; there is no outcome.
+		return out, fmt.Errorf("runner: wait for %s: %w", s.Python, waitErr)
+	}
+	// A *exec.ExitError is the script's failure, told by ProcessState below,
+	// and exec.ErrWaitDelay only says an escaped process held a pipe open.
+	out.ExitCode, out.Signal = exitStatus(cmd.ProcessState)
+
+	out.Stdout, out.Stderr = stdout.Bytes(), stderr.Bytes()
+	out.StdoutBytes, out.StderrBytes = stdout.Total(), stderr.Total()
+	out.StdoutTruncated, out.StderrTruncated = stdout.Truncated(), stderr.Truncated()
+	return out, ctxErr
+}
+
+func (s Spec) validate() error {
+	switch {
+	case s.Python == "":
+		return errors.New("runner: Spec.Python is empty")
+	case !filepath.IsAbs(s.Python):
+		return fmt.Errorf("runner: Spec.Python must be an absolute path, got %q", s.Python)
+	case s.Script == "":
+		return errors.New("runner: Spec.Script is empty")
+	case !filepath.IsAbs(s.Script):
+		return fmt.Errorf("runner: Spec.Script must be an absolute path, got %q", s.Script)
+	case s.Dir == "":
+		return errors.New("runner: Spec.Dir is empty")
+	}
+	return nil
+}
