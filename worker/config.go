@@ -1,0 +1,113 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"time"
+
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/oklog/ulid/v2"
+)
+
+// Config configures a Worker. The zero value of every field but DataDir is
+// usable; WithDefaults fills them in.
+type Config struct {
+	// ID names this worker in results and presence records.
+	// Default: "<hostname>-<random>".
+	ID string
+	// Pool is the worker pool whose jobs this worker consumes. Default "default".
+	Pool string
+	// DataDir holds the default venv and the sessions' working directories. Required.
+	DataDir string
+	// ScriptsDir is where every script that runs is kept. Default DataDir/scripts.
+	ScriptsDir string
+	// Python is the interpreter the default venv is built from: a path, a name
+	// on PATH or a version such as "3.12". Default "python3".
+	Python string
+	// VenvPath, when set, names an existing venv used as the default
+	// environment instead of building one.
+	VenvPath string
+	// Concurrency is how many jobs run at once. Default: the number of CPUs.
+	Concurrency int
+	// MaxTimeout caps any job's wall-clock limit. Default 10 minutes.
+	MaxTimeout time.Duration
+	// OutputLimit caps stdout and stderr, each, in bytes. Default 1 MiB.
+	OutputLimit int64
+	// EnvPassthrough names variables of the worker's own environment that jobs
+	// may see (e.g. CUDA_VISIBLE_DEVICES). Default none.
+	EnvPassthrough []string
+	// EnvSet adds NAME=VALUE pairs to every job's environment.
+	EnvSet map[string]string
+	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
+	// the presence record lives three intervals.
+	HeartbeatInterval time.Duration
+	// Keys builds state-store keys. Default prefix "codexec:".
+	Keys statestore.Keys
+	// Logger receives the worker's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultMaxTimeout        = 10 * time.Minute
+	DefaultOutputLimit int64 = 1 << 20
+	DefaultHeartbeat         = 5 * time.Second
+	DefaultKeyPrefix         = "codexec:"
+)
+
+// WithDefaults returns c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	if c.ID == "" {
+		host, _ := os.Hostname()
+		host = strings.ToLower(strings.SplitN(host, ".", 2)[0])
+		if host == "" {
+			host = "worker"
+		}
+		c.ID = host + "-" + strings.ToLower(ulid.Make().String()[20:])
+	}
+	if c.Pool == "" {
+		c.Pool = wire.DefaultPool
+	}
+	if c.ScriptsDir == "" && c.DataDir != "" {
+		c.ScriptsDir = filepath.Join(c.DataDir, "scripts")
+	}
+	if c.Python == "" {
+		c.Python = "python3"
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = runtime.NumCPU()
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.OutputLimit <= 0 {
+		c.OutputLimit = DefaultOutputLimit
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = DefaultHeartbeat
+	}
+	if c.Keys.Prefix == "" {
+		c.Keys.Prefix = DefaultKeyPrefix
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+func (c Config) validate() error {
+	var errs []error
+	if c.DataDir == "" {
+		errs = append(errs, errors.New("data directory is required"))
+	}
+	if !wire.ValidPool(c.Pool) {
+		errs = append(errs, fmt.Errorf("invalid pool name %q: use lower-case letters, digits, '-' and '_', at most 32 characters", c.Pool))
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,22 @@
+// Package worker consumes jobs from its pool's JetStream consumer and runs
+// them.
+//
+// For each job a worker: skips it if a result already exists (a redelivery
+// after a crash that happened between storing the result and the ack),
+// refuses it if its deadline has passed (the frontend has stopped waiting),
+// saves the script under the session's scripts directory, runs it in a fresh
+// Python process (package runner) with the session's own working directory
+// and a scrubbed environment, stores the result (create-only, first result
+// wins) and acks the message. While a job runs the broker keeps the message's
+// lease alive; a worker that dies mid-job stops doing so and JetStream hands
+// the job to another worker after AckWait.
+//
+// A worker also announces itself in the state store's presence set every
+// HeartbeatInterval, so frontends can tell "no live worker" from "busy".
+//
+// Layout on the worker's disk, under DataDir:
+//
+//	envs/default-<hash>/      the default venv, built once per interpreter
+//	sessions/<scope>/         a session's working directory (mode 0700)
+//	scripts/<scope>/<id>_<name>.py   every script that ran (ScriptsDir)
+package worker

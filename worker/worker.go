@@ -1,0 +1,313 @@
+package worker
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/worker/runner"
+)
+
+// Worker runs jobs for one pool. Start it once; Stop it once (further calls
+// are no-ops).
+type Worker struct {
+	cfg    Config
+	broker *broker.Broker
+	store  statestore.Store
+	log    *slog.Logger
+
+	python     string // the default environment's interpreter
+	venvDir    string
+	childExtra map[string]string // variables set in every job's environment
+
+	mu       sync.Mutex
+	consumer *broker.Consumer
+	stopBeat context.CancelFunc
+	beatDone chan struct{}
+	stopped  bool
+}
+
+// New checks cfg and returns a Worker that is not yet consuming.
+func New(cfg Config, b *broker.Broker, st statestore.Store) (*Worker, error) {
+	cfg = cfg.WithDefaults()
+	if err := cfg.validate(); err != nil {
+		return nil, fmt.Errorf("worker: %w", err)
+	}
+	// Unbuffered output, so what a job printed before a timeout killed it is
+	// still shown. Operator settings win.
+	extra := map[string]string{"PYTHONUNBUFFERED": "1"}
+	for k, v := range cfg.EnvSet {
+		extra[k] = v
+	}
+	return &Worker{cfg: cfg, broker: b, store: st, childExtra: extra,
+		log: cfg.Logger.With("worker", cfg.ID, "pool", cfg.Pool)}, nil
+}
+
+// ID returns the worker's id.
+func (w *Worker) ID() string { return w.cfg.ID }
+
+// Start prepares the default environment (building the venv on first use),
+// announces the worker and starts consuming jobs. It returns once the worker
+// is ready to run jobs.
+func (w *Worker) Start(ctx context.Context) error {
+	for _, dir := range []string{w.cfg.DataDir, w.sessionsRoot(), w.cfg.ScriptsDir} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+	}
+	if err := w.prepareEnv(ctx); err != nil {
+		return err
+	}
+	if err := w.heartbeat(ctx); err != nil {
+		return fmt.Errorf("worker: announce presence: %w", err)
+	}
+	beatCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	w.stopBeat, w.beatDone = cancel, make(chan struct{})
+	go w.heartbeatLoop(beatCtx)
+
+	c, err := w.broker.Consume(ctx, w.cfg.Pool, w.cfg.Concurrency, w.handle)
+	if err != nil {
+		cancel()
+		<-w.beatDone
+		return fmt.Errorf("worker: consume: %w", err)
+	}
+	w.mu.Lock()
+	w.consumer = c
+	w.mu.Unlock()
+	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency)
+	return nil
+}
+
+func (w *Worker) prepareEnv(ctx context.Context) error {
+	if w.cfg.VenvPath != "" {
+		py, err := envcache.ExistingVenv(w.cfg.VenvPath)
+		if err != nil {
+			return fmt.Errorf("worker: default environment: %w", err)
+		}
+		dir, err := filepath.Abs(w.cfg.VenvPath)
+		if err != nil {
+			return fmt.Errorf("worker: default environment: %w", err)
+		}
+		w.python, w.venvDir = py, dir
+		return nil
+	}
+	base, err := envcache.ResolvePython(w.cfg.Python)
+	if err != nil {
+		return fmt.Errorf("worker: default interpreter: %w", err)
+	}
+	// The directory names the interpreter, so changing --python builds a
+	// new venv instead of silently reusing the old one.
+	sum := sha256.Sum256([]byte(base))
+	dir := filepath.Join(w.cfg.DataDir, "envs", "default-"+hex.EncodeToString(sum[:4]))
+	w.log.Info("preparing default environment", "venv", dir, "from", base)
+	py, err := envcache.EnsureVenv(ctx, dir, base)
+	if err != nil {
+		return fmt.Errorf("worker: default environment: %w", err)
+	}
+	w.python, w.venvDir = py, dir
+	return nil
+}
+
+// Stop stops taking jobs, waits for running ones until ctx ends (then
+// cancels them and hands their jobs back to the queue), and withdraws the
+// worker's presence.
+func (w *Worker) Stop(ctx context.Context) error {
+	w.mu.Lock()
+	if w.stopped {
+		w.mu.Unlock()
+		return nil
+	}
+	w.stopped = true
+	c := w.consumer
+	w.mu.Unlock()
+	var err error
+	if c != nil {
+		err = c.Stop(ctx)
+	}
+	if w.stopBeat != nil {
+		w.stopBeat()
+		<-w.beatDone
+	}
+	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
+	defer cancel()
+	if lerr := w.store.Leave(leaveCtx, w.cfg.Keys.Workers(), w.cfg.ID); lerr != nil {
+		w.log.Warn("withdraw presence", "err", lerr)
+	}
+	return err
+}
+
+func (w *Worker) heartbeat(ctx context.Context) error {
+	host, _ := os.Hostname()
+	info, _ := json.Marshal(wire.WorkerInfo{
+		V: wire.Version, ID: w.cfg.ID, Pool: w.cfg.Pool, Host: host,
+		Concurrency: w.cfg.Concurrency, Python: w.python, StartedAt: time.Now().UTC(),
+	})
+	return w.store.Touch(ctx, w.cfg.Keys.Workers(), w.cfg.ID, info, 3*w.cfg.HeartbeatInterval)
+}
+
+func (w *Worker) heartbeatLoop(ctx context.Context) {
+	defer close(w.beatDone)
+	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
+				w.log.Warn("heartbeat failed", "err", err)
+			}
+		}
+	}
+}
+
+func (w *Worker) sessionsRoot() string { return filepath.Join(w.cfg.DataDir, "sessions") }
+
+// handle runs one delivery to completion: result stored, message acked.
+func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
+	job := d.Job
+	log := w.log.With("job", job.ID, "attempt", d.Attempt)
+
+	// A redelivery of a job whose result was already stored: just ack it.
+	if _, err := w.broker.GetResult(ctx, job.ID); err == nil {
+		log.Info("result already stored; acking redelivery")
+		_ = d.Ack()
+		return
+	}
+
+	log.Info("job started", "scope", job.Scope)
+	res := w.run(ctx, job, d.Attempt, log)
+	if ctx.Err() != nil && res.Status != wire.StatusOK && res.Status != wire.StatusError {
+		// The worker is stopping hard: the consumer hands the job back.
+		log.Info("job interrupted by shutdown; leaving it for another worker")
+		return
+	}
+	if err := w.storeResult(ctx, res); err != nil {
+		log.Error("store result failed; the job will be redelivered", "err", err)
+		_ = d.Nak(time.Second)
+		return
+	}
+	if err := d.Ack(); err != nil {
+		log.Warn("ack failed; the stored result will answer a redelivery", "err", err)
+	}
+}
+
+func (w *Worker) storeResult(ctx context.Context, res *wire.Result) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var stored bool
+		if stored, err = w.broker.PutResult(context.WithoutCancel(ctx), res); err == nil {
+			if !stored {
+				w.log.Info("another worker stored this job's result first", "job", res.JobID)
+			}
+			return nil
+		}
+		select {
+		case <-time.After(time.Duration(attempt+1) * 200 * time.Millisecond):
+		case <-ctx.Done():
+		}
+	}
+	return err
+}
+
+func (w *Worker) result(job *wire.Job, attempt int, status wire.Status, msg string) *wire.Result {
+	now := time.Now().UTC()
+	return &wire.Result{
+		V: wire.Version, JobID: job.ID, Scope: job.Scope, Status: status, ExitCode: -1,
+		Message: msg, WorkerID: w.cfg.ID, EnvID: "default", Attempt: attempt,
+		StartedAt: now, FinishedAt: now,
+	}
+}
+
+func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
+	switch {
+	case job.Kind != wire.KindExecute:
+		return w.result(job, attempt, wire.StatusRejected, fmt.Sprintf("this worker does not run %q jobs", job.Kind))
+	case !wire.ValidScope(job.Scope):
+		return w.result(job, attempt, wire.StatusRejected, "invalid session scope")
+	case !job.Deadline.IsZero() && time.Now().After(job.Deadline):
+		return w.result(job, attempt, wire.StatusExpired, "the job's deadline passed before a worker could start it")
+	case strings.TrimSpace(job.Code) == "":
+		return w.result(job, attempt, wire.StatusRejected, "code is empty")
+	}
+
+	cwd := filepath.Join(w.sessionsRoot(), job.Scope)
+	scripts := filepath.Join(w.cfg.ScriptsDir, job.Scope)
+	for _, dir := range []string{cwd, scripts} {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
+		}
+	}
+	script := filepath.Join(scripts, job.ID+"_"+wire.CleanFilename(job.Filename))
+	if err := writeNew(script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
+		return w.result(job, attempt, wire.StatusInternal, "save script: "+err.Error())
+	}
+
+	timeout := time.Duration(job.TimeoutMS) * time.Millisecond
+	if timeout <= 0 || timeout > w.cfg.MaxTimeout {
+		timeout = w.cfg.MaxTimeout
+	}
+	limit := job.OutputLimit
+	if limit <= 0 || limit > w.cfg.OutputLimit {
+		limit = w.cfg.OutputLimit
+	}
+	env := runner.ChildEnv(os.Environ(), w.venvDir, cwd, w.cfg.EnvPassthrough, w.childExtra)
+	started := time.Now().UTC()
+	out, err := runner.Run(ctx, runner.Spec{
+		Python: w.python, Script: script, Dir: cwd, Env: env, Timeout: timeout, OutputLimit: limit,
+	})
+	res := w.result(job, attempt, wire.StatusOK, "")
+	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
+	res.ScriptPath = script
+	if err != nil && out.Duration == 0 {
+		res.Status, res.Message = wire.StatusInternal, "start python: "+err.Error()
+		log.Error("start python failed", "err", err)
+		return res
+	}
+	res.ExitCode, res.Signal = out.ExitCode, out.Signal
+	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
+	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
+	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
+	res.DurationMS = float64(out.Duration.Microseconds()) / 1000
+	switch {
+	case out.TimedOut:
+		res.Status, res.Message = wire.StatusTimeout, fmt.Sprintf("timed out after %s; the process group was killed", timeout)
+	case ctx.Err() != nil:
+		res.Status, res.Message = wire.StatusInternal, "interrupted: the worker is shutting down"
+	case out.Signal != "":
+		res.Status, res.Message = wire.StatusError, "killed by signal: "+out.Signal
+	case out.ExitCode != 0:
+		res.Status, res.Message = wire.StatusError, fmt.Sprintf("exit code %d", out.ExitCode)
+	default:
+		res.Message = "exit code 0"
+	}
+	log.Info("job done", "status", res.Status, "ms", res.DurationMS)
+	return res
+}
+
+// writeNew creates path with content, refusing to follow or replace anything
+// already there (a redelivered job finds its own script and reuses it).
+func writeNew(path, content string) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	if _, err := f.WriteString(content); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
