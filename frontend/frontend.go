@@ -1,0 +1,176 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Config configures a Frontend. WithDefaults fills unset fields.
+type Config struct {
+	// Pool is the worker pool jobs are sent to. Default "default".
+	Pool string
+	// DefaultTimeout is a job's wall-clock limit when the call names none. Default 60s.
+	DefaultTimeout time.Duration
+	// MaxTimeout is the largest timeout_seconds a call may ask for. Default 10m.
+	MaxTimeout time.Duration
+	// MaxCodeBytes is the largest code a call may send. Default 16 MiB.
+	MaxCodeBytes int
+	// QueueWait is how long, beyond its own timeout, a call waits for its
+	// result: time in the queue, and a redelivery if a worker dies mid-job.
+	// Default 2m.
+	QueueWait time.Duration
+	// OutputLimit caps stdout and stderr, each, in bytes. 0: the worker's default.
+	OutputLimit int64
+	// Keys builds state-store keys. Default prefix "codexec:".
+	Keys statestore.Keys
+	// Version is reported to clients in the initialize result.
+	Version string
+	// Logger receives the frontend's logs. Default slog.Default().
+	Logger *slog.Logger
+}
+
+// Defaults.
+const (
+	DefaultTimeout      = 60 * time.Second
+	DefaultMaxTimeout   = 10 * time.Minute
+	DefaultMaxCodeBytes = 16 << 20
+	DefaultQueueWait    = 2 * time.Minute
+)
+
+// WithDefaults returns c with every unset field given its default.
+func (c Config) WithDefaults() Config {
+	if c.Pool == "" {
+		c.Pool = wire.DefaultPool
+	}
+	if c.DefaultTimeout <= 0 {
+		c.DefaultTimeout = DefaultTimeout
+	}
+	if c.MaxTimeout <= 0 {
+		c.MaxTimeout = DefaultMaxTimeout
+	}
+	if c.DefaultTimeout > c.MaxTimeout {
+		c.DefaultTimeout = c.MaxTimeout
+	}
+	if c.MaxCodeBytes <= 0 {
+		c.MaxCodeBytes = DefaultMaxCodeBytes
+	}
+	if c.QueueWait <= 0 {
+		c.QueueWait = DefaultQueueWait
+	}
+	if c.Keys.Prefix == "" {
+		c.Keys.Prefix = "codexec:"
+	}
+	if c.Version == "" {
+		c.Version = "dev"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return c
+}
+
+// Frontend serves codexec's MCP tools.
+type Frontend struct {
+	cfg    Config
+	broker *broker.Broker
+	store  statestore.Store
+	log    *slog.Logger
+}
+
+// New returns a Frontend that publishes jobs through b and reads shared
+// state from st.
+func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
+	cfg = cfg.WithDefaults()
+	if !wire.ValidPool(cfg.Pool) {
+		return nil, fmt.Errorf("frontend: invalid pool name %q", cfg.Pool)
+	}
+	return &Frontend{cfg: cfg, broker: b, store: st, log: cfg.Logger}, nil
+}
+
+const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process
+and returns stdout, stderr and the exit status; isError is true exactly when the code failed
+(exception, non-zero exit, timeout, limit). Each session has its own working directory, which
+persists between calls, so files written by one call can be read by the next.`
+
+// MCPServer builds the MCP server with every tool registered. stdio says
+// whether it will be served on stdio (one session) or over HTTP.
+func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
+	s := server.NewMCPServer("codexec", f.cfg.Version,
+		server.WithToolCapabilities(false),
+		server.WithInstructions(instructions),
+		server.WithRecovery(),
+	)
+	f.registerTools(s, stdio)
+	return s
+}
+
+// ServeStdio serves MCP on in/out until ctx ends or in reaches EOF.
+// Logs never go to out.
+func (f *Frontend) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
+	ss := server.NewStdioServer(f.MCPServer(true))
+	ss.SetErrorLogger(log.New(slogWriter{f.log}, "", 0))
+	server.WithWorkerPoolSize(32)(ss) // concurrent tool calls on one stdio session
+	err := ss.Listen(ctx, in, out)
+	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// HTTPHandler returns the Streamable HTTP handler, mounted at /mcp, and the
+// underlying server so the caller can shut its sessions down.
+func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
+	h := server.NewStreamableHTTPServer(f.MCPServer(false),
+		server.WithEndpointPath("/mcp"),
+		server.WithHTTPContextFunc(httpContext),
+		server.WithStreamableHTTPLogger(f.log),
+		server.WithSessionIdleTTL(24*time.Hour),
+	)
+	mux := http.NewServeMux()
+	mux.Handle("/mcp", h)
+	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
+		defer cancel()
+		if err := errors.Join(f.broker.Ping(ctx), f.store.Ping(ctx)); err != nil {
+			http.Error(w, err.Error(), http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = io.WriteString(w, "ok\n")
+	})
+	return mux, h
+}
+
+// liveWorkers returns the live workers of the frontend's pool.
+func (f *Frontend) liveWorkers(ctx context.Context) ([]wire.WorkerInfo, error) {
+	members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
+	if err != nil {
+		return nil, err
+	}
+	var out []wire.WorkerInfo
+	for _, data := range members {
+		var wi wire.WorkerInfo
+		if json.Unmarshal(data, &wi) == nil && wi.Pool == f.cfg.Pool {
+			out = append(out, wi)
+		}
+	}
+	return out, nil
+}
+
+type slogWriter struct{ l *slog.Logger }
+
+func (w slogWriter) Write(p []byte) (int, error) {
+	w.l.Warn(string(p))
+	return len(p), nil
+}

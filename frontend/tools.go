@@ -1,0 +1,219 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"time"
+
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/oklog/ulid/v2"
+)
+
+// ExecResult is the structured content of execute_code and get_job_result.
+type ExecResult struct {
+	JobID           string  `json:"job_id" jsonschema_description:"ULID of the job; get_job_result fetches it again"`
+	Status          string  `json:"status" jsonschema_description:"ok, error, timeout, limit, rejected, expired or internal"`
+	ExitCode        int     `json:"exit_code" jsonschema_description:"process exit code; -1 when killed by a signal or never run"`
+	Stdout          string  `json:"stdout"`
+	Stderr          string  `json:"stderr"`
+	StdoutTruncated bool    `json:"stdout_truncated"`
+	StderrTruncated bool    `json:"stderr_truncated"`
+	StdoutBytes     int64   `json:"stdout_bytes" jsonschema_description:"bytes the process wrote to stdout, including any cut off"`
+	StderrBytes     int64   `json:"stderr_bytes" jsonschema_description:"bytes the process wrote to stderr, including any cut off"`
+	DurationMS      float64 `json:"duration_ms"`
+	WorkerID        string  `json:"worker_id"`
+	EnvID           string  `json:"env_id"`
+	Filename        string  `json:"filename,omitempty" jsonschema_description:"the name the script was saved under"`
+	Signal          string  `json:"signal,omitempty"`
+	Message         string  `json:"message" jsonschema_description:"one-line status"`
+}
+
+func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
+	s.AddTool(mcp.NewTool("execute_code",
+		mcp.WithDescription("Run Python code in a fresh interpreter in this session's environment and working directory. "+
+			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit."),
+		mcp.WithString("code", mcp.Required(), mcp.Description("Python source to run")),
+		mcp.WithString("filename", mcp.Description("Name to save the script under (sanitized; '.py' is added when missing)")),
+		mcp.WithNumber("timeout_seconds", mcp.Description(fmt.Sprintf(
+			"Wall-clock limit in seconds (default %g, at most %g); the whole process group is killed when it passes",
+			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
+		mcp.WithOutputSchema[ExecResult](),
+		mcp.WithOpenWorldHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(true),
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return f.executeCode(ctx, req, scopeFrom(ctx, stdio)), nil
+	})
+
+	s.AddTool(mcp.NewTool("get_job_result",
+		mcp.WithDescription("Fetch the result of an earlier job of this session by its job_id, e.g. after a call was interrupted. Results are kept for a limited time."),
+		mcp.WithString("job_id", mcp.Required(), mcp.Description("The job_id an earlier call returned")),
+		mcp.WithOutputSchema[ExecResult](),
+		mcp.WithReadOnlyHintAnnotation(true),
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return f.getJobResult(ctx, req, scopeFrom(ctx, stdio)), nil
+	})
+}
+
+// rejected builds the result for bad input: nothing ran.
+func rejected(format string, args ...any) *mcp.CallToolResult {
+	msg := fmt.Sprintf(format, args...)
+	return toolResult(&wire.Result{Status: wire.StatusRejected, ExitCode: -1, Message: msg}, "")
+}
+
+func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+	args := req.GetArguments()
+	code, ok := args["code"].(string)
+	if !ok {
+		if _, present := args["code"]; !present {
+			return rejected("missing required argument 'code' (a string of Python source)")
+		}
+		return rejected("argument 'code' must be a string")
+	}
+	if strings.TrimSpace(code) == "" {
+		return rejected("argument 'code' is empty: nothing to run")
+	}
+	if len(code) > f.cfg.MaxCodeBytes {
+		return rejected("code is %d bytes; the limit is %d bytes (%d MiB)", len(code), f.cfg.MaxCodeBytes, f.cfg.MaxCodeBytes>>20)
+	}
+	filename := ""
+	if v, present := args["filename"]; present && v != nil {
+		s, ok := v.(string)
+		if !ok {
+			return rejected("argument 'filename' must be a string")
+		}
+		filename = s
+	}
+	timeout := f.cfg.DefaultTimeout
+	if v, present := args["timeout_seconds"]; present && v != nil {
+		secs, ok := v.(float64)
+		if !ok || math.IsNaN(secs) || math.IsInf(secs, 0) {
+			return rejected("argument 'timeout_seconds' must be a number")
+		}
+		if secs <= 0 || secs > f.cfg.MaxTimeout.Seconds() {
+			return rejected("timeout_seconds must be more than 0 and at most %g", f.cfg.MaxTimeout.Seconds())
+		}
+		timeout = time.Duration(secs * float64(time.Second))
+	}
+
+	workers, err := f.liveWorkers(ctx)
+	if err != nil {
+		return internal("cannot read worker presence: %v", err)
+	}
+	if len(workers) == 0 {
+		return internal("no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
+	}
+
+	now := time.Now().UTC()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
+		Code: code, Filename: wire.CleanFilename(filename), TimeoutMS: timeout.Milliseconds(),
+		OutputLimit: f.cfg.OutputLimit, EnqueuedAt: now, Deadline: now.Add(timeout + f.cfg.QueueWait),
+	}
+	log := f.log.With("job", job.ID, "scope", scope)
+	if err := f.broker.PublishJob(ctx, job); err != nil {
+		if errors.Is(err, wire.ErrPayloadTooLarge) {
+			return rejected("code is too large to send: %v", err)
+		}
+		log.Error("publish job", "err", err)
+		return internal("could not queue the job: %v", err)
+	}
+	return f.await(ctx, job, log)
+}
+
+// await waits for job's result until the job's deadline, plus a little for
+// the result to travel back.
+func (f *Frontend) await(ctx context.Context, job *wire.Job, log interface{ Warn(string, ...any) }) *mcp.CallToolResult {
+	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
+	defer cancel()
+	res, err := f.broker.WaitResult(wctx, job.ID)
+	switch {
+	case err == nil:
+		return toolResult(res, job.Filename)
+	case ctx.Err() != nil:
+		return internal("the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)
+	case errors.Is(err, context.DeadlineExceeded):
+		log.Warn("no result before the deadline")
+		return toolResult(&wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
+			"no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
+			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)}, job.Filename)
+	default:
+		return internal("waiting for job %s failed: %v", job.ID, err)
+	}
+}
+
+func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+	id, ok := req.GetArguments()["job_id"].(string)
+	if !ok || id == "" {
+		return rejected("missing required argument 'job_id' (a string)")
+	}
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return rejected("job_id %q is not a job id", id)
+	}
+	res, err := f.broker.GetResult(ctx, id)
+	switch {
+	case errors.Is(err, wire.ErrResultNotFound):
+		return rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
+	case err != nil:
+		return internal("reading the result failed: %v", err)
+	case res.Scope != scope:
+		// Indistinguishable from a missing result, so ids cannot be probed.
+		return rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
+	}
+	return toolResult(res, "")
+}
+
+func internal(format string, args ...any) *mcp.CallToolResult {
+	return toolResult(&wire.Result{Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(format, args...)}, "")
+}
+
+// toolResult renders a job result: text a model reads at a glance (stdout,
+// then stderr, then a one-line status) and the same facts as structured
+// content. isError is true exactly when the job failed.
+func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
+	var b strings.Builder
+	if r.Stdout != "" {
+		b.WriteString(r.Stdout)
+		if !strings.HasSuffix(r.Stdout, "\n") {
+			b.WriteByte('\n')
+		}
+		if r.StdoutTruncated {
+			fmt.Fprintf(&b, "[... stdout truncated: %d of %d bytes shown]\n", len(r.Stdout), r.StdoutBytes)
+		}
+	}
+	if r.Stderr != "" {
+		b.WriteString("--- stderr ---\n")
+		b.WriteString(r.Stderr)
+		if !strings.HasSuffix(r.Stderr, "\n") {
+			b.WriteByte('\n')
+		}
+		if r.StderrTruncated {
+			fmt.Fprintf(&b, "[... stderr truncated: %d of %d bytes shown]\n", len(r.Stderr), r.StderrBytes)
+		}
+	}
+	fmt.Fprintf(&b, "[%s", r.Status)
+	if r.Message != "" {
+		fmt.Fprintf(&b, ": %s", r.Message)
+	}
+	if r.JobID != "" {
+		fmt.Fprintf(&b, " | %.1f ms | job %s", r.DurationMS, r.JobID)
+		if r.WorkerID != "" {
+			fmt.Fprintf(&b, " on %s", r.WorkerID)
+		}
+	}
+	b.WriteString("]")
+	out := mcp.NewToolResultStructured(ExecResult{
+		JobID: r.JobID, Status: string(r.Status), ExitCode: r.ExitCode,
+		Stdout: r.Stdout, Stderr: r.Stderr,
+		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
+		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
+		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
+		Filename: filename, Signal: r.Signal, Message: r.Message,
+	}, b.String())
+	out.IsError = r.Status.Failed()
+	return out
+}
