@@ -1,0 +1,210 @@
+package cli
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/worker"
+	"github.com/nats-io/nats.go"
+)
+
+const stopGrace = 30 * time.Second
+
+// runDev runs everything in one process: embedded NATS with JetStream and
+// the embedded state store under the data directory, one worker, and the
+// MCP frontend on stdio (or HTTP).
+func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	f := newFlags("dev", stderr)
+	var dataDir, logLevel string
+	var ff frontendFlags
+	var wf workerFlags
+	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
+	f.str(&logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
+	ff.register(f, "")
+	wf.register(f)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, logLevel)
+	if err != nil {
+		return err
+	}
+	if err := applyLegacyEnv(&wf); err != nil {
+		return usageError{err}
+	}
+	if dataDir, err = mkdirPrivate(dataDir); err != nil {
+		return err
+	}
+
+	st, err := statestore.OpenBolt(filepath.Join(dataDir, "state.db"))
+	if err != nil {
+		return err
+	}
+	defer st.Close()
+	ns, err := broker.StartEmbedded(broker.EmbeddedConfig{StoreDir: filepath.Join(dataDir, "jetstream"), Logger: log.With("component", "nats")})
+	if err != nil {
+		return fmt.Errorf("embedded nats: %w", err)
+	}
+	defer ns.Shutdown()
+	b, err := openBroker(ctx, broker.Config{ConnectOptions: []nats.Option{ns.ConnectOption()}, Name: "codexec-dev", Logger: log})
+	if err != nil {
+		return err
+	}
+	defer b.Close()
+
+	w, err := worker.New(wf.config(dataDir, wire.DefaultPool, &ff, log.With("component", "worker")), b, st)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	defer stopWorker(w, stopGrace, log)
+
+	fe, err := frontend.New(ff.config(wire.DefaultPool, log.With("component", "frontend")), b, st)
+	if err != nil {
+		return usageError{err}
+	}
+	log.Info("codexec dev ready", "data_dir", dataDir, "version", Version())
+	return serveFrontend(ctx, fe, ff.http, stdin, stdout, log)
+}
+
+// applyLegacyEnv honours the environment variables of the server codexec
+// replaces: CODE_STORAGE_DIR, and ENV_TYPE with VENV_PATH / UV_VENV_PATH /
+// CONDA_ENV_NAME. Explicit codexec settings win.
+func applyLegacyEnv(wf *workerFlags) error {
+	if d := os.Getenv("CODE_STORAGE_DIR"); d != "" && wf.scriptsDir == "" {
+		wf.scriptsDir = d
+	}
+	if wf.venv != "" {
+		return nil
+	}
+	switch t := os.Getenv("ENV_TYPE"); t {
+	case "":
+	case "venv":
+		wf.venv = os.Getenv("VENV_PATH")
+		if wf.venv == "" {
+			return fmt.Errorf("ENV_TYPE=venv needs VENV_PATH")
+		}
+	case "venv-uv":
+		wf.venv = os.Getenv("UV_VENV_PATH")
+		if wf.venv == "" {
+			return fmt.Errorf("ENV_TYPE=venv-uv needs UV_VENV_PATH")
+		}
+	case "conda":
+		return fmt.Errorf("ENV_TYPE=conda (CONDA_ENV_NAME=%q) is not supported by this version yet; unset ENV_TYPE to use codexec's own default venv", os.Getenv("CONDA_ENV_NAME"))
+	default:
+		return fmt.Errorf("unknown ENV_TYPE %q (venv, venv-uv or conda)", t)
+	}
+	return nil
+}
+
+type clusterFlags struct {
+	natsURL, redisURL, pool, logLevel string
+	retention, ackWait                time.Duration
+}
+
+func (cf *clusterFlags) register(f *flags) {
+	f.str(&cf.natsURL, "nats", "CODEXEC_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL (JetStream enabled)")
+	f.str(&cf.redisURL, "redis", "CODEXEC_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	f.str(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
+	f.str(&cf.logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
+	f.duration(&cf.retention, "retention", "CODEXEC_RETENTION", 24*time.Hour, "how long results are kept, addressable by job id")
+	f.duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", 30*time.Second, "how long a job's lease lasts without a heartbeat before another worker gets it")
+}
+
+func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer) (*broker.Broker, statestore.Store, func(), error) {
+	if !wire.ValidPool(cf.pool) {
+		return nil, nil, nil, usageError{fmt.Errorf("invalid pool %q: lower-case letters, digits, '-' and '_'", cf.pool)}
+	}
+	st, err := openRedis(ctx, cf.redisURL)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	b, err := openBroker(ctx, broker.Config{URL: cf.natsURL, Name: name, Retention: cf.retention, AckWait: cf.ackWait})
+	if err != nil {
+		st.Close()
+		return nil, nil, nil, err
+	}
+	return b, st, func() { b.Close(); st.Close() }, nil
+}
+
+// runFrontend runs the MCP frontend of a cluster.
+func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	f := newFlags("frontend", stderr)
+	var cf clusterFlags
+	var ff frontendFlags
+	var stdio bool
+	cf.register(f)
+	ff.register(f, "127.0.0.1:8080")
+	f.boolean(&stdio, "stdio", "CODEXEC_STDIO", false, "serve MCP on stdio instead of HTTP")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cf.logLevel)
+	if err != nil {
+		return err
+	}
+	b, st, closeAll, err := cf.open(ctx, "codexec-frontend", stderr)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	fe, err := frontend.New(ff.config(cf.pool, log), b, st)
+	if err != nil {
+		return usageError{err}
+	}
+	addr := ff.http
+	if stdio {
+		addr = ""
+	}
+	return serveFrontend(ctx, fe, addr, stdin, stdout, log)
+}
+
+// runWorker runs one worker of a cluster until a signal.
+func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+	f := newFlags("worker", stderr)
+	var cf clusterFlags
+	var ff frontendFlags
+	var wf workerFlags
+	var dataDir string
+	cf.register(f)
+	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where environments, session directories and scripts live")
+	f.duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest wall-clock limit of any job")
+	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
+	wf.register(f)
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log, err := newLogger(stderr, cf.logLevel)
+	if err != nil {
+		return err
+	}
+	if dataDir, err = mkdirPrivate(dataDir); err != nil {
+		return err
+	}
+	b, st, closeAll, err := cf.open(ctx, "codexec-worker", stderr)
+	if err != nil {
+		return err
+	}
+	defer closeAll()
+	w, err := worker.New(wf.config(dataDir, cf.pool, &ff, log), b, st)
+	if err != nil {
+		return usageError{err}
+	}
+	if err := w.Start(ctx); err != nil {
+		return err
+	}
+	<-ctx.Done()
+	log.Info("stopping: finishing running jobs", "grace", stopGrace)
+	stopWorker(w, stopGrace, log)
+	return nil
+}

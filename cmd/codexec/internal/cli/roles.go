@@ -1,0 +1,170 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/worker"
+)
+
+// frontendFlags are the settings of the MCP frontend, shared by dev and frontend.
+type frontendFlags struct {
+	http        string
+	timeout     time.Duration
+	maxTimeout  time.Duration
+	queueWait   time.Duration
+	maxCode     int64
+	outputLimit int64
+}
+
+func (ff *frontendFlags) register(f *flags, httpDefault string) {
+	f.str(&ff.http, "http", "CODEXEC_HTTP_ADDR", httpDefault, "serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio")
+	f.duration(&ff.timeout, "timeout", "CODEXEC_TIMEOUT", frontend.DefaultTimeout, "default wall-clock limit of a job")
+	f.duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest timeout_seconds a call may ask for")
+	f.duration(&ff.queueWait, "queue-wait", "CODEXEC_QUEUE_WAIT", frontend.DefaultQueueWait, "how long beyond its timeout a call waits for a worker")
+	f.bytes(&ff.maxCode, "max-code", "CODEXEC_MAX_CODE", frontend.DefaultMaxCodeBytes, "largest code a call may send")
+	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
+}
+
+func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
+	return frontend.Config{
+		Pool: pool, DefaultTimeout: ff.timeout, MaxTimeout: ff.maxTimeout, QueueWait: ff.queueWait,
+		MaxCodeBytes: int(ff.maxCode), OutputLimit: ff.outputLimit, Version: Version(), Logger: log,
+	}
+}
+
+// workerFlags are the settings of a worker, shared by dev and worker.
+type workerFlags struct {
+	id          string
+	python      string
+	venv        string
+	scriptsDir  string
+	concurrency int
+	envPass     string
+}
+
+func (wf *workerFlags) register(f *flags) {
+	f.str(&wf.id, "id", "CODEXEC_WORKER_ID", "", "worker id (default: hostname plus a random suffix)")
+	f.str(&wf.python, "python", "CODEXEC_PYTHON", "python3", "interpreter the default venv is built from: a path, a name on PATH, or a version such as 3.12")
+	f.str(&wf.venv, "venv", "CODEXEC_VENV", "", "use this existing venv as the default environment instead of building one")
+	f.str(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where every script that runs is kept (default DATA_DIR/scripts)")
+	f.integer(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: number of CPUs)")
+	f.str(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
+}
+
+func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog.Logger) worker.Config {
+	var pass []string
+	for _, n := range strings.Split(wf.envPass, ",") {
+		if n = strings.TrimSpace(n); n != "" {
+			pass = append(pass, n)
+		}
+	}
+	return worker.Config{
+		ID: wf.id, Pool: pool, DataDir: dataDir, ScriptsDir: wf.scriptsDir, Python: wf.python, VenvPath: wf.venv,
+		Concurrency: wf.concurrency, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
+		EnvPassthrough: pass, Logger: log,
+	}
+}
+
+// serveFrontend serves MCP on stdio or HTTP until ctx ends (or stdin closes).
+func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
+	if httpAddr == "" {
+		log.Info("serving MCP on stdio")
+		return fe.ServeStdio(ctx, stdin, stdout)
+	}
+	handler, mcpHTTP := fe.HTTPHandler()
+	ln, err := net.Listen("tcp", httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", httpAddr, err)
+	}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// The first line on stderr names the address, so scripts and tests can
+	// find a random port (--http 127.0.0.1:0).
+	log.Info("serving MCP over HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	mcpHTTP.CloseSessions(shutCtx)
+	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// stopWorker drains w: running jobs get grace to finish, then are cancelled
+// and handed back to the queue.
+func stopWorker(w *worker.Worker, grace time.Duration, log *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), grace)
+	defer cancel()
+	if err := w.Stop(ctx); err != nil {
+		log.Warn("worker stop", "err", err)
+	}
+}
+
+// openRedis connects to Redis, retrying for a while so that a cluster's
+// processes may start in any order.
+func openRedis(ctx context.Context, url string) (statestore.Store, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	for {
+		st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: url})
+		if err == nil {
+			return st, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("redis at %s: %w", redactURL(url), err)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func openBroker(ctx context.Context, cfg broker.Config) (*broker.Broker, error) {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	b, err := broker.Open(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("nats at %s: %w", redactURL(cfg.URL), err)
+	}
+	return b, nil
+}
+
+// redactURL hides a password in a URL before it is logged.
+func redactURL(u string) string {
+	if i := strings.Index(u, "://"); i >= 0 {
+		rest := u[i+3:]
+		if at := strings.LastIndex(rest, "@"); at >= 0 {
+			return u[:i+3] + "***@" + rest[at+1:]
+		}
+	}
+	return u
+}
+
+func mkdirPrivate(dir string) (string, error) {
+	abs, err := filepath.Abs(dir)
+	if err != nil {
+		return "", err
+	}
+	if err := os.MkdirAll(abs, 0o700); err != nil {
+		return "", fmt.Errorf("data directory: %w", err)
+	}
+	return abs, nil
+}
