@@ -4,9 +4,12 @@
 // tool results.
 //
 // A frontend keeps no state of its own that a user could lose: sessions'
-// settings live in the state store and results in JetStream, so any frontend
-// of a cluster can serve any call and a restarted frontend loses nothing but
-// its open connections.
+// settings, code files and recorded runs live in the state store (CodeStore)
+// and results in JetStream, so any frontend of a cluster can serve any call
+// and a restarted frontend loses nothing but its open connections.
+//
+// Client-supplied file paths become code-file names in one place,
+// resolveFilePath (paths.go); see there for what is accepted.
 //
 // Session scopes (see scope.go) decide whose working directory and files a
 // call touches. They are derived from the transport, never taken from tool

@@ -9,6 +9,7 @@ import (
 	"log"
 	"log/slog"
 	"net/http"
+	"path/filepath"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -33,6 +34,22 @@ type Config struct {
 	QueueWait time.Duration
 	// OutputLimit caps stdout and stderr, each, in bytes. 0: the worker's default.
 	OutputLimit int64
+	// MaxFileBytes is the largest a code file may grow, by initialize or by
+	// appends. Default 32 MiB. A file larger than MaxCodeBytes still runs
+	// with execute_code_file: the file limit is the one that applies to it.
+	MaxFileBytes int64
+	// MaxFiles is how many code files one session may hold. Default 256.
+	MaxFiles int
+	// RunHistory is how many recorded runs (the code of every job a
+	// session ran) are kept per session. Default 1000.
+	RunHistory int
+	// RunRetention is how long a recorded run's code is kept. Default 30 days.
+	RunRetention time.Duration
+	// FilesMirrorDir, when set, gets a plain-file copy of every code file at
+	// FilesMirrorDir/<scope>/files/<name>, and initialize_code_file returns
+	// that path as file_path. `codexec dev` sets it to the scripts directory;
+	// frontends of a cluster leave it empty and return codexec://files/<name>.
+	FilesMirrorDir string
 	// Keys builds state-store keys. Default prefix "codexec:".
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
@@ -47,6 +64,12 @@ const (
 	DefaultMaxTimeout   = 10 * time.Minute
 	DefaultMaxCodeBytes = 16 << 20
 	DefaultQueueWait    = 2 * time.Minute
+	// DefaultMaxFileBytes is twice the largest code an execute_code call may
+	// send, so a file assembled from pieces can outgrow one message.
+	DefaultMaxFileBytes = 32 << 20
+	DefaultMaxFiles     = 256
+	DefaultRunHistory   = 1000
+	DefaultRunRetention = 30 * 24 * time.Hour
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -69,6 +92,18 @@ func (c Config) WithDefaults() Config {
 	if c.QueueWait <= 0 {
 		c.QueueWait = DefaultQueueWait
 	}
+	if c.MaxFileBytes <= 0 {
+		c.MaxFileBytes = DefaultMaxFileBytes
+	}
+	if c.MaxFiles <= 0 {
+		c.MaxFiles = DefaultMaxFiles
+	}
+	if c.RunHistory <= 0 {
+		c.RunHistory = DefaultRunHistory
+	}
+	if c.RunRetention <= 0 {
+		c.RunRetention = DefaultRunRetention
+	}
 	if c.Keys.Prefix == "" {
 		c.Keys.Prefix = "codexec:"
 	}
@@ -86,6 +121,7 @@ type Frontend struct {
 	cfg    Config
 	broker *broker.Broker
 	store  statestore.Store
+	files  *CodeStore
 	log    *slog.Logger
 }
 
@@ -96,13 +132,23 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 	if !wire.ValidPool(cfg.Pool) {
 		return nil, fmt.Errorf("frontend: invalid pool name %q", cfg.Pool)
 	}
-	return &Frontend{cfg: cfg, broker: b, store: st, log: cfg.Logger}, nil
+	if cfg.FilesMirrorDir != "" {
+		abs, err := filepath.Abs(cfg.FilesMirrorDir)
+		if err != nil {
+			return nil, fmt.Errorf("frontend: files mirror directory: %w", err)
+		}
+		cfg.FilesMirrorDir = abs
+	}
+	return &Frontend{cfg: cfg, broker: b, store: st, files: NewCodeStore(st, cfg), log: cfg.Logger}, nil
 }
 
 const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process
 and returns stdout, stderr and the exit status; isError is true exactly when the code failed
 (exception, non-zero exit, timeout, limit). Each session has its own working directory, which
-persists between calls, so files written by one call can be read by the next.`
+persists between calls, so files written by one call can be read by the next.
+For a script too large for one message, initialize_code_file starts it, append_to_code_file adds
+pieces, read_code_file reads it back and execute_code_file runs it. list_code_files lists the
+session's code files and its recent runs; read_code_file with a job_id shows the code a run ran.`
 
 // MCPServer builds the MCP server with every tool registered. stdio says
 // whether it will be served on stdio (one session) or over HTTP.

@@ -57,6 +57,8 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return f.getJobResult(ctx, req, scopeFrom(ctx, stdio)), nil
 	})
+
+	f.registerFileTools(s, stdio)
 }
 
 // rejected builds the result for bad input: nothing ran.
@@ -80,26 +82,54 @@ func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, sco
 	if len(code) > f.cfg.MaxCodeBytes {
 		return rejected("code is %d bytes; the limit is %d bytes (%d MiB)", len(code), f.cfg.MaxCodeBytes, f.cfg.MaxCodeBytes>>20)
 	}
-	filename := ""
-	if v, present := args["filename"]; present && v != nil {
-		s, ok := v.(string)
-		if !ok {
-			return rejected("argument 'filename' must be a string")
-		}
-		filename = s
+	filename, bad := optionalString(args, "filename")
+	if bad != nil {
+		return bad
 	}
-	timeout := f.cfg.DefaultTimeout
-	if v, present := args["timeout_seconds"]; present && v != nil {
-		secs, ok := v.(float64)
-		if !ok || math.IsNaN(secs) || math.IsInf(secs, 0) {
-			return rejected("argument 'timeout_seconds' must be a number")
-		}
-		if secs <= 0 || secs > f.cfg.MaxTimeout.Seconds() {
-			return rejected("timeout_seconds must be more than 0 and at most %g", f.cfg.MaxTimeout.Seconds())
-		}
-		timeout = time.Duration(secs * float64(time.Second))
+	timeout, bad := f.timeoutArg(args)
+	if bad != nil {
+		return bad
 	}
+	return f.runCode(ctx, scope, code, wire.CleanFilename(filename), "", timeout)
+}
 
+// optionalString reads an optional string argument; a present value of
+// another type is rejected.
+func optionalString(args map[string]any, name string) (string, *mcp.CallToolResult) {
+	v, present := args[name]
+	if !present || v == nil {
+		return "", nil
+	}
+	s, ok := v.(string)
+	if !ok {
+		return "", rejected("argument '%s' must be a string", name)
+	}
+	return s, nil
+}
+
+// timeoutArg reads timeout_seconds, defaulting to Config.DefaultTimeout.
+func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, *mcp.CallToolResult) {
+	v, present := args["timeout_seconds"]
+	if !present || v == nil {
+		return f.cfg.DefaultTimeout, nil
+	}
+	secs, ok := v.(float64)
+	if !ok || math.IsNaN(secs) || math.IsInf(secs, 0) {
+		return 0, rejected("argument 'timeout_seconds' must be a number")
+	}
+	if secs <= 0 || secs > f.cfg.MaxTimeout.Seconds() {
+		return 0, rejected("timeout_seconds must be more than 0 and at most %g", f.cfg.MaxTimeout.Seconds())
+	}
+	return time.Duration(secs * float64(time.Second)), nil
+}
+
+// runCode runs code as a job of scope and waits for its result. It is the
+// one path every tool that runs code takes (execute_code, execute_code_file),
+// so they run code the same way: same environment, limits and result. The
+// code is recorded in the session's runs history (CodeStore.RecordRun) once
+// the job is queued. filename is already clean; sourceFile names the code
+// file the code came from, if any.
+func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, timeout time.Duration) *mcp.CallToolResult {
 	workers, err := f.liveWorkers(ctx)
 	if err != nil {
 		return internal("cannot read worker presence: %v", err)
@@ -111,7 +141,7 @@ func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, sco
 	now := time.Now().UTC()
 	job := &wire.Job{
 		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
-		Code: code, Filename: wire.CleanFilename(filename), TimeoutMS: timeout.Milliseconds(),
+		Code: code, Filename: filename, TimeoutMS: timeout.Milliseconds(),
 		OutputLimit: f.cfg.OutputLimit, EnqueuedAt: now, Deadline: now.Add(timeout + f.cfg.QueueWait),
 	}
 	log := f.log.With("job", job.ID, "scope", scope)
@@ -121,6 +151,11 @@ func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, sco
 		}
 		log.Error("publish job", "err", err)
 		return internal("could not queue the job: %v", err)
+	}
+	run := RunInfo{JobID: job.ID, Filename: filename, SourceFile: sourceFile, Size: int64(len(code)), Time: now}
+	if err := f.files.RecordRun(ctx, scope, run, code); err != nil {
+		// The job runs regardless; its worker keeps its own copy of the script.
+		log.Error("record run", "err", err)
 	}
 	return f.await(ctx, job, log)
 }

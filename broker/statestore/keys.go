@@ -16,3 +16,32 @@ func (k Keys) Session(scope string) string { return k.Prefix + "session:" + scop
 // presenceDataKey is the Redis hash that holds the data of presence set set;
 // the set itself is a sorted set stored under set. See the package comment.
 func presenceDataKey(set string) string { return set + ":data" }
+
+// Code files and the runs history of a session. scope must satisfy
+// wire.ValidScope and name must be a validated code-file name (one path
+// element of [A-Za-z0-9._-], see frontend/paths.go), so neither contains ':'
+// and every key below belongs to exactly one (scope, name) pair. jobID is a
+// ULID. Callers validate; these helpers only concatenate.
+
+// CodeFile is the string holding the content of code file name of scope.
+// It grows by Append, so an append costs the appended bytes only.
+func (k Keys) CodeFile(scope, name string) string {
+	return k.Prefix + "file:" + scope + ":" + name
+}
+
+// CodeFiles is the hash indexing scope's code files: file name → metadata
+// (JSON: size at the last write, created, updated).
+func (k Keys) CodeFiles(scope string) string { return k.Prefix + "files:" + scope }
+
+// Run is the string holding the code of job jobID of scope, kept (with a
+// ttl) so it can be read back after it ran.
+func (k Keys) Run(scope, jobID string) string { return k.Prefix + "run:" + scope + ":" + jobID }
+
+// Runs is the hash indexing scope's recorded runs: job id → metadata (JSON:
+// file name, size, time, the code file it came from).
+func (k Keys) Runs(scope string) string { return k.Prefix + "runs:" + scope }
+
+// Scopes is the hash of every session scope that has code files or recorded
+// runs: scope → unix milliseconds of its latest write. The Store has no key
+// scan, so `codexec export` finds sessions here.
+func (k Keys) Scopes() string { return k.Prefix + "scopes" }

@@ -42,6 +42,9 @@ type cluster struct {
 	natsURL, redisURL, mcpURL string
 	frontend                  *proc
 	workers                   []*proc
+	// env is what every codexec process of the cluster is started with.
+	env       []string
+	frontends []*proc
 }
 
 // startCluster runs the multi-process topology of the Procfile: a real
@@ -64,9 +67,19 @@ func startCluster(t *testing.T, workers int, workerArgs ...string) *cluster {
 		w.waitFor(t, regexp.MustCompile(`worker ready`), 2*time.Minute)
 		cl.workers = append(cl.workers, w)
 	}
-	cl.frontend = startProc(t, codexecEnv(common...), os.Args[0], "frontend", "--http", "127.0.0.1:0")
-	cl.mcpURL = cl.frontend.waitFor(t, urlRe, time.Minute)
+	cl.env = codexecEnv(common...)
+	cl.mcpURL = cl.addFrontend(t)
+	cl.frontend = cl.frontends[0]
 	return cl
+}
+
+// addFrontend starts one more frontend of the cluster, on HTTP, and returns
+// its MCP URL.
+func (cl *cluster) addFrontend(t *testing.T) string {
+	t.Helper()
+	p := startProc(t, cl.env, os.Args[0], "frontend", "--http", "127.0.0.1:0")
+	cl.frontends = append(cl.frontends, p)
+	return p.waitFor(t, urlRe, time.Minute)
 }
 
 func TestClusterExecute(t *testing.T) {

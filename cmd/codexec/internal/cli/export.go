@@ -1,0 +1,95 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/frontend"
+)
+
+// runExport writes sessions' code files and recorded runs as plain files
+// under --out (see frontend.CodeStore.Export for the layout). It reads a
+// cluster's Redis (--redis) or the embedded store of `codexec dev`
+// (--data-dir; dev must not be running, since it holds the file's lock).
+func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := newFlags("export", stderr)
+	var out, redisURL, dataDir, session string
+	f.str(&out, "out", "CODEXEC_EXPORT_OUT", "", "directory to write into, created if missing (required)")
+	f.str(&redisURL, "redis", "CODEXEC_REDIS_URL", "", "read a cluster's state from the Redis at this URL")
+	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", "", "read the embedded state of codexec dev (not running) in this data directory; the default when --redis is not set: "+defaultDataDir())
+	f.str(&session, "session", "CODEXEC_EXPORT_SESSION", "", "export only this session scope (e.g. local); default every session")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if out == "" {
+		return usageError{errors.New("--out is required")}
+	}
+	if session != "" && !wire.ValidScope(session) {
+		return usageError{fmt.Errorf("invalid --session %q: session scopes are lower-case letters, digits and '-'", session)}
+	}
+	// A flag on the command line wins over the environment: a machine may
+	// have both CODEXEC_REDIS_URL and CODEXEC_DATA_DIR set.
+	given := map[string]bool{}
+	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
+	switch {
+	case given["redis"] && given["data-dir"]:
+		return usageError{errors.New("give --redis or --data-dir, not both")}
+	case given["redis"]:
+		dataDir = ""
+	case given["data-dir"]:
+		redisURL = ""
+	case redisURL != "" && dataDir != "":
+		return usageError{errors.New("both $CODEXEC_REDIS_URL and $CODEXEC_DATA_DIR are set: say which store to read with --redis or --data-dir")}
+	case redisURL == "" && dataDir == "":
+		dataDir = defaultDataDir()
+	}
+
+	var st statestore.Store
+	var from string
+	if redisURL != "" {
+		s, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: redisURL})
+		if err != nil {
+			return fmt.Errorf("redis at %s: %w", redactURL(redisURL), err)
+		}
+		st, from = s, redactURL(redisURL)
+	} else {
+		path := filepath.Join(dataDir, "state.db")
+		if _, err := os.Stat(path); err != nil {
+			return fmt.Errorf("no state of codexec dev at %s: %w", path, err)
+		}
+		s, err := statestore.OpenBolt(path)
+		if err != nil {
+			return err
+		}
+		st, from = s, path
+	}
+	defer st.Close()
+
+	cs := frontend.NewCodeStore(st, frontend.Config{})
+	scopes := []string{session}
+	if session == "" {
+		var err error
+		if scopes, err = cs.Scopes(ctx); err != nil {
+			return fmt.Errorf("list sessions: %w", err)
+		}
+	}
+	var files, runs int
+	for _, scope := range scopes {
+		n, err := cs.Export(ctx, out, scope)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "%s: %d code files, %d runs\n", scope, n.Files, n.Runs)
+		files += n.Files
+		runs += n.Runs
+	}
+	fmt.Fprintf(stdout, "exported %d code files and %d runs of %d sessions from %s to %s\n", files, runs, len(scopes), from, out)
+	return nil
+}

@@ -1,0 +1,221 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// These tests call the code-file tools through mcp-go's in-process client
+// on a Frontend without a broker: everything but running code.
+
+type toolBundle struct {
+	c      *client.Client
+	mirror string
+}
+
+func setupTools(t *testing.T, mirror bool) toolBundle {
+	t.Helper()
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg := Config{MaxFileBytes: 1 << 20, MaxFiles: 4}
+	if mirror {
+		cfg.FilesMirrorDir = t.TempDir()
+	}
+	f, err := New(cfg, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := client.NewInProcessClient(f.MCPServer(true))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
+	if _, err := c.Initialize(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	return toolBundle{c: c, mirror: f.cfg.FilesMirrorDir}
+}
+
+func callTool[T any](t *testing.T, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, T) {
+	t.Helper()
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = name, args
+	res, err := c.CallTool(context.Background(), req)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	var out T
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &out); err != nil {
+		t.Fatalf("%s: structured content %s: %v", name, raw, err)
+	}
+	return res, out
+}
+
+func textOf(r *mcp.CallToolResult) string {
+	var b strings.Builder
+	for _, c := range r.Content {
+		if tc, ok := c.(mcp.TextContent); ok {
+			b.WriteString(tc.Text)
+		}
+	}
+	return b.String()
+}
+
+func TestCodeFileToolsDev(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, true)
+	res, fr := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "x = 1\n", "filename": "main"})
+	wantPath := filepath.Join(b.mirror, "local", "files", "main.py")
+	if res.IsError || fr.FilePath != wantPath || fr.Filename != "main.py" || fr.Size != 6 || fr.Replaced {
+		t.Fatalf("initialize: isError=%v %+v", res.IsError, fr)
+	}
+	// Every accepted form of file_path reaches the same file.
+	for i, p := range []string{fr.FilePath, "main.py", "main", "codexec://files/main.py"} {
+		res, fr := callTool[FileResult](t, b.c, "append_to_code_file", map[string]any{"file_path": p, "content": "x += 1\n"})
+		if res.IsError || fr.Size != int64(6+7*(i+1)) || fr.Appended != 7 {
+			t.Fatalf("append via %q: isError=%v %+v", p, res.IsError, fr)
+		}
+	}
+	want := "x = 1\n" + strings.Repeat("x += 1\n", 4)
+	res, fr = callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": wantPath})
+	if res.IsError || textOf(res) != want || fr.SHA256 != hexSHA256(want) || fr.Size != int64(len(want)) {
+		t.Fatalf("read: isError=%v text %q %+v", res.IsError, textOf(res), fr)
+	}
+	if got, err := os.ReadFile(wantPath); err != nil || string(got) != want {
+		t.Fatalf("on-disk copy %q, %v", got, err)
+	}
+
+	// initialize of an existing name replaces it and says so.
+	res, fr = callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "y = 2\n", "filename": "main.py"})
+	if res.IsError || !fr.Replaced || !strings.Contains(fr.Message, "Replaced") {
+		t.Fatalf("re-initialize: %+v", fr)
+	}
+	// A hostile filename is cleaned, and the result says to what.
+	res, fr = callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "", "filename": "../../etc/passwd"})
+	if res.IsError || fr.Filename != "etc_passwd.py" || !strings.Contains(fr.Message, "cleaned") ||
+		fr.FilePath != filepath.Join(b.mirror, "local", "files", "etc_passwd.py") {
+		t.Fatalf("hostile filename: %+v", fr)
+	}
+	// No filename: a new unique name each time.
+	_, a := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "a"})
+	_, c := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "c"})
+	if a.Filename == c.Filename || !strings.HasPrefix(a.Filename, "code_") {
+		t.Fatalf("generated names %q, %q", a.Filename, c.Filename)
+	}
+	// The fifth file passes the limit of 4.
+	res, fr = callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "", "filename": "five"})
+	if !res.IsError || fr.Status != "limit" || !strings.Contains(fr.Message, "limit is 4") {
+		t.Fatalf("fifth file: isError=%v %+v", res.IsError, fr)
+	}
+	res, fr = callTool[FileResult](t, b.c, "append_to_code_file", map[string]any{"file_path": "main.py", "content": strings.Repeat("#", 1<<20)})
+	if !res.IsError || fr.Status != "limit" {
+		t.Fatalf("append past the size limit: isError=%v %+v", res.IsError, fr)
+	}
+
+	res, lr := callTool[ListResult](t, b.c, "list_code_files", nil)
+	if res.IsError || len(lr.Files) != 4 || lr.MaxFiles != 4 || lr.Files[2].Filename != "etc_passwd.py" || lr.Files[3].FilePath != wantPath {
+		t.Fatalf("list: %+v", lr)
+	}
+	res, _ = callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": -1})
+	if !res.IsError {
+		t.Fatal("list with max_runs -1 succeeded")
+	}
+
+	res, fr = callTool[FileResult](t, b.c, "delete_code_file", map[string]any{"file_path": wantPath})
+	if res.IsError || fr.Filename != "main.py" {
+		t.Fatalf("delete: %+v", fr)
+	}
+	if _, err := os.Stat(wantPath); !os.IsNotExist(err) {
+		t.Fatalf("on-disk copy survived delete: %v", err)
+	}
+	for _, tool := range []string{"read_code_file", "append_to_code_file", "delete_code_file"} {
+		res, fr = callTool[FileResult](t, b.c, tool, map[string]any{"file_path": "main.py", "content": "x"})
+		if !res.IsError || fr.Status != "not_found" || !strings.Contains(fr.Message, "list_code_files") {
+			t.Fatalf("%s after delete: %+v", tool, fr)
+		}
+	}
+	res, er := callTool[ExecResult](t, b.c, "execute_code_file", map[string]any{"file_path": "main.py"})
+	if !res.IsError || er.Status != "rejected" || !strings.Contains(er.Message, "no code file") {
+		t.Fatalf("execute a deleted file: %+v", er)
+	}
+	// An existing file gets as far as looking for a worker.
+	res, er = callTool[ExecResult](t, b.c, "execute_code_file", map[string]any{"file_path": a.FilePath})
+	if !res.IsError || !strings.Contains(er.Message, "no live worker") {
+		t.Fatalf("execute with no worker: %+v", er)
+	}
+}
+
+func TestCodeFileToolsCluster(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	res, fr := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "a\n", "filename": "job.py"})
+	if res.IsError || fr.FilePath != "codexec://files/job.py" {
+		t.Fatalf("initialize: %+v", fr)
+	}
+	res, fr = callTool[FileResult](t, b.c, "append_to_code_file", map[string]any{"file_path": fr.FilePath, "content": "b\n"})
+	if res.IsError || fr.Size != 4 {
+		t.Fatalf("append: %+v", fr)
+	}
+	res, _ = callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": "job.py"})
+	if textOf(res) != "a\nb\n" {
+		t.Fatalf("read %q", textOf(res))
+	}
+}
+
+func TestCodeFileToolsHostilePaths(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, true)
+	_, fr := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": "ok\n", "filename": "real.py"})
+	other := filepath.Join(b.mirror, "s-0000", "files", "real.py")
+	for _, p := range []any{
+		"../real.py", "../../../../etc/passwd", "/etc/passwd", other, fr.FilePath + "/../real.py",
+		b.mirror + "/local/files/../files/real.py", b.mirror + "/local/./files/real.py", filepath.Join(b.mirror, "local", "real.py"),
+		"real.py\x00.txt", "..\\real.py", strings.Repeat("r", 200) + ".py", strings.Repeat("/x", 5000), ".real.py", "",
+		"codexec://files/../../real.py", "file:///etc/passwd", 42, nil,
+	} {
+		for _, tool := range []string{"read_code_file", "append_to_code_file", "delete_code_file", "execute_code_file"} {
+			res, err := func() (*mcp.CallToolResult, error) {
+				req := mcp.CallToolRequest{}
+				req.Params.Name = tool
+				req.Params.Arguments = map[string]any{"file_path": p, "content": "pwned"}
+				return b.c.CallTool(context.Background(), req)
+			}()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !res.IsError || !strings.Contains(textOf(res), "rejected") {
+				t.Errorf("%s(%q): want a rejected error, got isError=%v %q", tool, p, res.IsError, textOf(res))
+			}
+		}
+	}
+	res, _ := callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": "real.py"})
+	if textOf(res) != "ok\n" {
+		t.Fatalf("the real file changed: %q", textOf(res))
+	}
+	res, fr = callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": "real.py", "job_id": "01J00000000000000000000000"})
+	if !res.IsError || fr.Status != "rejected" {
+		t.Fatalf("file_path and job_id together: %+v", fr)
+	}
+	res, fr = callTool[FileResult](t, b.c, "read_code_file", map[string]any{"job_id": "../../etc/passwd"})
+	if !res.IsError || fr.Status != "not_found" {
+		t.Fatalf("a malformed job id: %+v", fr)
+	}
+}

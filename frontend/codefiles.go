@@ -1,0 +1,462 @@
+package frontend
+
+import (
+	"cmp"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/frontend/internal/safedir"
+	"github.com/oklog/ulid/v2"
+)
+
+// Errors of CodeStore. Tools turn them into clear messages; callers match
+// them with errors.Is.
+var (
+	ErrFileNotFound = errors.New("code file not found")
+	ErrFileTooLarge = errors.New("code file would exceed its size limit")
+	ErrTooManyFiles = errors.New("too many code files in this session")
+	ErrRunNotFound  = errors.New("run not found")
+)
+
+// CodeStore keeps each session's code files and the history of the code it
+// ran, in the state store, so that any frontend of a cluster serves any call
+// and nothing is lost when a process restarts (Redis with its append-only
+// file; the bbolt file of `codexec dev`).
+//
+// # Layout (keys from statestore.Keys)
+//
+//	CodeFile(scope, name)  string  the file's content
+//	CodeFiles(scope)       hash    name → {size, created, updated}
+//	Run(scope, jobID)      string  the code a job ran, expiring after RunRetention
+//	Runs(scope)            hash    job id → {filename, source_file, size, time}
+//	Scopes()               hash    scope → unix ms of its latest write (for export)
+//
+// # Consistency
+//
+// The content key is the truth: a file exists while its content key does.
+// An append is one statestore Append, atomic and O(len(piece)) in both
+// stores, so concurrent appends from any number of frontends all land, in
+// some order, none lost, and the size limit holds exactly. The index hash is
+// written after the content (and on delete, removed before it), each a
+// separate call:
+//
+//   - The size in the index is the size after the latest write that reached
+//     it; concurrent appends may record their sizes out of order. Listings
+//     and reads therefore measure the content (Len/Get) instead.
+//   - The limit on the number of files is checked (HLen) before a new file is
+//     written, so concurrent initialize calls of new names can pass it by at
+//     most their number.
+//   - An append that races with a delete of the same file may recreate it
+//     holding only that piece. A process that dies between writing content
+//     and index leaves a file that reads and appends fine and reappears in
+//     listings at its next append.
+//
+// # The on-disk copy
+//
+// When Config.FilesMirrorDir is set (`codexec dev` sets it to the scripts
+// directory), every file is also written through to
+// FilesMirrorDir/<scope>/files/<name> as a plain file, so a local user finds
+// it with any editor. The copy is written without following links (package
+// safedir); an append writes its piece at the offset the store reported, so
+// concurrent appends leave the copy identical to the store. The store stays
+// the truth: edits made on disk are not read back and are overwritten by
+// the next initialize_code_file.
+type CodeStore struct {
+	st   statestore.Store
+	keys statestore.Keys
+	cfg  Config
+	log  *slog.Logger
+}
+
+// NewCodeStore returns the code-file store of cfg (its Keys, limits and
+// FilesMirrorDir) over st. `codexec export` uses it to read what frontends
+// wrote.
+func NewCodeStore(st statestore.Store, cfg Config) *CodeStore {
+	cfg = cfg.WithDefaults()
+	return &CodeStore{st: st, keys: cfg.Keys, cfg: cfg, log: cfg.Logger}
+}
+
+// FileInfo describes a code file.
+type FileInfo struct {
+	Name    string    `json:"name"`
+	Size    int64     `json:"size"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+	// Path is the plain-file copy on disk (`codexec dev`), or "" when there is none.
+	Path string `json:"-"`
+	// Warning says what went wrong writing the on-disk copy, if anything did.
+	Warning string `json:"-"`
+}
+
+// fileMeta is what the CodeFiles index holds per file.
+type fileMeta struct {
+	Size    int64     `json:"size"`
+	Created time.Time `json:"created"`
+	Updated time.Time `json:"updated"`
+}
+
+// RunInfo describes one recorded run: a job the frontend published.
+type RunInfo struct {
+	JobID string `json:"job_id"`
+	// Filename is the name the script ran under.
+	Filename string `json:"filename"`
+	// SourceFile is the code file it was read from (execute_code_file), or
+	// "" for execute_code.
+	SourceFile string    `json:"source_file,omitempty"`
+	Size       int64     `json:"size"`
+	Time       time.Time `json:"time"`
+}
+
+// Init creates code file name of scope with content, or replaces the
+// content of an existing one; replaced reports which, and oldSize the size
+// it replaced. name must have passed validName.
+func (cs *CodeStore) Init(ctx context.Context, scope, name, content string) (info FileInfo, replaced bool, oldSize int64, err error) {
+	if int64(len(content)) > cs.cfg.MaxFileBytes {
+		return info, false, 0, fmt.Errorf("%w: the content is %d bytes and the limit is %d bytes", ErrFileTooLarge, len(content), cs.cfg.MaxFileBytes)
+	}
+	key := cs.keys.CodeFile(scope, name)
+	oldSize, err = cs.st.Len(ctx, key)
+	switch {
+	case err == nil:
+		replaced = true
+	case errors.Is(err, statestore.ErrNotFound):
+		oldSize = 0
+		n, err := cs.st.HLen(ctx, cs.keys.CodeFiles(scope))
+		if err != nil {
+			return info, false, 0, err
+		}
+		if n >= int64(cs.cfg.MaxFiles) {
+			return info, false, 0, fmt.Errorf("%w: it has %d and the limit is %d; delete_code_file removes one", ErrTooManyFiles, n, cs.cfg.MaxFiles)
+		}
+	default:
+		return info, false, 0, err
+	}
+	if err := cs.st.Set(ctx, key, []byte(content), 0); err != nil {
+		return info, false, 0, err
+	}
+	now := time.Now().UTC()
+	m := fileMeta{Size: int64(len(content)), Created: now, Updated: now}
+	if err := cs.putMeta(ctx, scope, name, m); err != nil {
+		return info, false, 0, err
+	}
+	cs.touchScope(ctx, scope)
+	info = FileInfo{Name: name, Size: m.Size, Created: m.Created, Updated: m.Updated}
+	cs.mirror(scope, &info, func(d *safedir.Dir) error { return d.WriteFile(name, []byte(content)) })
+	return info, replaced, oldSize, nil
+}
+
+// Append adds piece to the end of code file name of scope. It fails with
+// ErrFileNotFound when the file does not exist, and with ErrFileTooLarge
+// (writing nothing) when the result would exceed MaxFileBytes.
+func (cs *CodeStore) Append(ctx context.Context, scope, name, piece string) (FileInfo, error) {
+	key := cs.keys.CodeFile(scope, name)
+	if _, err := cs.st.Len(ctx, key); err != nil {
+		if errors.Is(err, statestore.ErrNotFound) {
+			return FileInfo{}, ErrFileNotFound
+		}
+		return FileInfo{}, err
+	}
+	n, err := cs.st.Append(ctx, key, []byte(piece), cs.cfg.MaxFileBytes)
+	if errors.Is(err, statestore.ErrTooLarge) {
+		size, _ := cs.st.Len(ctx, key)
+		return FileInfo{}, fmt.Errorf("%w: the file has %d bytes, the piece %d, and the limit is %d bytes; nothing was appended",
+			ErrFileTooLarge, size, len(piece), cs.cfg.MaxFileBytes)
+	}
+	if err != nil {
+		return FileInfo{}, err
+	}
+	now := time.Now().UTC()
+	m := cs.meta(ctx, scope, name)
+	m.Size, m.Updated = n, now
+	if m.Created.IsZero() {
+		m.Created = now
+	}
+	if err := cs.putMeta(ctx, scope, name, m); err != nil {
+		// The piece is in; only the listing's timestamps are stale.
+		cs.log.Warn("code file index not updated after an append", "scope", scope, "file", name, "err", err)
+	}
+	info := FileInfo{Name: name, Size: n, Created: m.Created, Updated: m.Updated}
+	cs.mirror(scope, &info, func(d *safedir.Dir) error {
+		off := n - int64(len(piece))
+		if size, err := d.Size(name); err == nil && size >= off {
+			return d.WriteAt(name, []byte(piece), off)
+		}
+		// The copy is missing, not a plain file, or behind (another
+		// append's piece has not reached it yet): rewrite it from the store,
+		// whose content includes this piece and every one before it.
+		full, err := cs.st.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		return d.WriteFile(name, full)
+	})
+	return info, nil
+}
+
+// Read returns the content of code file name of scope.
+func (cs *CodeStore) Read(ctx context.Context, scope, name string) (string, FileInfo, error) {
+	data, err := cs.st.Get(ctx, cs.keys.CodeFile(scope, name))
+	if errors.Is(err, statestore.ErrNotFound) {
+		return "", FileInfo{}, ErrFileNotFound
+	}
+	if err != nil {
+		return "", FileInfo{}, err
+	}
+	m := cs.meta(ctx, scope, name)
+	info := FileInfo{Name: name, Size: int64(len(data)), Created: m.Created, Updated: m.Updated, Path: cs.mirrorPath(scope, name)}
+	return string(data), info, nil
+}
+
+// List returns scope's code files by name. Sizes are measured, not taken
+// from the index (see the type's comment).
+func (cs *CodeStore) List(ctx context.Context, scope string) ([]FileInfo, error) {
+	all, err := cs.st.HGetAll(ctx, cs.keys.CodeFiles(scope))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]FileInfo, 0, len(all))
+	for name, raw := range all {
+		if n, err := validName(name); err != nil || n != name {
+			continue // not written by this code; never used as a key
+		}
+		size, err := cs.st.Len(ctx, cs.keys.CodeFile(scope, name))
+		if errors.Is(err, statestore.ErrNotFound) {
+			continue // deleted, or its writer died before writing it
+		}
+		if err != nil {
+			return nil, err
+		}
+		var m fileMeta
+		_ = json.Unmarshal(raw, &m)
+		out = append(out, FileInfo{Name: name, Size: size, Created: m.Created, Updated: m.Updated, Path: cs.mirrorPath(scope, name)})
+	}
+	slices.SortFunc(out, func(a, b FileInfo) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Delete removes code file name of scope, and its on-disk copy. It returns
+// the size the file had, or ErrFileNotFound.
+func (cs *CodeStore) Delete(ctx context.Context, scope, name string) (int64, error) {
+	key := cs.keys.CodeFile(scope, name)
+	size, err := cs.st.Len(ctx, key)
+	if errors.Is(err, statestore.ErrNotFound) {
+		return 0, ErrFileNotFound
+	}
+	if err != nil {
+		return 0, err
+	}
+	if err := cs.st.HDel(ctx, cs.keys.CodeFiles(scope), name); err != nil {
+		return 0, err
+	}
+	if err := cs.st.Delete(ctx, key); err != nil {
+		return 0, err
+	}
+	if cs.cfg.FilesMirrorDir != "" {
+		d, err := safedir.Open(cs.cfg.FilesMirrorDir, false, scope, "files")
+		if err == nil {
+			err = d.Remove(name)
+			d.Close()
+		}
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			cs.log.Warn("remove the on-disk copy of a deleted code file", "scope", scope, "file", name, "err", err)
+		}
+	}
+	return size, nil
+}
+
+// Scopes returns every session scope that has code files or recorded runs.
+func (cs *CodeStore) Scopes(ctx context.Context) ([]string, error) {
+	all, err := cs.st.HGetAll(ctx, cs.keys.Scopes())
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(all))
+	for s := range all {
+		if wire.ValidScope(s) {
+			out = append(out, s)
+		}
+	}
+	slices.Sort(out)
+	return out, nil
+}
+
+// RecordRun keeps the code of a job that scope ran, for RunRetention, and
+// indexes it. When the session has more than RunHistory runs the oldest are
+// dropped, a tenth of RunHistory at a time, so that pruning (which reads the
+// whole index) happens once per RunHistory/10 runs rather than on each.
+func (cs *CodeStore) RecordRun(ctx context.Context, scope string, run RunInfo, code string) error {
+	if err := cs.st.Set(ctx, cs.keys.Run(scope, run.JobID), []byte(code), cs.cfg.RunRetention); err != nil {
+		return err
+	}
+	raw, err := json.Marshal(run)
+	if err != nil {
+		return err
+	}
+	if err := cs.st.HSet(ctx, cs.keys.Runs(scope), run.JobID, raw); err != nil {
+		return err
+	}
+	cs.touchScope(ctx, scope)
+	n, err := cs.st.HLen(ctx, cs.keys.Runs(scope))
+	if err != nil || n <= int64(cs.cfg.RunHistory) {
+		return err
+	}
+	return cs.pruneRuns(ctx, scope, max(cs.cfg.RunHistory-cs.cfg.RunHistory/10, 1))
+}
+
+// pruneRuns keeps the newest keep runs of scope (fewer if some have passed
+// their retention) and drops the rest. Concurrent pruners drop the same runs.
+func (cs *CodeStore) pruneRuns(ctx context.Context, scope string, keep int) error {
+	runs, expired, err := cs.loadRuns(ctx, scope)
+	if err != nil {
+		return err
+	}
+	if len(runs) > keep {
+		for _, r := range runs[keep:] {
+			expired = append(expired, r.JobID)
+		}
+	}
+	return cs.dropRuns(ctx, scope, expired)
+}
+
+func (cs *CodeStore) dropRuns(ctx context.Context, scope string, ids []string) error {
+	const batch = 500
+	for len(ids) > 0 {
+		n := min(batch, len(ids))
+		keys := make([]string, n)
+		for i, id := range ids[:n] {
+			keys[i] = cs.keys.Run(scope, id)
+		}
+		if err := cs.st.HDel(ctx, cs.keys.Runs(scope), ids[:n]...); err != nil {
+			return err
+		}
+		if err := cs.st.Delete(ctx, keys...); err != nil {
+			return err
+		}
+		ids = ids[n:]
+	}
+	return nil
+}
+
+// Runs returns scope's recorded runs, newest first. Index entries past their
+// retention are left out, and removed.
+func (cs *CodeStore) Runs(ctx context.Context, scope string) ([]RunInfo, error) {
+	runs, expired, err := cs.loadRuns(ctx, scope)
+	if err != nil {
+		return nil, err
+	}
+	if len(expired) > 0 {
+		if err := cs.dropRuns(ctx, scope, expired); err != nil {
+			cs.log.Warn("drop expired runs from the index", "scope", scope, "err", err)
+		}
+	}
+	return runs, nil
+}
+
+// loadRuns reads scope's runs index: the live runs, newest first, and the
+// ids of those past their retention (or unreadable).
+func (cs *CodeStore) loadRuns(ctx context.Context, scope string) (runs []RunInfo, expired []string, err error) {
+	all, err := cs.st.HGetAll(ctx, cs.keys.Runs(scope))
+	if err != nil {
+		return nil, nil, err
+	}
+	cutoff := time.Now().Add(-cs.cfg.RunRetention)
+	for id, raw := range all {
+		var r RunInfo
+		if json.Unmarshal(raw, &r) != nil || r.JobID != id || r.Time.Before(cutoff) {
+			expired = append(expired, id)
+			continue
+		}
+		runs = append(runs, r)
+	}
+	// Job ids are ULIDs: their order is the order they were made in.
+	slices.SortFunc(runs, func(a, b RunInfo) int { return cmp.Compare(b.JobID, a.JobID) })
+	return runs, expired, nil
+}
+
+// ReadRun returns the code job jobID of scope ran, or ErrRunNotFound (also
+// for a malformed id, or one of another session).
+func (cs *CodeStore) ReadRun(ctx context.Context, scope, jobID string) (string, RunInfo, error) {
+	if _, err := ulid.ParseStrict(jobID); err != nil {
+		return "", RunInfo{}, ErrRunNotFound
+	}
+	raw, err := cs.st.HGet(ctx, cs.keys.Runs(scope), jobID)
+	if errors.Is(err, statestore.ErrNotFound) {
+		return "", RunInfo{}, ErrRunNotFound
+	}
+	if err != nil {
+		return "", RunInfo{}, err
+	}
+	var r RunInfo
+	if err := json.Unmarshal(raw, &r); err != nil {
+		return "", RunInfo{}, ErrRunNotFound
+	}
+	code, err := cs.st.Get(ctx, cs.keys.Run(scope, jobID))
+	if errors.Is(err, statestore.ErrNotFound) {
+		return "", RunInfo{}, ErrRunNotFound
+	}
+	if err != nil {
+		return "", RunInfo{}, err
+	}
+	return string(code), r, nil
+}
+
+func (cs *CodeStore) meta(ctx context.Context, scope, name string) fileMeta {
+	var m fileMeta
+	if raw, err := cs.st.HGet(ctx, cs.keys.CodeFiles(scope), name); err == nil {
+		_ = json.Unmarshal(raw, &m)
+	}
+	return m
+}
+
+func (cs *CodeStore) putMeta(ctx context.Context, scope, name string, m fileMeta) error {
+	raw, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	return cs.st.HSet(ctx, cs.keys.CodeFiles(scope), name, raw)
+}
+
+// touchScope records that scope has state worth exporting. Best effort: a
+// failure only hides the scope from `codexec export`.
+func (cs *CodeStore) touchScope(ctx context.Context, scope string) {
+	if err := cs.st.HSet(ctx, cs.keys.Scopes(), scope, fmt.Appendf(nil, "%d", time.Now().UnixMilli())); err != nil {
+		cs.log.Warn("record session scope", "scope", scope, "err", err)
+	}
+}
+
+// mirrorPath is where the on-disk copy of name of scope lives, or "".
+func (cs *CodeStore) mirrorPath(scope, name string) string {
+	if cs.cfg.FilesMirrorDir == "" {
+		return ""
+	}
+	return filepath.Join(cs.cfg.FilesMirrorDir, scope, "files", name)
+}
+
+// mirror runs write on scope's on-disk files directory, when there is one,
+// and records the outcome in info. A failure does not fail the call: the
+// store has the content.
+func (cs *CodeStore) mirror(scope string, info *FileInfo, write func(*safedir.Dir) error) {
+	if cs.cfg.FilesMirrorDir == "" {
+		return
+	}
+	info.Path = cs.mirrorPath(scope, info.Name)
+	d, err := safedir.Open(cs.cfg.FilesMirrorDir, true, scope, "files")
+	if err == nil {
+		err = write(d)
+		d.Close()
+	}
+	if err != nil {
+		cs.log.Warn("write the on-disk copy of a code file", "scope", scope, "file", info.Name, "err", err)
+		info.Warning = fmt.Sprintf("the on-disk copy at %s could not be written (%v); the file itself is stored", info.Path, err)
+	}
+}
