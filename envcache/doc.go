@@ -1,26 +1,128 @@
-// Package envcache owns the Python environments that jobs run in.
+// Package envcache owns the Python environments that jobs run in: what an
+// environment is (Spec) and its identity, the managers that build one
+// (venv, uv, conda), the on-disk cache of a worker that builds each at most
+// once and evicts the least recently used within a disk budget, and the
+// placement records that tell a frontend which worker holds or can build
+// which environment. Nothing here knows NATS or Redis; the worker and the
+// frontend wire it up.
 //
-// In the finished system it will hold environment specs (manager, Python
-// version, package set, or the name of an environment that already exists)
-// and their content-addressed identity; the managers that build them (venv,
-// uv, conda); the on-disk cache on each worker with its disk budget and
-// least-recently-used eviction, built once per spec per worker even under
-// concurrent requests; and the placement records that tell frontends which
-// worker holds which environment.
+// # Specs and identity
 //
-// Today it holds the first piece: the default environment. A worker resolves
-// its interpreter with ResolvePython, then either builds its default venv
-// with EnsureVenv or adopts one the operator made with ExistingVenv, and runs
-// jobs with the returned bin/python.
+// A Spec names a manager, a Python version ("" for the worker's default),
+// and a package set; or an environment that already exists on the workers
+// (Existing: a venv path, a conda name or prefix). Spec.Normalize turns it
+// into its canonical form: the manager in lower case, every package parsed
+// by ParseRequirement and rewritten canonically (PEP 503 names, sorted
+// extras, specifiers without whitespace), duplicates removed, sorted.
+// Spec.Canonical encodes that as compact JSON with a format version, and
+// Spec.ID hashes it ("env-" and 16 hex digits of SHA-256): two specs with
+// the same ID are the same environment, on every worker. Spec.Parent is
+// informational and not part of the identity.
 //
-// EnsureVenv is safe to call from many goroutines and many processes at once:
-// a lock file (flock) in the venv's parent directory serialises builders, and
-// a ready marker written last inside the venv tells a finished build from a
-// half-built one. The venv is built in place rather than in a temporary
-// directory renamed into place, because a venv is not relocatable: its
-// scripts (pip, activate) carry their absolute path.
+// Environments are never modified. Installing packages into a session's
+// environment is Derive(parent, extra): a new spec with the parent's
+// packages and the extra ones (a requirement in extra replaces the parent's
+// for the same name), which the cache builds like any other. Derive refuses
+// an Existing parent (ErrExistingEnv): codexec does not install into an
+// environment the operator made, and there is no honest way to layer a new
+// environment over one (a venv made with --system-site-packages sees its
+// base interpreter's packages, not a parent venv's).
 //
-// No command runs through a shell: interpreters and installers are started
-// with argv lists, and what they print is returned in a BuildError when they
-// fail.
+// # Untrusted package strings
+//
+// No user string reaches a shell: every command runs from an argv list,
+// requirements come after "--" for pip and uv, and installers run in the
+// cache's own directory. ParseRequirement accepts only a PEP 508 subset
+// (name, extras, version specifiers, an environment marker, and "name @
+// https://..." when URLs are allowed) and refuses everything else with a
+// *RequirementError that names the input and the reason: options such as
+// --index-url or -e, local paths and file names, other URLs, shell
+// metacharacters, a second whitespace-separated item, over-long or
+// non-ASCII input. FuzzParseRequirement checks that what it accepts never
+// starts with "-", holds no metacharacter or whitespace outside its marker,
+// and parses back to itself.
+//
+// # Managers
+//
+// A Manager builds one kind of environment: Venv (python -m venv, then
+// pip), UV (uv venv, then uv pip, with its cache on the same file system so
+// that installs are hard links and UV_PYTHON_DOWNLOADS=never), Conda
+// (conda, mamba or micromamba, by prefix, Python and packages in one solve,
+// JSON output parsed, errors as *CondaError). Jobs run with the
+// environment's bin/python and the variables of its Activation
+// (VIRTUAL_ENV, or CONDA_PREFIX and CONDA_DEFAULT_ENV, and its bin first on
+// PATH), never through `conda run` or an activate script.
+//
+// Installed lists the distributions in an environment by reading their
+// metadata in site-packages (dist-info or egg-info: name, version, and
+// top_level.txt or RECORD for the import names), without starting Python,
+// so Lookup answers for "scikit-learn" and "sklearn" alike without running
+// any package's import-time code.
+//
+// # The cache
+//
+// A Cache lives in one directory, which several worker processes on a
+// machine may share:
+//
+//	envs/<id>/         the environment (built in place: venvs and conda
+//	                   prefixes hold their absolute path)
+//	meta/<id>.json     its metadata, written last: present means ready
+//	                   (spec, interpreter, size, build time, last use)
+//	locks/<id>.lock    its lock file (kept: removing a lock file races)
+//	trash/             what is being deleted; renamed here first
+//	uv-cache/, pip-cache/   the installers' caches (default managers)
+//
+// Cache.Ensure returns a held *Env. Within a process, concurrent callers
+// for one ID share one build (a flight): each waits until its own ctx ends
+// and gets the installer's output from when it joined; the build is
+// cancelled only when the last waiter has gone. Across processes, flock on
+// the ID's lock file decides: an environment in use holds a shared lock
+// (every holder, in every process); building and evicting take the
+// exclusive one, so a build runs once and nothing in use is ever evicted.
+// A build that fails is remembered for Config.FailureTTL, so a broken spec
+// fails fast instead of rebuilding on every job; the error is a
+// *BuildError with the installer's own output (head and tail, 64 KiB at
+// most).
+//
+// After each build and each last release, the cache measures itself
+// against Config.BudgetBytes (sizes measured like du after each build,
+// hard links within an environment counted once, links into uv's cache in
+// full) and evicts unused environments, least recently used first (last
+// use is recorded in the metadata at most once a minute per environment).
+// Evicting removes the metadata first, then moves the directory to trash.
+// On start a sweep removes what interrupted builds and evictions left.
+//
+// Derived environments are cheap to build: for uv, the child is a new
+// venv whose packages are hard-linked from uv's warm cache (tens of
+// milliseconds); for venv, a child whose parent is ready in the cache is
+// made without pip and seeded with a hard-linked copy of the parent (its
+// bin scripts rewritten to name the child), then pip installs the full set,
+// which only fetches what is new: about half a second instead of the
+// seconds of ensurepip and a full install. Hard links mean an environment
+// shares files with uv's cache or its parent; files are replaced, never
+// written in place, by pip, uv and the import system, but a job writing
+// into installed files in place would change them for all: jobs should not
+// be able to write to the cache.
+//
+// Cache.Held lists the IDs ready on disk (and the existing environments
+// resolved), for a worker's advert; Cache.Capabilities lists its available
+// managers and interpreter versions.
+//
+// # Placement
+//
+// A worker publishes an Advert (its capabilities, held environments and
+// load) in its presence record; DecodeAdverts reads a presence set's
+// members. Choose picks a worker for a spec: the least loaded live worker
+// holding it, else the least loaded one able to build it (the manager, and
+// for venv and uv an interpreter of the version), else an error wrapping
+// ErrNoWorker that says what is missing on which worker. An existing
+// environment goes only to workers that hold or advertise it.
+//
+// # The default environment
+//
+// EnsureVenv, ExistingVenv and ResolvePython predate the cache and still
+// serve a worker's default venv: ResolvePython finds an interpreter by
+// path, name or version (resolving pyenv shims), EnsureVenv builds a venv
+// once under a lock file with a ready marker, ExistingVenv checks an
+// operator's venv.
 package envcache

@@ -191,6 +191,29 @@ func executablePath(p string) (string, error) {
 // sys.executable. When version is not empty, the interpreter's version must
 // be it or start with it ("3.12" accepts 3.12.1).
 func probe(p, version string) (string, error) {
+	exe, got, err := probeInfo(p)
+	if err != nil {
+		return "", err
+	}
+	if version != "" && got != version && !strings.HasPrefix(got, version+".") {
+		return "", fmt.Errorf("is Python %s, not %s", got, version)
+	}
+	return exe, nil
+}
+
+// interpreterVersion returns the version of the interpreter at p
+// ("3.12.1").
+func interpreterVersion(p string) (string, error) {
+	_, v, err := probeInfo(p)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s %v", ErrPythonNotFound, p, err)
+	}
+	return v, nil
+}
+
+// probeInfo runs the interpreter at p and returns the path it reports as
+// sys.executable (p itself when it reports none) and its version.
+func probeInfo(p string) (exe, version string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()
 	var stdout, stderr cappedOutput
@@ -199,22 +222,19 @@ func probe(p, version string) (string, error) {
 	cmd.WaitDelay = time.Second
 	if err := cmd.Run(); err != nil {
 		if msg := firstLines(stderr.String(), 3); msg != "" {
-			return "", fmt.Errorf("does not run: %v: %s", err, msg)
+			return "", "", fmt.Errorf("does not run: %v: %s", err, msg)
 		}
-		return "", fmt.Errorf("does not run: %v", err)
+		return "", "", fmt.Errorf("does not run: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
 	if len(lines) != 2 || !versionRe.MatchString(strings.TrimSpace(lines[1])) {
-		return "", fmt.Errorf("is not a Python interpreter: it printed %q", firstLines(stdout.String(), 3))
+		return "", "", fmt.Errorf("is not a Python interpreter: it printed %q", firstLines(stdout.String(), 3))
 	}
-	exe, got := strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
-	if version != "" && got != version && !strings.HasPrefix(got, version+".") {
-		return "", fmt.Errorf("is Python %s, not %s", got, version)
-	}
+	exe, version = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])
 	if exe == "" || !filepath.IsAbs(exe) {
 		exe = p // an embedded interpreter may not know its path
 	}
-	return exe, nil
+	return exe, version, nil
 }
 
 // firstLines returns up to n non-empty lines of s, joined by " / ".

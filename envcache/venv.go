@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -314,4 +315,96 @@ func danglingTarget(path string) (string, bool) {
 		path = target
 	}
 	return "", false
+}
+
+// Venv is the Manager for plain venvs: python -m venv, then pip.
+//
+// A venv with packages costs python -m venv (ensurepip: seconds) plus a pip
+// install, from pip's wheel cache when warm. Given a Seed (a ready venv of
+// the same interpreter, such as the parent of a derived spec), Create
+// instead makes the venv without pip, hard-links the seed's files into it
+// (rewriting the interpreter path in the seed's bin scripts), and lets pip
+// install the full package set: what the seed already has is satisfied, so
+// only the new packages are fetched. Hard links make the copy cost little
+// time and no disk; files are never written in place (pip and the import
+// system replace files by unlink and rename), so the seed and the child
+// cannot change each other's files, and the seed may be evicted later.
+type Venv struct {
+	// PipCacheDir is pip's cache (PIP_CACHE_DIR); "" keeps pip's default.
+	PipCacheDir string
+}
+
+var _ Manager = (*Venv)(nil)
+
+// Name returns "venv".
+func (*Venv) Name() string { return ManagerVenv }
+
+// Available returns nil: a venv needs only its interpreter, which Create
+// is given.
+func (*Venv) Available(context.Context) error { return nil }
+
+// Python returns dir/bin/python.
+func (*Venv) Python(dir string) string { return filepath.Join(dir, "bin", "python") }
+
+// Activation sets VIRTUAL_ENV and puts dir/bin first on PATH.
+func (*Venv) Activation(dir string) Activation { return venvActivation(dir) }
+
+// List reads the venv's installed distributions (see Installed).
+func (*Venv) List(_ context.Context, dir string) ([]Dist, error) { return Installed(dir) }
+
+func (v *Venv) env() []string {
+	set := map[string]string{"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
+	if v.PipCacheDir != "" {
+		set["PIP_CACHE_DIR"] = v.PipCacheDir
+	}
+	return withEnv(installerEnv(os.Environ()), set, "VIRTUAL_ENV", "PIP_USER", "PIP_TARGET", "PIP_PREFIX")
+}
+
+// Create runs python -m venv dir (or, with a usable Seed, python -m venv
+// --without-pip dir and a hard-linked copy of the seed), then pip installs
+// req.Packages.
+func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
+	if req.Interpreter == "" {
+		return errors.New("envcache: venv: no interpreter given")
+	}
+	if err := checkNewDir(dir); err != nil {
+		return err
+	}
+	seed := req.Seed
+	if seed != "" && !seedable(seed) {
+		seed = ""
+	}
+	args := []string{req.Interpreter, "-m", "venv"}
+	if seed != "" {
+		args = append(args, "--without-pip")
+	}
+	args = append(args, dir)
+	if _, err := runInstaller(ctx, dir, args, v.env(), progress); err != nil {
+		return err
+	}
+	if seed != "" {
+		if err := copySeed(seed, dir); err != nil {
+			return &BuildError{Dir: dir, Args: []string{"copy", seed, dir}, Err: err}
+		}
+	}
+	if _, err := ExistingVenv(dir); err != nil {
+		return &BuildError{Dir: dir, Args: args, Err: err}
+	}
+	if len(req.Packages) == 0 {
+		return nil
+	}
+	return v.Install(ctx, dir, req.Packages, req.Index, progress)
+}
+
+// Install runs dir/bin/python -m pip install with idx's options and the
+// canonical requirement strings after "--".
+func (v *Venv) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	args := []string{v.Python(dir), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"}
+	args = append(args, idx.pipArgs()...)
+	args = append(append(args, "--"), requirementArgs(reqs)...)
+	_, err := runInstaller(ctx, dir, args, v.env(), progress)
+	return err
 }

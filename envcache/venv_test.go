@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"go.uber.org/goleak"
 	"golang.org/x/sys/unix"
 )
 
@@ -29,7 +30,12 @@ func TestMain(m *testing.M) {
 	if dir := os.Getenv(helperDirEnv); dir != "" {
 		os.Exit(ensureHelper(dir, os.Getenv(helperPythonEnv)))
 	}
-	os.Exit(m.Run())
+	if dir := os.Getenv(cacheHelperEnv); dir != "" {
+		os.Exit(cacheHelper(dir, os.Getenv(cacheHelperHouseEnv)))
+	}
+	// Every cache a test opens is closed, and with it every build and
+	// background eviction: nothing may outlive the tests.
+	goleak.VerifyTestMain(m)
 }
 
 // ensureHelper waits for its stdin to close, the start signal shared by all

@@ -1,0 +1,271 @@
+package envcache
+
+import (
+	"bufio"
+	"cmp"
+	"encoding/csv"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// Dist is one installed distribution.
+type Dist struct {
+	// Name is the distribution name as its metadata gives it
+	// ("scikit-learn").
+	Name string `json:"name"`
+	// Version is its version ("1.5.2").
+	Version string `json:"version"`
+	// ImportNames are the top-level modules and packages it provides
+	// ("sklearn"), sorted; empty when its metadata does not say.
+	ImportNames []string `json:"import_names,omitempty"`
+	// Channel is where conda got it ("conda-forge", "pypi"); "" for venv
+	// and uv.
+	Channel string `json:"channel,omitempty"`
+}
+
+// identifierRe matches a Python identifier in ASCII.
+var identifierRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// sitePackagesDirs returns the site-packages directories of the
+// environment at dir (lib/pythonX.Y/site-packages; lib64 is usually a link
+// to lib and is counted once).
+func sitePackagesDirs(dir string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, lib := range []string{"lib", "lib64"} {
+		// The pattern is fixed apart from dir, which Glob takes literally
+		// only when it holds no metacharacters: read the directory instead.
+		entries, err := os.ReadDir(filepath.Join(dir, lib))
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if !strings.HasPrefix(e.Name(), "python") {
+				continue
+			}
+			sp := filepath.Join(dir, lib, e.Name(), "site-packages")
+			fi, err := os.Stat(sp)
+			if err != nil || !fi.IsDir() {
+				continue
+			}
+			real, err := filepath.EvalSymlinks(sp)
+			if err != nil || seen[real] {
+				continue
+			}
+			seen[real] = true
+			out = append(out, sp)
+		}
+	}
+	return out
+}
+
+// Installed lists the distributions installed in the environment at dir
+// (a venv or a conda prefix) by reading their metadata in site-packages,
+// without running Python: *.dist-info/METADATA (or *.egg-info/PKG-INFO) for
+// the name and version, and top_level.txt, or else RECORD, for the import
+// names. It answers for distribution names and import names alike
+// (see Lookup) without running any package's import-time code. The result
+// is sorted by normalised name.
+func Installed(dir string) ([]Dist, error) {
+	sps := sitePackagesDirs(dir)
+	if len(sps) == 0 {
+		return nil, fmt.Errorf("envcache: %s has no lib/python*/site-packages", dir)
+	}
+	var dists []Dist
+	for _, sp := range sps {
+		entries, err := os.ReadDir(sp)
+		if err != nil {
+			return nil, fmt.Errorf("envcache: %w", err)
+		}
+		for _, e := range entries {
+			var d Dist
+			var ok bool
+			switch name := e.Name(); {
+			case strings.HasSuffix(name, ".dist-info") && e.IsDir():
+				d, ok = readDistInfo(filepath.Join(sp, name), "METADATA")
+			case strings.HasSuffix(name, ".egg-info") && e.IsDir():
+				d, ok = readDistInfo(filepath.Join(sp, name), "PKG-INFO")
+			case strings.HasSuffix(name, ".egg-info") && e.Type().IsRegular():
+				d, ok = readEggInfoFile(filepath.Join(sp, name))
+			}
+			if ok {
+				dists = append(dists, d)
+			}
+		}
+	}
+	slices.SortFunc(dists, func(a, b Dist) int {
+		return cmp.Or(cmp.Compare(NormalizeName(a.Name), NormalizeName(b.Name)), cmp.Compare(a.Version, b.Version))
+	})
+	return dists, nil
+}
+
+// readDistInfo reads one .dist-info or .egg-info directory. A directory
+// without a readable name is skipped: it is the remains of something, not
+// a distribution.
+func readDistInfo(info, metadataFile string) (Dist, bool) {
+	f, err := os.Open(filepath.Join(info, metadataFile))
+	if err != nil {
+		return Dist{}, false
+	}
+	name, version := readMetadataHeaders(f)
+	f.Close()
+	if name == "" {
+		return Dist{}, false
+	}
+	d := Dist{Name: name, Version: version}
+	if data, err := os.ReadFile(filepath.Join(info, "top_level.txt")); err == nil {
+		d.ImportNames = topLevelNames(string(data))
+	} else if f, err := os.Open(filepath.Join(info, "RECORD")); err == nil {
+		d.ImportNames = recordImportNames(f)
+		f.Close()
+	}
+	return d, true
+}
+
+// readEggInfoFile reads an .egg-info that is a single PKG-INFO file.
+func readEggInfoFile(path string) (Dist, bool) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Dist{}, false
+	}
+	defer f.Close()
+	name, version := readMetadataHeaders(f)
+	return Dist{Name: name, Version: version}, name != ""
+}
+
+// readMetadataHeaders reads the Name and Version headers of a core
+// metadata file (RFC 822 style headers, up to the first blank line).
+func readMetadataHeaders(r io.Reader) (name, version string) {
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 4096), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if strings.TrimSpace(line) == "" {
+			break
+		}
+		key, value, ok := strings.Cut(line, ":")
+		if !ok || line[0] == ' ' || line[0] == '\t' {
+			continue
+		}
+		switch strings.ToLower(strings.TrimSpace(key)) {
+		case "name":
+			if name == "" {
+				name = strings.TrimSpace(value)
+			}
+		case "version":
+			if version == "" {
+				version = strings.TrimSpace(value)
+			}
+		}
+		if name != "" && version != "" {
+			break
+		}
+	}
+	return name, version
+}
+
+// topLevelNames reads top_level.txt: one top-level name a line.
+func topLevelNames(data string) []string {
+	var out []string
+	for line := range strings.Lines(data) {
+		line = strings.TrimSpace(line)
+		line, _, _ = strings.Cut(line, "/") // some list a sub-package path
+		if identifierRe.MatchString(line) {
+			out = append(out, line)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// recordImportNames derives import names from a RECORD (CSV of paths
+// relative to site-packages): the first component of every path inside a
+// directory, and the module name of every top-level .py or extension file.
+func recordImportNames(r io.Reader) []string {
+	cr := csv.NewReader(r)
+	cr.FieldsPerRecord = -1
+	cr.ReuseRecord = true
+	var out []string
+	for {
+		rec, err := cr.Read()
+		if errors.Is(err, io.EOF) {
+			break
+		}
+		if err != nil {
+			var pe *csv.ParseError
+			if errors.As(err, &pe) {
+				continue
+			}
+			break
+		}
+		if len(rec) == 0 {
+			continue
+		}
+		p := filepath.ToSlash(rec[0])
+		if p == "" || strings.HasPrefix(p, "../") || strings.HasPrefix(p, "/") {
+			continue // scripts in bin, data elsewhere
+		}
+		first, rest, nested := strings.Cut(p, "/")
+		switch {
+		case nested:
+			if strings.HasSuffix(first, ".dist-info") || strings.HasSuffix(first, ".data") || first == "__pycache__" || rest == "" {
+				continue
+			}
+		case strings.HasSuffix(first, ".py"):
+			first = strings.TrimSuffix(first, ".py")
+		case strings.HasSuffix(first, ".so") || strings.HasSuffix(first, ".pyd"):
+			first, _, _ = strings.Cut(first, ".") // foo.cpython-312-x86_64-linux-gnu.so
+		default:
+			continue // .pth files and the like
+		}
+		if identifierRe.MatchString(first) {
+			out = append(out, first)
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// Lookup finds the distribution that nameOrImport names: first by
+// distribution name (normalised, so "Scikit_Learn" finds scikit-learn),
+// then by import name ("sklearn" finds scikit-learn; "yaml" finds PyYAML),
+// then, for a dotted module name ("google.protobuf"), by its top-level name
+// (the first distribution providing "google"). It reports false when none
+// does.
+func Lookup(dists []Dist, nameOrImport string) (Dist, bool) {
+	q := strings.TrimSpace(nameOrImport)
+	if q == "" {
+		return Dist{}, false
+	}
+	norm := NormalizeName(q)
+	for _, d := range dists {
+		if NormalizeName(d.Name) == norm {
+			return d, true
+		}
+	}
+	for _, d := range dists {
+		if slices.Contains(d.ImportNames, q) {
+			return d, true
+		}
+	}
+	if top, _, dotted := strings.Cut(q, "."); dotted {
+		for _, d := range dists {
+			if slices.Contains(d.ImportNames, top) {
+				return d, true
+			}
+		}
+	}
+	return Dist{}, false
+}
+
+// dirExists reports whether path is a directory.
+func dirExists(path string) bool {
+	fi, err := os.Stat(path)
+	return err == nil && fi.IsDir()
+}

@@ -1,0 +1,241 @@
+package envcache
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Manager builds and inspects environments of one kind (venv, uv, conda).
+// Every command runs from an argv list, never through a shell, with its
+// working directory set to the environment's parent directory. Methods are
+// safe for concurrent use on different directories.
+type Manager interface {
+	// Name is the manager's name: "venv", "uv" or "conda".
+	Name() string
+	// Available returns nil when the manager can build environments on this
+	// machine, or an error saying why not ("uv: not found on PATH").
+	Available(ctx context.Context) error
+	// Create builds a new environment at dir, which must not exist yet
+	// (its parent must), with req's packages installed. What it printed
+	// also goes to progress when that is not nil. A failed command is
+	// reported as a *BuildError carrying its output; dir may then hold the
+	// remains, which the caller removes.
+	Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error
+	// Install adds packages to the environment at dir. The cache never
+	// calls it on an environment that is in use (environments are
+	// immutable once built); it is here for tools that own their
+	// environment.
+	Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error
+	// Python returns the interpreter jobs run with: dir/bin/python.
+	Python(dir string) string
+	// Activation returns what activating the environment would set.
+	Activation(dir string) Activation
+	// List returns the distributions installed in the environment.
+	List(ctx context.Context, dir string) ([]Dist, error)
+}
+
+// CreateRequest is what Manager.Create builds.
+type CreateRequest struct {
+	// Interpreter is the absolute path of the base interpreter (venv, uv);
+	// conda installs its own and ignores it.
+	Interpreter string
+	// Python is the version asked for ("3.12", "" for the default); conda
+	// installs python=<Python>, or its newest python when "".
+	Python string
+	// Packages are installed with the environment.
+	Packages []Requirement
+	// Index says where packages come from (see IndexConfig).
+	Index IndexConfig
+	// Seed, when not empty, is a ready environment of the same manager
+	// and interpreter whose packages the new one may start from. venv
+	// copies it with hard links (see Venv); uv and conda ignore it, since
+	// their own package caches already make a rebuild cheap.
+	Seed string
+}
+
+// IndexConfig says where pip and uv find packages. For conda, only NoIndex
+// applies (as --offline): conda's channels are set on Conda, since a PyPI
+// index is not a conda channel.
+type IndexConfig struct {
+	// IndexURL replaces PyPI (--index-url); "" keeps the installer's
+	// default.
+	IndexURL string `json:"index_url,omitempty"`
+	// ExtraIndexURLs are searched as well (--extra-index-url, each).
+	ExtraIndexURLs []string `json:"extra_index_urls,omitempty"`
+	// FindLinks are directories or pages of archives to search
+	// (--find-links, each).
+	FindLinks []string `json:"find_links,omitempty"`
+	// NoIndex searches no index at all (--no-index): only FindLinks.
+	NoIndex bool `json:"no_index,omitempty"`
+}
+
+// pipArgs returns the options pip and uv pip share for idx.
+func (idx IndexConfig) pipArgs() []string {
+	var args []string
+	if idx.NoIndex {
+		args = append(args, "--no-index")
+	}
+	if idx.IndexURL != "" {
+		args = append(args, "--index-url", idx.IndexURL)
+	}
+	for _, u := range idx.ExtraIndexURLs {
+		args = append(args, "--extra-index-url", u)
+	}
+	for _, f := range idx.FindLinks {
+		args = append(args, "--find-links", f)
+	}
+	return args
+}
+
+// Activation is what activating an environment sets, for a process started
+// without a shell: variables, and directories to put first on PATH.
+type Activation struct {
+	// Vars are set as given: VIRTUAL_ENV for a venv; CONDA_PREFIX,
+	// CONDA_DEFAULT_ENV and CONDA_SHLVL for conda.
+	Vars map[string]string `json:"vars,omitempty"`
+	// PathPrefix are directories to put before PATH, in order (the
+	// environment's bin).
+	PathPrefix []string `json:"path_prefix,omitempty"`
+}
+
+// Apply returns environ (a list of NAME=value, as os.Environ gives) with
+// a's variables set, PATH prefixed, and PYTHONHOME removed, since it would
+// point the interpreter at another installation. environ is not modified.
+// conda activation scripts (etc/conda/activate.d) are not run.
+func (a Activation) Apply(environ []string) []string {
+	out := make([]string, 0, len(environ)+len(a.Vars)+1)
+	path := ""
+	for _, kv := range environ {
+		name, value, _ := strings.Cut(kv, "=")
+		switch {
+		case name == "PATH":
+			path = value
+			continue
+		case name == "PYTHONHOME":
+			continue
+		case a.Vars[name] != "":
+			continue
+		}
+		out = append(out, kv)
+	}
+	names := make([]string, 0, len(a.Vars))
+	for name := range a.Vars {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		out = append(out, name+"="+a.Vars[name])
+	}
+	parts := slices.Clone(a.PathPrefix)
+	if path != "" {
+		parts = append(parts, path)
+	}
+	if len(parts) > 0 {
+		out = append(out, "PATH="+strings.Join(parts, string(filepath.ListSeparator)))
+	}
+	return out
+}
+
+// availableTimeout bounds the --version run of Available.
+const availableTimeout = 15 * time.Second
+
+// runInstaller runs one installer command for the environment at dir, in
+// dir's parent, and returns its stdout (capped). Its output, stdout and
+// stderr interleaved, also goes to progress. A failure is a *BuildError.
+func runInstaller(ctx context.Context, dir string, args, env []string, progress io.Writer) (*cappedOutput, error) {
+	out := &cappedOutput{}
+	var w io.Writer = out
+	if progress != nil {
+		w = io.MultiWriter(out, progress)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Dir = filepath.Dir(dir)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = w, w
+	killGroupOnCancel(cmd)
+	if err := cmd.Run(); err != nil {
+		if ctxErr := ctx.Err(); ctxErr != nil {
+			err = fmt.Errorf("%w (%v)", ctxErr, err)
+		}
+		return out, &BuildError{Dir: dir, Args: args, Output: out.String(), Err: err}
+	}
+	return out, nil
+}
+
+// runQuiet runs a short command (a --version, a list) and returns its
+// stdout; its stderr goes into the error.
+func runQuiet(ctx context.Context, args, env []string) ([]byte, error) {
+	var stdout, stderr cappedOutput
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Env = env
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	killGroupOnCancel(cmd)
+	if err := cmd.Run(); err != nil {
+		if msg := firstLines(stderr.String(), 5); msg != "" {
+			return []byte(stdout.String()), fmt.Errorf("%s: %w: %s", strings.Join(args, " "), err, msg)
+		}
+		return []byte(stdout.String()), fmt.Errorf("%s: %w", strings.Join(args, " "), err)
+	}
+	return []byte(stdout.String()), nil
+}
+
+// withEnv returns base with each NAME=value of set replacing any earlier
+// value of NAME, and the names in unset removed.
+func withEnv(base []string, set map[string]string, unset ...string) []string {
+	out := make([]string, 0, len(base)+len(set))
+	for _, kv := range base {
+		name, _, _ := strings.Cut(kv, "=")
+		if _, ok := set[name]; ok || slices.Contains(unset, name) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	names := make([]string, 0, len(set))
+	for name := range set {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	for _, name := range names {
+		out = append(out, name+"="+set[name])
+	}
+	return out
+}
+
+// requirementArgs returns the canonical strings of reqs, for an argv.
+func requirementArgs(reqs []Requirement) []string {
+	out := make([]string, len(reqs))
+	for i, r := range reqs {
+		out[i] = r.String()
+	}
+	return out
+}
+
+// venvActivation is the activation of a venv (also a uv venv).
+func venvActivation(dir string) Activation {
+	return Activation{Vars: map[string]string{"VIRTUAL_ENV": dir}, PathPrefix: []string{filepath.Join(dir, "bin")}}
+}
+
+// checkNewDir checks that dir is absolute and does not exist, and that its
+// parent does.
+func checkNewDir(dir string) error {
+	if !filepath.IsAbs(dir) {
+		return fmt.Errorf("envcache: %s is not an absolute path", dir)
+	}
+	if _, err := os.Lstat(dir); err == nil {
+		return fmt.Errorf("envcache: %s already exists", dir)
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("envcache: %w", err)
+	}
+	if fi, err := os.Stat(filepath.Dir(dir)); err != nil || !fi.IsDir() {
+		return fmt.Errorf("envcache: the parent of %s is not a directory", dir)
+	}
+	return nil
+}

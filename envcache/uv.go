@@ -1,0 +1,156 @@
+package envcache
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+)
+
+// UV is the Manager for venvs made and filled by uv: uv venv, then uv pip
+// install. With CacheDir on the same file system as the environments and
+// hard links (the default), a package uv has installed once is linked, not
+// copied, into every later environment: building a derived environment
+// from a warm cache costs tens of milliseconds and almost no disk. uv never
+// downloads an interpreter here (UV_PYTHON_DOWNLOADS=never): environments
+// use the interpreters the worker has.
+//
+// Hard links mean that a file in an environment is the same file as in
+// uv's cache: a job that writes into an installed package's files in place
+// changes them for every environment. Run jobs as a user that cannot write
+// to the cache.
+type UV struct {
+	// Bin is the uv executable: a path, or a name looked up on PATH; ""
+	// means "uv". A pyenv shim found on PATH is resolved once to the
+	// executable behind it (pyenv which uv): a shim costs a shell and
+	// pyenv on every call, and depends on the directory it runs in.
+	Bin string
+	// CacheDir is uv's cache (UV_CACHE_DIR); "" keeps uv's default. Put
+	// it on the environments' file system so that hard links work.
+	CacheDir string
+	// LinkMode is how uv puts files from its cache into an environment
+	// (UV_LINK_MODE); "" means "hardlink".
+	LinkMode string
+
+	resolveOnce sync.Once
+	resolved    string
+}
+
+var _ Manager = (*UV)(nil)
+
+// Name returns "uv".
+func (*UV) Name() string { return ManagerUV }
+
+// bin returns the executable to run: Bin, or uv on PATH, with a pyenv
+// shim resolved. When resolving fails, the name is run as given and its
+// own error will say what is wrong.
+func (u *UV) bin() string {
+	u.resolveOnce.Do(func() {
+		name := cmp.Or(u.Bin, "uv")
+		u.resolved = name
+		if strings.ContainsRune(name, '/') {
+			return
+		}
+		p, err := exec.LookPath(name)
+		if err != nil {
+			return
+		}
+		u.resolved = resolveShim(p, name)
+	})
+	return u.resolved
+}
+
+// resolveShim returns the executable behind a pyenv shim (a file in a
+// directory called shims, with pyenv on PATH), or path itself.
+func resolveShim(path, name string) string {
+	if filepath.Base(filepath.Dir(path)) != "shims" {
+		return path
+	}
+	pyenv, err := exec.LookPath("pyenv")
+	if err != nil {
+		return path
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), availableTimeout)
+	defer cancel()
+	out, err := runQuiet(ctx, []string{pyenv, "which", name}, os.Environ())
+	real := strings.TrimSpace(string(out))
+	if err != nil || !filepath.IsAbs(real) {
+		return path
+	}
+	if fi, err := os.Stat(real); err != nil || !fi.Mode().IsRegular() || fi.Mode().Perm()&0o111 == 0 {
+		return path
+	}
+	return real
+}
+
+// Available runs uv --version.
+func (u *UV) Available(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, availableTimeout)
+	defer cancel()
+	out, err := runQuiet(ctx, []string{u.bin(), "--version"}, u.env())
+	if err != nil {
+		return fmt.Errorf("uv: %w", err)
+	}
+	if !strings.HasPrefix(string(out), "uv ") {
+		return fmt.Errorf("uv: %s --version printed %q", u.bin(), firstLines(string(out), 1))
+	}
+	return nil
+}
+
+// Python returns dir/bin/python.
+func (*UV) Python(dir string) string { return filepath.Join(dir, "bin", "python") }
+
+// Activation sets VIRTUAL_ENV and puts dir/bin first on PATH.
+func (*UV) Activation(dir string) Activation { return venvActivation(dir) }
+
+// List reads the venv's installed distributions (see Installed).
+func (*UV) List(_ context.Context, dir string) ([]Dist, error) { return Installed(dir) }
+
+func (u *UV) env() []string {
+	set := map[string]string{
+		"UV_LINK_MODE":        cmp.Or(u.LinkMode, "hardlink"),
+		"UV_PYTHON_DOWNLOADS": "never",
+		"UV_NO_PROGRESS":      "1",
+	}
+	if u.CacheDir != "" {
+		set["UV_CACHE_DIR"] = u.CacheDir
+	}
+	return withEnv(installerEnv(os.Environ()), set, "VIRTUAL_ENV", "CONDA_PREFIX", "UV_PYTHON", "UV_SYSTEM_PYTHON")
+}
+
+// Create runs uv venv --python <interpreter> dir, then uv pip install.
+func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
+	if req.Interpreter == "" {
+		return errors.New("envcache: uv: no interpreter given")
+	}
+	if err := checkNewDir(dir); err != nil {
+		return err
+	}
+	args := []string{u.bin(), "venv", "--no-config", "--no-project", "--no-python-downloads", "--python", req.Interpreter, dir}
+	if _, err := runInstaller(ctx, dir, args, u.env(), progress); err != nil {
+		return err
+	}
+	if _, err := ExistingVenv(dir); err != nil {
+		return &BuildError{Dir: dir, Args: args, Err: err}
+	}
+	return u.Install(ctx, dir, req.Packages, req.Index, progress)
+}
+
+// Install runs uv pip install --python dir/bin/python with idx's options
+// and the canonical requirement strings after "--".
+func (u *UV) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+	if len(reqs) == 0 {
+		return nil
+	}
+	args := []string{u.bin(), "pip", "install", "--no-config", "--python", u.Python(dir)}
+	args = append(args, idx.pipArgs()...)
+	args = append(append(args, "--"), requirementArgs(reqs)...)
+	_, err := runInstaller(ctx, dir, args, u.env(), progress)
+	return err
+}
