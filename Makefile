@@ -4,7 +4,7 @@ BIN     := bin
 PKGS    := ./...
 TESTFLAGS ?= -race -count=1 -timeout 30m
 
-.PHONY: help build run test test/short vet bench deps clean
+.PHONY: help build run test test/short vet bench bench/go deps clean
 
 help: ## Show this help.
 	@grep -E '^[a-zA-Z/_-]+:.*## ' $(MAKEFILE_LIST) | awk 'BEGIN{FS=":.*## "}{printf "  %-12s %s\n", $$1, $$2}'
@@ -28,7 +28,10 @@ vet: ## go vet and gofmt.
 	$(GO) vet $(PKGS)
 	@test -z "$$(gofmt -l $$(git ls-files '*.go' 2>/dev/null || find . -name '*.go'))" || { gofmt -l .; echo "gofmt needed"; exit 1; }
 
-bench: ## Run the Go benchmarks.
+bench: build ## Measure execute_code end to end through MCP clients (codexec bench; BENCHFLAGS=...).
+	PATH="$(CURDIR)/$(BIN):$$PATH" $(BIN)/codexec bench $(BENCHFLAGS)
+
+bench/go: ## Run the Go benchmarks.
 	$(GO) test -run '^$$' -bench . -benchtime 2s $(PKGS)
 
 clean: ## Remove build outputs.

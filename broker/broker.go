@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"regexp"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -53,7 +54,11 @@ type Broker struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	results jetstream.KeyValue
+	jobs    jetstream.Stream
 	blobs   jetstream.ObjectStore
+
+	published atomic.Uint64 // jobs published through this broker, for the anchor
+	anchoring atomic.Bool   // an anchor renewal is running
 
 	closedCh    chan nats.Status // CLOSED events of nc
 	watchDone   chan struct{}
@@ -131,7 +136,7 @@ func (b *Broker) setup(ctx context.Context) error {
 	}
 	b.js = js
 	maxPayload := b.nc.MaxPayload()
-	_, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	b.jobs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 		Name:        wire.JobsStream,
 		Description: "codexec jobs, one subject per worker pool",
 		Subjects:    []string{jobsSubjects},
@@ -143,6 +148,9 @@ func (b *Broker) setup(ctx context.Context) error {
 	})
 	if err != nil {
 		return fmt.Errorf("broker: create stream %s: %w", wire.JobsStream, err)
+	}
+	if err := b.renewAnchor(ctx); err != nil {
+		b.log.Debug("jobs stream anchor", "err", err)
 	}
 	b.results, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
 		Bucket:      wire.ResultsBucket,
@@ -325,7 +333,42 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job) error {
 	if err != nil {
 		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
 	}
+	if b.published.Add(1)%anchorEvery == 0 && b.anchoring.CompareAndSwap(false, true) {
+		go func() {
+			defer b.anchoring.Store(false)
+			ctx, cancel := context.WithTimeout(context.Background(), pingTimeout)
+			defer cancel()
+			if err := b.renewAnchor(ctx); err != nil {
+				b.log.Debug("jobs stream anchor", "err", err)
+			}
+		}()
+	}
 	return nil
+}
+
+// anchorSubject is a subject of the jobs stream that no pool's consumer
+// takes (pool subjects have one token after the prefix, this one two). The
+// stream holds one message on it, the anchor, which keeps the stream's last
+// block from ever being empty. Without it, a drained work queue empties its
+// last block with every ack, and the file store deletes that block's file
+// and creates a new one: a file created and one deleted per job, which on
+// some file systems (ext4 without a journal skips recently deleted inodes
+// when it allocates one) makes every file creation on the disk slower, the
+// more so the more jobs run.
+const anchorSubject = wire.JobsSubjectPre + "_.anchor"
+
+// anchorEvery is how many published jobs apart the anchor is renewed, so
+// that it stays in the stream's last block after the store starts a new
+// one (a block holds thousands of small jobs).
+const anchorEvery = 1000
+
+// renewAnchor publishes a new anchor and purges the older ones. It is an
+// optimization only: callers log its error and go on.
+func (b *Broker) renewAnchor(ctx context.Context) error {
+	if _, err := b.js.Publish(ctx, anchorSubject, nil, jetstream.WithExpectStream(wire.JobsStream)); err != nil {
+		return err
+	}
+	return b.jobs.Purge(ctx, jetstream.WithPurgeSubject(anchorSubject), jetstream.WithPurgeKeep(1))
 }
 
 // putBlobOnce stores data as name unless an object with the same content is
@@ -429,44 +472,86 @@ func (b *Broker) GetResult(ctx context.Context, jobID string) (*wire.Result, err
 }
 
 // WaitResult returns the result for jobID as soon as it exists, which may
-// be at once. It watches the key rather than polling; when ctx ends first it
-// returns ctx.Err() unwrapped.
+// be at once; when ctx ends first it returns ctx.Err() unwrapped.
+//
+// It subscribes to the key's subject, then reads the key: a result stored
+// before the subscription took effect is found by the read, one stored
+// after it arrives as a message. No consumer is created per call. A message
+// is the put as a worker published it, which subscribers may see before the
+// bucket has stored it, so WaitResult reads the key once more and prefers
+// what the bucket holds (a message can also be a create-only put that lost
+// to another worker's); when the bucket has nothing yet, the message is the
+// first put to arrive and its result is returned. In case a message is
+// missed all the same (interest still propagating through a NATS cluster,
+// a reconnect), the key is read again after a while, at growing intervals.
 func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, error) {
 	if !idRe.MatchString(jobID) {
 		return nil, fmt.Errorf("broker: wait result: invalid job id %q", jobID)
 	}
-	w, err := b.results.Watch(ctx, jobID, jetstream.IgnoreDeletes())
-	if err != nil {
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
+	msgs := make(chan *nats.Msg, 4)
+	sub, err := b.nc.Subscribe(resultSubject(jobID), func(m *nats.Msg) {
+		select {
+		case msgs <- m:
+		default: // enough of them queued already
 		}
+	})
+	if err != nil {
 		return nil, fmt.Errorf("broker: wait result %s: %w", jobID, err)
 	}
-	defer func() { _ = w.Stop() }()
-	for {
+	defer func() { _ = sub.Unsubscribe() }()
+
+	recheck := waitRecheckMin
+	timer := time.NewTimer(recheck)
+	defer timer.Stop()
+	for first := true; ; first = false {
+		r, err := b.GetResult(ctx, jobID)
+		switch {
+		case err == nil:
+			return r, nil
+		case ctx.Err() != nil:
+			return nil, ctx.Err()
+		case !errors.Is(err, wire.ErrResultNotFound):
+			return nil, fmt.Errorf("broker: wait result %s: %w", jobID, err)
+		}
+		if first && b.waitingHook != nil {
+			b.waitingHook(jobID)
+		}
 		select {
 		case <-ctx.Done():
 			return nil, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				if ctx.Err() != nil {
-					return nil, ctx.Err()
-				}
-				return nil, fmt.Errorf("broker: wait result %s: watch ended: %w", jobID, nats.ErrConnectionClosed)
+		case m := <-msgs:
+			if op := m.Header.Get(kvOperationHeader); op != "" && op != "PUT" {
+				continue // a delete or purge: read the key again
 			}
-			if e == nil { // initial state delivered: the key did not exist
-				if b.waitingHook != nil {
-					b.waitingHook(jobID)
-				}
-				continue
+			r, err := b.GetResult(ctx, jobID)
+			switch {
+			case err == nil:
+				return r, nil
+			case ctx.Err() != nil:
+				return nil, ctx.Err()
+			case !errors.Is(err, wire.ErrResultNotFound):
+				return nil, fmt.Errorf("broker: wait result %s: %w", jobID, err)
 			}
-			if e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			return b.decodeResult(ctx, jobID, e.Value())
+			return b.decodeResult(ctx, jobID, m.Data)
+		case <-timer.C:
+			recheck = min(2*recheck, waitRecheckMax)
+			timer.Reset(recheck)
 		}
 	}
 }
+
+// kvOperationHeader marks deletes and purges in a key-value bucket.
+const kvOperationHeader = "KV-Operation"
+
+// waitRecheckMin and waitRecheckMax bound the interval at which WaitResult
+// reads the key again without having been woken.
+const (
+	waitRecheckMin = 500 * time.Millisecond
+	waitRecheckMax = 5 * time.Second
+)
+
+// resultSubject is the subject of jobID's key in the results bucket.
+func resultSubject(jobID string) string { return "$KV." + wire.ResultsBucket + "." + jobID }
 
 func (b *Broker) decodeResult(ctx context.Context, jobID string, data []byte) (*wire.Result, error) {
 	var sr storedResult

@@ -228,8 +228,12 @@ func TestDedup(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := s.CachedInfo().State.Msgs; n != 1 {
-		t.Fatalf("stream holds %d messages, want 1", n)
+	si, err := s.Info(ctx, jetstream.WithSubjectFilter(wire.JobSubject(wire.DefaultPool)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := si.State.Subjects[wire.JobSubject(wire.DefaultPool)]; n != 1 {
+		t.Fatalf("stream holds %d jobs, want 1", n)
 	}
 
 	acked := make(chan string, 2)
@@ -250,6 +254,48 @@ func TestDedup(t *testing.T) {
 	if info.Delivered.Consumer != 1 || info.NumPending != 0 || info.NumAckPending != 0 {
 		t.Errorf("consumer delivered %d, pending %d, ack pending %d; want 1, 0, 0",
 			info.Delivered.Consumer, info.NumPending, info.NumAckPending)
+	}
+}
+
+// The jobs stream keeps exactly one anchor, which no pool consumes, however
+// often it is renewed and however many jobs drain through.
+func TestJobsStreamAnchor(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
+	ctx := testCtx(t)
+	done := make(chan string, 4)
+	c, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+		if err := d.Ack(); err != nil {
+			t.Errorf("Ack: %v", err)
+		}
+		done <- d.Job.ID
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopConsumer(t, c)
+	for range 3 {
+		if err := broker.RenewAnchor(ctx, tb.b); err != nil {
+			t.Fatal(err)
+		}
+		job := newJob("print(1)")
+		if err := tb.b.PublishJob(ctx, job); err != nil {
+			t.Fatal(err)
+		}
+		if id := recv(t, ctx, done); id != job.ID {
+			t.Fatalf("got job %s, want %s", id, job.ID)
+		}
+	}
+	s, err := tb.js.Stream(ctx, wire.JobsStream)
+	if err != nil {
+		t.Fatal(err)
+	}
+	si, err := s.Info(ctx, jetstream.WithSubjectFilter(wire.JobsSubjectPre+">"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(si.State.Subjects) != 1 || si.State.Subjects[broker.AnchorSubject] != 1 {
+		t.Errorf("stream subjects %v, want only one anchor", si.State.Subjects)
 	}
 }
 

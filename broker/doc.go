@@ -17,7 +17,10 @@
 //     Duplicates window of two minutes with Nats-Msg-Id = job id makes
 //     PublishJob idempotent: a frontend that retries a publish after a
 //     timeout does not queue the job twice. MaxMsgSize is the server's max
-//     payload. Jobs do not expire: they wait for a worker.
+//     payload. Jobs do not expire: they wait for a worker. The stream also
+//     holds one message on "codexec.jobs._.anchor", which no consumer takes:
+//     it keeps the file store from deleting and recreating its last block
+//     each time the queue drains (see anchorSubject).
 //   - Durable pull consumer wire.ConsumerName(pool) ("pool-<pool>") per
 //     pool, filtered on the pool's subject and shared by every worker of
 //     the pool (pull consumers balance by who asks). Explicit acks, AckWait
@@ -28,8 +31,9 @@
 //     job id, history 1, TTL Config.Retention, file storage. Results are
 //     written create-only, so the first result of a job wins even if a
 //     redelivered job runs twice, and a client can fetch a result long after
-//     the connection that asked for it is gone. WaitResult watches the key
-//     (a KV watch, no polling).
+//     the connection that asked for it is gone. WaitResult subscribes to
+//     the key's subject and reads the key when woken (no consumer per
+//     call, no polling but a slow safety net).
 //   - Object store wire.BlobsBucket ("codexec-blobs"), TTL Config.Retention,
 //     file storage, for what does not fit one message: the code of a large
 //     job ("job-<id>", referenced by Job.CodeRef) and large results

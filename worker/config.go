@@ -12,6 +12,7 @@ import (
 
 	"github.com/codexec/codexec/broker/statestore"
 	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/worker/runner"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -44,6 +45,19 @@ type Config struct {
 	EnvPassthrough []string
 	// EnvSet adds NAME=VALUE pairs to every job's environment.
 	EnvSet map[string]string
+	// ExecMode is how a job's interpreter comes to life: ExecZygote forks it
+	// from a warm interpreter of its environment that has done its imports
+	// (falling back to ExecSpawn while that starts, or when it cannot be
+	// used), ExecSpawn starts a fresh one per job. Default ExecZygote.
+	ExecMode string
+	// Preload lists the modules a warm interpreter imports before it forks.
+	// Nil means runner.DefaultPreload; an empty, non-nil slice, nothing.
+	Preload []string
+	// MaxZygotes caps the warm interpreters alive at once. Default 4.
+	MaxZygotes int
+	// ZygoteIdle stops a warm interpreter that ran no job for this long.
+	// Default 10 minutes.
+	ZygoteIdle time.Duration
 	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
 	// the presence record lives three intervals.
 	HeartbeatInterval time.Duration
@@ -59,6 +73,12 @@ const (
 	DefaultOutputLimit int64 = 1 << 20
 	DefaultHeartbeat         = 5 * time.Second
 	DefaultKeyPrefix         = "codexec:"
+)
+
+// Exec modes.
+const (
+	ExecZygote = "zygote"
+	ExecSpawn  = "spawn"
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -98,6 +118,15 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.ExecMode == "" {
+		c.ExecMode = ExecZygote
+	}
+	if c.MaxZygotes <= 0 {
+		c.MaxZygotes = runner.DefaultMaxZygotes
+	}
+	if c.ZygoteIdle <= 0 {
+		c.ZygoteIdle = runner.DefaultZygoteIdle
+	}
 	return c
 }
 
@@ -105,6 +134,9 @@ func (c Config) validate() error {
 	var errs []error
 	if c.DataDir == "" {
 		errs = append(errs, errors.New("data directory is required"))
+	}
+	if c.ExecMode != ExecZygote && c.ExecMode != ExecSpawn {
+		errs = append(errs, fmt.Errorf("invalid exec mode %q: %s or %s", c.ExecMode, ExecZygote, ExecSpawn))
 	}
 	if !wire.ValidPool(c.Pool) {
 		errs = append(errs, fmt.Errorf("invalid pool name %q: use lower-case letters, digits, '-' and '_', at most 32 characters", c.Pool))

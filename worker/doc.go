@@ -1,13 +1,17 @@
 // Package worker consumes jobs from its pool's JetStream consumer and runs
 // them.
 //
-// For each job a worker: skips it if a result already exists (a redelivery
-// after a crash that happened between storing the result and the ack),
+// For each job a worker: skips a redelivered job if its result already
+// exists (a crash that happened between storing the result and the ack),
 // refuses it if its deadline has passed (the frontend has stopped waiting),
 // saves the script under the session's scripts directory, runs it in a fresh
 // Python process (package runner) with the session's own working directory
 // and a scrubbed environment, stores the result (create-only, first result
-// wins) and acks the message. While a job runs the broker keeps the message's
+// wins) and acks the message. In ExecZygote mode, the default, that process
+// is forked from a warm interpreter of the job's environment (a zygote,
+// started when the worker starts and whenever the environment is used
+// without one, stopped when idle); in ExecSpawn mode it is a new
+// interpreter. While a job runs the broker keeps the message's
 // lease alive; a worker that dies mid-job stops doing so and JetStream hands
 // the job to another worker after AckWait.
 //

@@ -32,6 +32,7 @@ type Worker struct {
 	python     string // the default environment's interpreter
 	venvDir    string
 	childExtra map[string]string // variables set in every job's environment
+	pool       *runner.Pool      // warm interpreters; nil in spawn mode
 
 	mu       sync.Mutex
 	consumer *broker.Consumer
@@ -71,6 +72,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.prepareEnv(ctx); err != nil {
 		return err
 	}
+	if w.cfg.ExecMode == ExecZygote {
+		w.pool = runner.NewPool(runner.PoolConfig{
+			Preload: w.cfg.Preload, MaxZygotes: w.cfg.MaxZygotes, IdleTimeout: w.cfg.ZygoteIdle,
+			Logger: w.log.With("component", "zygote"),
+		})
+		// Warm the default environment now, so that its first jobs need not
+		// start an interpreter; until it is ready they do.
+		go func() { _ = w.pool.Warm(context.WithoutCancel(ctx), w.spec("", "", "")) }()
+	}
 	if err := w.heartbeat(ctx); err != nil {
 		return fmt.Errorf("worker: announce presence: %w", err)
 	}
@@ -82,12 +92,15 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err != nil {
 		cancel()
 		<-w.beatDone
+		if w.pool != nil {
+			w.pool.Close()
+		}
 		return fmt.Errorf("worker: consume: %w", err)
 	}
 	w.mu.Lock()
 	w.consumer = c
 	w.mu.Unlock()
-	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency)
+	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
 	return nil
 }
 
@@ -136,6 +149,15 @@ func (w *Worker) Stop(ctx context.Context) error {
 	var err error
 	if c != nil {
 		err = c.Stop(ctx)
+		// Done, not Stop's return: after a hard stop, jobs may still be
+		// on their way out of their zygote.
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+	if w.pool != nil {
+		w.pool.Close()
 	}
 	if w.stopBeat != nil {
 		w.stopBeat()
@@ -182,10 +204,13 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	log := w.log.With("job", job.ID, "attempt", d.Attempt)
 
 	// A redelivery of a job whose result was already stored: just ack it.
-	if _, err := w.broker.GetResult(ctx, job.ID); err == nil {
-		log.Info("result already stored; acking redelivery")
-		_ = d.Ack()
-		return
+	// Only a redelivery can have one, so a first delivery skips the lookup.
+	if d.Attempt > 1 {
+		if _, err := w.broker.GetResult(ctx, job.ID); err == nil {
+			log.Info("result already stored; acking redelivery")
+			_ = d.Ack()
+			return
+		}
 	}
 
 	log.Info("job started", "scope", job.Scope)
@@ -264,11 +289,14 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	if limit <= 0 || limit > w.cfg.OutputLimit {
 		limit = w.cfg.OutputLimit
 	}
-	env := runner.ChildEnv(os.Environ(), w.venvDir, cwd, w.cfg.EnvPassthrough, w.childExtra)
+	spec := w.spec(script, cwd, cwd)
+	spec.Timeout, spec.OutputLimit = timeout, limit
+	run := runner.Run
+	if w.pool != nil {
+		run = w.pool.Run
+	}
 	started := time.Now().UTC()
-	out, err := runner.Run(ctx, runner.Spec{
-		Python: w.python, Script: script, Dir: cwd, Env: env, Timeout: timeout, OutputLimit: limit,
-	})
+	out, err := run(ctx, spec)
 	res := w.result(job, attempt, wire.StatusOK, "")
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
@@ -283,6 +311,9 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000
 	switch {
+	case errors.Is(err, runner.ErrZygoteDied):
+		res.Status, res.Message = wire.StatusInternal, "the job was killed: the warm interpreter it ran in died; run it again"
+		log.Error("zygote died mid-job", "err", err)
 	case out.TimedOut:
 		res.Status, res.Message = wire.StatusTimeout, fmt.Sprintf("timed out after %s; the process group was killed", timeout)
 	case ctx.Err() != nil:
@@ -296,6 +327,16 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	}
 	log.Info("job done", "status", res.Status, "ms", res.DurationMS)
 	return res
+}
+
+// spec is the runner.Spec of a job of the default environment: script run
+// in dir, with home as HOME (none when empty).
+func (w *Worker) spec(script, dir, home string) runner.Spec {
+	return runner.Spec{
+		Python: w.python, Script: script, Dir: dir,
+		Env:     runner.ChildEnv(os.Environ(), w.venvDir, home, w.cfg.EnvPassthrough, w.childExtra),
+		Rlimits: runner.NoCoreFiles(), // a crash leaves no core file in the session's directory
+	}
 }
 
 // writeNew creates path with content, refusing to follow or replace anything

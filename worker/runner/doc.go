@@ -1,28 +1,39 @@
 // Package runner runs one Python script in a fresh process and reports what
 // happened: exit code or signal, captured output, timing.
 //
-// The worker calls Run once per execution job, after it has written the job's
-// script into the session's working directory and chosen the environment's
-// interpreter. A fresh process per job is what keeps one job's state (globals,
-// imported modules, monkey-patches, open files) from leaking into the next.
-// Later a worker will keep, per hot environment, a pre-started "zygote"
-// interpreter that has done its imports and forks a child per job; the limits
-// and the Outcome stay the same, only the way the process comes to life
-// changes.
+// The worker runs each execution job, after it has written the job's script
+// into the session's working directory and chosen the environment's
+// interpreter, in one of two ways that return the same Outcome under the
+// same limits:
 //
-// What Run guarantees, whatever the script does:
+//   - Run starts a fresh interpreter: `python script.py`.
+//   - A Pool keeps, per interpreter and environment, a Zygote: a long-lived
+//     interpreter that has imported a list of modules and forks one child
+//     per job, so that a small job costs a fork instead of an interpreter
+//     start and its imports. The child runs the script as `python
+//     script.py` would (see zygote.py for what that takes). A job whose
+//     zygote is not ready runs with Run; it never waits for one.
 //
-//   - No shell: the argv is exactly [Spec.Python, Spec.Script], and the
-//     environment is exactly Spec.Env (build it with ChildEnv, which copies
-//     only an allowlist from the worker's own environment).
-//   - The child leads its own process group. On timeout or cancellation the
+// A fresh process per job, spawned or forked, is what keeps one job's state
+// (globals, imported modules, monkey-patches, open files) from leaking into
+// the next.
+//
+// What Run and Zygote.Run guarantee, whatever the script does:
+//
+//   - No shell: the argv is exactly [Spec.Python, Spec.Script] (a forked
+//     child's sys.argv is [Spec.Script]), and the environment is exactly
+//     Spec.Env (build it with ChildEnv, which copies only an allowlist from
+//     the worker's own environment).
+//   - The child leads its own process group (a forked child, its own
+//     session). On timeout or cancellation the
 //     whole group gets SIGKILL, and when the main process exits the group is
 //     killed too, so nothing a job started in the background outlives it or
 //     keeps its output pipes open. A process that leaves the group (setsid)
 //     cannot hold Run hostage either: after the main process has exited, Run
 //     waits at most a short, fixed delay for the pipes to drain.
 //   - On Linux the child also gets SIGKILL if the worker dies (Pdeathsig), so
-//     a crashed worker leaves no orphans behind. Pdeathsig fires when the OS
+//     a crashed worker leaves no orphans behind (a zygote has it too, and
+//     its children die with it). Pdeathsig fires when the OS
 //     thread that started the child exits; Go keeps its threads alive unless a
 //     goroutine that called runtime.LockOSThread returns, so do not call Run
 //     from such a goroutine.
@@ -31,6 +42,11 @@
 //     the first OutputLimit bytes and counts and discards the rest. A script
 //     that writes gigabytes costs the worker at most OutputLimit bytes per
 //     stream, and never blocks on a full pipe.
+//   - Spec.Rlimits are set before the script runs.
+//
+// A zygote whose imports started threads is unsafe to fork (a thread may
+// hold a lock the child would inherit held): StartZygote refuses it with
+// ErrZygoteUnsafe, and a Pool runs that environment with Run.
 //
 // Process control relies on Linux (waitid with WNOWAIT, Pdeathsig); on other
 // systems the package builds but Run returns an error.

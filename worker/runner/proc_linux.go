@@ -2,6 +2,7 @@ package runner
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"syscall"
 
@@ -45,3 +46,18 @@ func exitStatus(ps *os.ProcessState) (code int, signal string) {
 	}
 	return ps.ExitCode(), ""
 }
+
+// setRlimits applies limits to process pid.
+func setRlimits(pid int, limits []Rlimit) error {
+	for _, r := range limits {
+		rl := unix.Rlimit{Cur: r.Cur, Max: r.Max}
+		if err := unix.Prlimit(pid, r.Resource, &rl, nil); err != nil {
+			return fmt.Errorf("prlimit %d: %w", r.Resource, err)
+		}
+	}
+	return nil
+}
+
+// NoCoreFiles is the limit that keeps a crashing job from writing a core
+// file: RLIMIT_CORE 0.
+func NoCoreFiles() []Rlimit { return []Rlimit{{Resource: unix.RLIMIT_CORE}} }

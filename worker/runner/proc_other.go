@@ -23,3 +23,9 @@ func waitExited(int) {}
 func killGroup(int) {}
 
 func exitStatus(ps *os.ProcessState) (int, string) { return ps.ExitCode(), "" }
+
+func setRlimits(int, []Rlimit) error { return nil }
+
+// NoCoreFiles is the limit that keeps a crashing job from writing a core
+// file; none here, where jobs do not run.
+func NoCoreFiles() []Rlimit { return nil }

@@ -38,6 +38,43 @@ type Spec struct {
 	// OutputLimit caps the bytes kept from stdout and from stderr, each.
 	// Zero or negative means DefaultOutputLimit.
 	OutputLimit int64
+	// Rlimits are resource limits of the child (setrlimit(2)); the rest
+	// are the worker's own. A zygote's child sets them before any job code
+	// runs; Run sets them with prlimit(2) right after the interpreter
+	// started, long before it reaches the script.
+	Rlimits []Rlimit
+	// Preload names the modules a zygote for this job's interpreter and
+	// environment imports before forking; nil means the Pool's default.
+	// Run ignores it.
+	Preload []string
+}
+
+// Rlimit is one resource limit, as setrlimit(2) takes it.
+type Rlimit struct {
+	// Resource is the limit's number, e.g. unix.RLIMIT_CORE.
+	Resource int
+	// Cur and Max are the soft and hard limits; RlimInfinity means none.
+	Cur, Max uint64
+}
+
+// RlimInfinity is the value of an Rlimit without a limit.
+const RlimInfinity = ^uint64(0)
+
+// rlimitTriples encodes limits for the zygote: [resource, soft, hard], with
+// -1 for no limit as Python's resource module spells RLIM_INFINITY.
+func rlimitTriples(rl []Rlimit) [][3]int64 {
+	out := make([][3]int64, 0, len(rl))
+	for _, r := range rl {
+		out = append(out, [3]int64{int64(r.Resource), rlimValue(r.Cur), rlimValue(r.Max)})
+	}
+	return out
+}
+
+func rlimValue(v uint64) int64 {
+	if v == RlimInfinity {
+		return -1
+	}
+	return int64(min(v, 1<<63-1))
 }
 
 // Outcome is what happened to one run.
@@ -113,6 +150,11 @@ func Run(ctx context.Context, s Spec) (Outcome, error) {
 		return Outcome{}, fmt.Errorf("runner: start %s: %w", s.Python, err)
 	}
 	pid := cmd.Process.Pid
+	if err := setRlimits(pid, s.Rlimits); err != nil {
+		killGroup(pid)
+		_ = cmd.Wait()
+		return Outcome{}, fmt.Errorf("runner: limits: %w", err)
+	}
 
 	// exited closes when the main process has exited but is not yet reaped.
 	// Until cmd.Wait reaps it, its pid, which is also the group id, cannot
@@ -179,6 +221,11 @@ func (s Spec) validate() error {
 		return fmt.Errorf("runner: Spec.Script must be an absolute path, got %q", s.Script)
 	case s.Dir == "":
 		return errors.New("runner: Spec.Dir is empty")
+	}
+	for _, r := range s.Rlimits {
+		if r.Cur > r.Max {
+			return fmt.Errorf("runner: limit %d: soft limit %d above hard limit %d", r.Resource, r.Cur, r.Max)
+		}
 	}
 	return nil
 }

@@ -30,6 +30,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runFrontend(ctx, args[1:], stdin, stdout, stderr)
 	case "worker":
 		err = runWorker(ctx, args[1:], stderr)
+	case "bench":
+		err = runBench(ctx, args[1:], stdout, stderr)
+	case "export":
+		err = runExport(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "codexec", Version())
 		return 0
@@ -63,6 +67,8 @@ Usage:
   codexec dev [flags]        everything in one process, no external services (MCP on stdio, or --http)
   codexec frontend [flags]   the MCP frontend of a cluster (needs NATS with JetStream, and Redis)
   codexec worker [flags]     a worker of a cluster (needs NATS with JetStream, and Redis)
+  codexec bench [flags]      measure execute_code latency and throughput through real MCP clients
+  codexec export [flags]     write sessions' code files and recorded runs as plain files (--out DIR)
   codexec version            print the version
 
 Run "codexec <command> -h" for a command's flags. Every flag can also be set

@@ -69,6 +69,13 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer stopWorker(w, stopGrace, log)
 
+	// Code files get a plain-file copy next to the scripts the worker keeps
+	// (DATA_DIR/scripts, or --scripts-dir / CODE_STORAGE_DIR), so a local
+	// user finds both under one directory.
+	ff.filesMirror = wf.scriptsDir
+	if ff.filesMirror == "" {
+		ff.filesMirror = filepath.Join(dataDir, "scripts")
+	}
 	fe, err := frontend.New(ff.config(wire.DefaultPool, log.With("component", "frontend")), b, st)
 	if err != nil {
 		return usageError{err}

@@ -17,6 +17,7 @@ import (
 	"github.com/codexec/codexec/broker/statestore"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/worker"
+	"github.com/codexec/codexec/worker/runner"
 )
 
 // frontendFlags are the settings of the MCP frontend, shared by dev and frontend.
@@ -27,6 +28,12 @@ type frontendFlags struct {
 	queueWait   time.Duration
 	maxCode     int64
 	outputLimit int64
+	maxFile     int64
+	maxFiles    int
+	runHistory  int
+	runKeep     time.Duration
+	// filesMirror is set by dev only: see frontend.Config.FilesMirrorDir.
+	filesMirror string
 }
 
 func (ff *frontendFlags) register(f *flags, httpDefault string) {
@@ -36,12 +43,18 @@ func (ff *frontendFlags) register(f *flags, httpDefault string) {
 	f.duration(&ff.queueWait, "queue-wait", "CODEXEC_QUEUE_WAIT", frontend.DefaultQueueWait, "how long beyond its timeout a call waits for a worker")
 	f.bytes(&ff.maxCode, "max-code", "CODEXEC_MAX_CODE", frontend.DefaultMaxCodeBytes, "largest code a call may send")
 	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
+	f.bytes(&ff.maxFile, "max-file", "CODEXEC_MAX_FILE", frontend.DefaultMaxFileBytes, "largest size of a code file (initialize_code_file plus appends)")
+	f.integer(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", frontend.DefaultMaxFiles, "most code files one session may hold")
+	f.integer(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", frontend.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
+	f.duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", frontend.DefaultRunRetention, "how long the code of a run is kept")
 }
 
 func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
 	return frontend.Config{
 		Pool: pool, DefaultTimeout: ff.timeout, MaxTimeout: ff.maxTimeout, QueueWait: ff.queueWait,
 		MaxCodeBytes: int(ff.maxCode), OutputLimit: ff.outputLimit, Version: Version(), Logger: log,
+		MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
+		FilesMirrorDir: ff.filesMirror,
 	}
 }
 
@@ -53,6 +66,10 @@ type workerFlags struct {
 	scriptsDir  string
 	concurrency int
 	envPass     string
+	execMode    string
+	preload     string
+	maxZygotes  int
+	zygoteIdle  time.Duration
 }
 
 func (wf *workerFlags) register(f *flags) {
@@ -62,6 +79,10 @@ func (wf *workerFlags) register(f *flags) {
 	f.str(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where every script that runs is kept (default DATA_DIR/scripts)")
 	f.integer(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: number of CPUs)")
 	f.str(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
+	f.str(&wf.execMode, "exec-mode", "CODEXEC_EXEC_MODE", worker.ExecZygote, "zygote: fork each job from a warm interpreter that has done its imports; spawn: a fresh interpreter per job")
+	f.str(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
+	f.integer(&wf.maxZygotes, "max-zygotes", "CODEXEC_MAX_ZYGOTES", runner.DefaultMaxZygotes, "most warm interpreters alive at once (the least recently used idle one makes room)")
+	f.duration(&wf.zygoteIdle, "zygote-idle", "CODEXEC_ZYGOTE_IDLE", runner.DefaultZygoteIdle, "stop a warm interpreter that ran no job for this long")
 }
 
 func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog.Logger) worker.Config {
@@ -71,10 +92,19 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 			pass = append(pass, n)
 		}
 	}
+	preload := []string{}
+	if p := strings.TrimSpace(wf.preload); p != "none" {
+		for _, m := range strings.Split(p, ",") {
+			if m = strings.TrimSpace(m); m != "" {
+				preload = append(preload, m)
+			}
+		}
+	}
 	return worker.Config{
 		ID: wf.id, Pool: pool, DataDir: dataDir, ScriptsDir: wf.scriptsDir, Python: wf.python, VenvPath: wf.venv,
 		Concurrency: wf.concurrency, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
 		EnvPassthrough: pass, Logger: log,
+		ExecMode: wf.execMode, Preload: preload, MaxZygotes: wf.maxZygotes, ZygoteIdle: wf.zygoteIdle,
 	}
 }
 

@@ -1,0 +1,94 @@
+package runner
+
+import (
+	_ "embed"
+	"errors"
+	"log/slog"
+	"time"
+)
+
+// zygoteSource is the zygote's Python code. The bootstrap passed with -c
+// reads it as the first datagram on the control socket (fd 3), so the
+// command line stays short and the zygote's frames carry a name of their own
+// ("<codexec-zygote>") that the child strips from tracebacks.
+//
+//go:embed zygote.py
+var zygoteSource []byte
+
+// zygoteBootstrap is the zygote's -c argument.
+const zygoteBootstrap = "import socket;_ctl=socket.socket(fileno=3);" +
+	"exec(compile(_ctl.recv(1<<20),'<codexec-zygote>','exec'))"
+
+// maxZygoteRequest is the largest run request the zygote reads (its
+// recvmsg buffer); a job whose request would be larger runs with spawn.
+const maxZygoteRequest = 1<<20 - 1
+
+// DefaultPreload is what a zygote imports when nothing else is configured:
+// standard-library modules that generated code imports often and that start
+// no threads. Together they cost a fresh interpreter about a hundred
+// milliseconds; a zygote pays that once.
+var DefaultPreload = []string{
+	"abc", "argparse", "asyncio", "base64", "bisect", "collections", "contextlib", "copy", "csv",
+	"dataclasses", "datetime", "decimal", "email.message", "enum", "fractions", "functools",
+	"glob", "hashlib", "heapq", "http.client", "io", "itertools", "json", "logging", "math",
+	"operator", "os", "pathlib", "pprint", "random", "re", "shutil", "statistics", "string",
+	"struct", "subprocess", "tempfile", "textwrap", "threading", "time", "traceback", "typing",
+	"unittest", "urllib.parse", "urllib.request", "uuid", "zlib",
+}
+
+// Defaults of ZygoteConfig and PoolConfig.
+const (
+	DefaultZygoteStartTimeout = 2 * time.Minute
+	DefaultMaxZygotes         = 4
+	DefaultZygoteIdle         = 10 * time.Minute
+)
+
+// zygoteKillGrace is how long a job waits for the zygote to report its
+// child's exit after asking for a kill, before it gives up on the zygote.
+const zygoteKillGrace = 5 * time.Second
+
+var (
+	// ErrZygoteUnsafe is returned by StartZygote when the preloaded imports
+	// started threads: forking such a process can copy a lock that another
+	// thread holds, so the zygote is stopped instead.
+	ErrZygoteUnsafe = errors.New("runner: zygote is unsafe to fork: its imports started threads")
+	// ErrNotStarted is wrapped by Zygote.Run's error when the job never
+	// started (the zygote is gone, or could not fork): running it another
+	// way is safe.
+	ErrNotStarted = errors.New("runner: job not started")
+	// ErrZygoteDied is wrapped by Zygote.Run's error when the zygote died
+	// while the job ran; the job's processes were killed.
+	ErrZygoteDied = errors.New("runner: the zygote died while the job ran")
+)
+
+// ZygoteConfig says how to start a zygote.
+type ZygoteConfig struct {
+	// Python is the absolute path of the interpreter.
+	Python string
+	// Env is the zygote's environment, the one preloaded modules see when
+	// they are imported: usually ChildEnv without a home directory. Each
+	// job's child replaces it with its Spec.Env.
+	Env []string
+	// Preload lists the modules to import before forking. A module that
+	// fails to import is reported in ZygoteInfo.Failed and skipped.
+	Preload []string
+	// StartTimeout bounds the start, imports included. Default 2 minutes.
+	StartTimeout time.Duration
+	// Logger receives what the zygote writes to its stdout and stderr.
+	// Default slog.Default().
+	Logger *slog.Logger
+}
+
+// ZygoteInfo describes a started zygote.
+type ZygoteInfo struct {
+	// PID is the zygote's process id.
+	PID int
+	// Version is the interpreter's version, e.g. "3.12.1".
+	Version string
+	// Preloaded lists the modules imported; Failed maps the ones that
+	// failed to their error.
+	Preloaded []string
+	Failed    map[string]string
+	// ImportTime is what the preloads cost; StartTime the whole start.
+	ImportTime, StartTime time.Duration
+}

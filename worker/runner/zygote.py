@@ -1,0 +1,669 @@
+# codexec zygote: a warm Python interpreter that forks one child per job.
+#
+# worker/runner (zygote_linux.go) starts it as
+#
+#     python -c BOOTSTRAP CONFIG
+#
+# with fd 3 a SOCK_SEQPACKET Unix socket to the worker, stdin on /dev/null and
+# stdout and stderr on a pipe that the worker logs. BOOTSTRAP reads this file,
+# the first datagram on fd 3, and executes it under the name <codexec-zygote>;
+# CONFIG is a JSON object: {"preload": ["module", ...]}.
+#
+# Protocol on fd 3, one JSON object per datagram:
+#
+#   zygote -> worker, once:  {"op": "ready", "pid", "python", "preloaded",
+#                             "failed": {module: error}, "threads": [...],
+#                             "import_ms"}
+#       A non-empty "threads" means an import started a thread, so forking
+#       is unsafe: the zygote exits right after saying so.
+#   worker -> zygote:        {"op": "run", "id", "script", "dir", "env",
+#                             "rlimits": [[resource, soft, hard], ...]}
+#       with SCM_RIGHTS carrying three descriptors: the job's stdin, stdout
+#       and stderr.
+#   zygote -> worker:        {"op": "started", "id", "pid"}
+#                         or {"op": "failed", "id", "error"} (nothing ran)
+#   worker -> zygote:        {"op": "kill", "id"}: SIGKILL the job's group.
+#   zygote -> worker:        {"op": "exited", "id", "status"}: the wait status
+#       (as waitpid returns it), sent once the job's process group is killed.
+#
+# End of file on fd 3 means the worker is gone: the zygote kills every job it
+# started and exits.
+#
+# Latency: forking a process of tens of megabytes, and the copy-on-write
+# faults of its first steps, cost more than a small job itself. So the zygote
+# keeps one child forked ahead of time, a spare, that has done every step
+# that does not depend on the job (_prepare_child) and waits on a socket of
+# its own for one. A job goes to the spare; a new spare is forked when the
+# zygote has nothing else to do. The job's process reports its exit status
+# on that socket just before it exits, so that neither the fork nor the
+# teardown of its address space is on the job's path. A job that dies
+# without reporting (a signal, os._exit) is known by its wait status.
+
+import atexit
+import builtins
+import gc
+import json
+import os
+import select
+import signal
+import socket
+import struct
+import sys
+import time
+
+gc.disable()  # no collections in the zygote: fewer pages dirtied before a fork
+
+_ZYGOTE_FILE = '<codexec-zygote>'
+# The names the interpreter put in __main__ before any code ran (this file
+# runs in that module, after the bootstrap's names, which are not dunders).
+_MAIN_NAMES = [k for k in globals() if k[:2] == '__' == k[-2:]]
+_MAX_MSG = 1 << 20
+_BUF = bytearray(_MAX_MSG)  # every request is read into it: no allocation per job
+_ANC_SPACE = socket.CMSG_SPACE(16 * 4)
+
+try:
+    import ctypes
+
+    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+except Exception:  # an interpreter without ctypes: jobs outlive a killed zygote
+    _prctl = None
+_PR_SET_PDEATHSIG = 1
+
+try:
+    import resource
+except ImportError:
+    resource = None
+
+try:
+    from importlib.machinery import SourceFileLoader as _SourceFileLoader
+except ImportError:
+    _SourceFileLoader = None
+
+
+def _send(sock, obj):
+    sock.send(json.dumps(obj, separators=(',', ':')).encode())
+
+
+def _flush_std():
+    """Flush sys.stdout and sys.stderr as interpreter shutdown does; report
+    whether stdout could be flushed (a failure makes the exit status 120)."""
+    ok = True
+    for name in ('stdout', 'stderr'):
+        f = getattr(sys, name, None)
+        if f is None:
+            continue
+        try:
+            if f.closed:
+                continue
+            f.flush()
+        except Exception as e:
+            if name == 'stdout':
+                ok = False
+                _write_unraisable(e, f)
+    return ok
+
+
+def _write_unraisable(e, obj):
+    try:
+        import traceback
+
+        err = sys.stderr
+        if err is None:
+            return
+        err.write('Exception ignored in: %r\n' % (obj,))
+        traceback.print_exception(type(e), e, e.__traceback__, file=err)
+        err.flush()
+    except Exception:
+        pass
+
+
+def _kill_group(pid):
+    """SIGKILL the process group led by pid, and pid itself in case it is not
+    a group leader yet."""
+    for kill in (os.killpg, os.kill):
+        try:
+            kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+def _threads():
+    """Names of the threads besides the main one, Python's and native."""
+    names = []
+    th = sys.modules.get('threading')
+    if th is not None:
+        main = th.main_thread()
+        names = [t.name for t in th.enumerate() if t is not main]
+    try:
+        tasks = len(os.listdir('/proc/self/task'))
+    except OSError:
+        tasks = 1
+    if tasks - 1 > len(names):
+        names.append('%d native thread(s)' % (tasks - 1 - len(names)))
+    return names
+
+
+class _Job:
+    __slots__ = ('id', 'sock', 'done')
+
+    def __init__(self, jid, sock):
+        self.id = jid
+        self.sock = sock  # the job process's report socket, until it closes
+        self.done = False  # the worker was told how it ended
+
+
+class _Zygote:
+    def __init__(self, ctl):
+        self.ctl = ctl
+        self.pid = os.getpid()
+        self.sigchld = signal.getsignal(signal.SIGCHLD)
+        self.wakeup = None
+        self.poller = None
+        self.spare = None  # (pid, socket): a child waiting for a job
+        self.spare_failed = False
+        self.jobs = {}  # pid -> _Job, until reaped
+        self.by_fd = {}  # report socket fd -> pid
+
+    def preload(self, names):
+        loaded, failed = [], {}
+        for name in names:
+            try:
+                __import__(name)
+                loaded.append(name)
+            except BaseException as e:  # a module may even raise SystemExit
+                failed[name] = '%s: %s' % (type(e).__name__, e)
+        return loaded, failed
+
+    def serve(self):
+        rfd, wfd = os.pipe()
+        os.set_blocking(rfd, False)
+        os.set_blocking(wfd, False)
+        self.wakeup = (rfd, wfd)
+        signal.set_wakeup_fd(wfd, warn_on_full_buffer=False)
+        signal.signal(signal.SIGCHLD, lambda signum, frame: None)
+        self.poller = select.poll()
+        self.poller.register(self.ctl.fileno(), select.POLLIN)
+        self.poller.register(rfd, select.POLLIN)
+        ctl = self.ctl.fileno()
+        while True:
+            idle = self.spare is None and not self.spare_failed and self.idle()
+            events = self.poller.poll(0 if idle else None)
+            if not events:
+                # Nothing to do: fork the next job's process ahead of time.
+                # Not while a job runs: on a small machine the fork would
+                # slow the job down more than it saves the next one.
+                self.spare = self.fork_spare()
+                self.spare_failed = self.spare is None
+                continue
+            self.spare_failed = False
+            for fd, _ in events:
+                if fd == rfd:
+                    try:
+                        while os.read(rfd, 512):
+                            pass
+                    except BlockingIOError:
+                        pass
+                    self.reap()
+                elif fd == ctl:
+                    if not self.receive():
+                        self.shutdown()
+                else:
+                    self.report(fd)
+
+    def idle(self):
+        for job in self.jobs.values():
+            if not job.done:
+                return False
+        return True
+
+    def shutdown(self):
+        for pid in list(self.jobs):
+            _kill_group(pid)
+        if self.spare is not None:
+            _kill_group(self.spare[0])
+        os._exit(0)
+
+    def receive(self):
+        n, anc, flags, _ = self.ctl.recvmsg_into([_BUF], _ANC_SPACE)
+        msg = bytes(_BUF[:n])
+        fds = []
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                n = len(data) - len(data) % 4
+                fds.extend(memoryview(data)[:n].cast('i'))
+        if not msg and not fds:
+            return False  # end of file: the worker is gone
+        try:
+            try:
+                req = json.loads(msg)
+            except ValueError:
+                req = {}
+            op = req.get('op')
+            if op == 'run':
+                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
+                    _send(self.ctl, {'op': 'failed', 'id': req.get('id'), 'error': 'malformed run request'})
+                else:
+                    self.run(req['id'], msg, fds)
+            elif op == 'kill':
+                self.kill(req.get('id'))
+        finally:
+            for fd in fds:
+                os.close(fd)
+        return True
+
+    def fork_spare(self):
+        """Fork a child that prepares itself and waits for a job; return
+        (pid, socket) or None when fork fails."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        _flush_std()
+        gc.freeze()
+        try:
+            pid = os.fork()
+        except OSError:
+            ours.close()
+            theirs.close()
+            return None
+        if pid == 0:
+            ours.detach()
+            _spare_main(self, theirs)  # never returns
+        theirs.close()
+        return pid, ours
+
+    def run(self, jid, msg, fds):
+        for _ in range(2):
+            spare, self.spare = self.spare, None
+            if spare is None:
+                spare = self.fork_spare()
+            if spare is None:
+                _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'fork failed'})
+                return
+            pid, sock = spare
+            try:
+                sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('3i', *fds))])
+                break
+            except OSError:
+                # The spare died waiting (its reaping is SIGCHLD's business):
+                # fork another one.
+                sock.close()
+                _kill_group(pid)
+        else:
+            _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
+            return
+        sock.setblocking(False)
+        self.jobs[pid] = _Job(jid, sock)
+        self.by_fd[sock.fileno()] = pid
+        self.poller.register(sock.fileno(), select.POLLIN)
+        _send(self.ctl, {'op': 'started', 'id': jid, 'pid': pid})
+
+    def kill(self, jid):
+        for pid, job in self.jobs.items():
+            if job.id == jid and not job.done:
+                _kill_group(pid)
+
+    def finish(self, pid, job, status):
+        """Kill what the job left behind and tell the worker how it ended."""
+        _kill_group(pid)
+        job.done = True
+        _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})
+
+    def close_report(self, job):
+        if job.sock is not None:
+            fd = job.sock.fileno()
+            self.poller.unregister(fd)
+            self.by_fd.pop(fd, None)
+            job.sock.close()
+            job.sock = None
+
+    def report(self, fd):
+        """The job's process reported its exit status, or closed its socket."""
+        job = self.jobs.get(self.by_fd.get(fd))
+        if job is None or job.sock is None:
+            return  # an event of a socket closed since the poll
+        pid = self.by_fd[fd]
+        try:
+            data = job.sock.recv(64)
+        except BlockingIOError:
+            return  # not for this socket: its descriptor was reused since the poll
+        except OSError:
+            data = b''
+        if data:
+            try:
+                code = int(data)
+            except ValueError:
+                code = None  # not ours: the job wrote it; its wait status will tell
+            if code is not None and not job.done:
+                self.finish(pid, job, (code & 0xFF) << 8)
+        self.close_report(job)
+
+    def reap(self):
+        while True:
+            try:
+                info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+            except ChildProcessError:
+                return
+            if info is None or info.si_pid == 0:
+                return
+            pid = info.si_pid
+            job = self.jobs.get(pid)
+            if job is not None and not job.done:
+                # It died without reporting (a signal, os._exit, a crash).
+                # Not reaped yet, its pid still names its group: kill the
+                # group first, then reap.
+                _kill_group(pid)
+                _, status = self.wait(pid)
+                self.finish(pid, job, status)
+            else:
+                self.wait(pid)
+            if job is not None:
+                self.close_report(job)
+                del self.jobs[pid]
+            elif self.spare is not None and self.spare[0] == pid:
+                self.spare[1].close()
+                self.spare = None
+
+    def wait(self, pid):
+        try:
+            return os.waitpid(pid, 0)
+        except ChildProcessError:
+            return pid, 0
+
+
+# ---------------------------------------------------------------------------
+# The child: from here on the process is the job's, never the zygote's. It
+# must never return into the zygote's code.
+
+
+def _spare_main(z, sock):
+    code = 126
+    report = None
+    try:
+        report = _prepare_child(z, sock)
+        msg, fds = _receive_job(report)
+        req = json.loads(msg)
+        _setup_job(req, fds)
+        code, interrupted = _run_main(req['script'])
+        if interrupted:
+            # Like CPython: an uncaught KeyboardInterrupt ends the process by
+            # SIGINT, so its parent sees the signal.
+            report = None
+            signal.signal(signal.SIGINT, signal.SIG_DFL)
+            os.kill(os.getpid(), signal.SIGINT)
+    except _NoJob:
+        os._exit(0)
+    except BaseException as e:
+        try:
+            os.write(2, ('codexec: the job could not start: %s: %s\n' % (type(e).__name__, e)).encode())
+        except BaseException:
+            pass
+    finally:
+        if report is not None:
+            # Output is flushed; closing it now lets the worker see the end
+            # of it without waiting for this process's teardown.
+            for fd in (0, 1, 2):
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+            try:
+                report.send(b'%d' % code)
+            except OSError:
+                pass
+        os._exit(code)
+
+
+class _NoJob(Exception):
+    pass
+
+
+def _prepare_child(z, sock):
+    """The steps that make a forked zygote a job's process and do not
+    depend on the job; a spare does them while it waits. Returns the report
+    socket."""
+    # A session and process group of its own: the worker kills the whole
+    # group on timeout, and signals aimed at it never reach the zygote.
+    os.setsid()
+    # Die with the zygote, like a spawned job dies with its worker.
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != z.pid:
+            os._exit(126)
+    # Signals as the interpreter had them before the zygote took SIGCHLD.
+    signal.set_wakeup_fd(-1)
+    signal.signal(signal.SIGCHLD, z.sigchld)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    # Nothing of the zygote's stays open, above all not its control socket.
+    # The report socket moves out of the way of the descriptors a job opens.
+    z.ctl.detach()
+    if z.spare is not None:
+        z.spare[1].detach()
+    for job in z.jobs.values():
+        if job.sock is not None:
+            job.sock.detach()
+    high = 1023
+    if resource is not None:
+        soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if 0 < soft <= high:
+            high = soft - 1
+    report = socket.socket(fileno=os.dup2(sock.fileno(), high, inheritable=False))
+    sock.detach()
+    _close_fds(keep=high)
+    gc.enable()
+    return report
+
+
+def _receive_job(sock):
+    n, anc, _, _ = sock.recvmsg_into([_BUF], _ANC_SPACE)
+    msg = bytes(_BUF[:n])
+    fds = []
+    for level, kind, data in anc:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            n = len(data) - len(data) % 4
+            fds.extend(memoryview(data)[:n].cast('i'))
+    if not msg or len(fds) != 3:
+        raise _NoJob()  # the zygote closed the socket: it is going away
+    return msg, fds
+
+
+def _setup_job(req, fds):
+    """The job's own steps, before any of its code runs."""
+    # stdin, stdout and stderr on 0, 1 and 2: sys.stdin, sys.stdout and
+    # sys.stderr already wrap those descriptors.
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+    for fd in fds:
+        if fd > 2:
+            os.close(fd)
+    os.chdir(req['dir'])
+    env = {}
+    for kv in req.get('env') or ():
+        name, sep, value = kv.partition('=')
+        if name and sep:
+            env[name] = value
+    tz = os.environ.get('TZ')
+    for name in [n for n in os.environ if n not in env]:
+        del os.environ[name]
+    for name, value in env.items():
+        if os.environ.get(name) != value:
+            os.environ[name] = value
+    if hasattr(time, 'tzset') and env.get('TZ') != tz:
+        time.tzset()
+    for res, soft, hard in req.get('rlimits') or ():
+        resource.setrlimit(res, (soft, hard))
+    # Sandbox hook: the per-session privilege drop (setgroups([]), setresgid,
+    # setresuid) and namespace changes belong here, after chdir and before
+    # job code.
+
+
+def _close_fds(keep):
+    try:
+        fds = [int(name) for name in os.listdir('/proc/self/fd')]
+    except OSError:
+        os.closerange(3, keep)
+        return
+    for fd in fds:
+        if fd > 2 and fd != keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _run_main(path):
+    """Run path as `python path` would, including the interpreter's shutdown
+    steps; return the exit status and whether an uncaught KeyboardInterrupt
+    ended it."""
+    # numpy's legacy global generator is not reseeded on fork (os.fork
+    # reseeds the random module itself).
+    np_random = sys.modules.get('numpy.random')
+    if np_random is not None:
+        try:
+            np_random.seed()
+        except Exception:
+            pass
+
+    main = type(sys)('__main__')
+    d = main.__dict__
+    # The names a fresh interpreter's __main__ starts with, in its order.
+    for name in _MAIN_NAMES:
+        if name == '__annotations__':
+            d[name] = {}
+        elif name == '__builtins__':
+            d[name] = builtins
+        elif name not in d:
+            d[name] = None
+    if _SourceFileLoader is not None:
+        d['__loader__'] = _SourceFileLoader('__main__', path)
+    d['__file__'] = path
+    d['__cached__'] = None
+    sys.modules['__main__'] = main
+    sys.argv = [path]
+    if hasattr(sys, 'orig_argv'):
+        sys.orig_argv = [sys.executable, path]
+    if not getattr(sys.flags, 'safe_path', False):
+        sys.path.insert(0, os.path.dirname(os.path.realpath(path)))
+
+    try:
+        with open(path, 'rb') as f:
+            source = f.read()
+    except OSError as e:
+        sys.stderr.write("%s: can't open file %r: [Errno %s] %s\n" % (sys.executable, path, e.errno, e.strerror))
+        sys.stderr.flush()
+        return 2, False
+    exitcode = 0
+    interrupted = False
+    try:
+        code = compile(source, path, 'exec', dont_inherit=True)
+        del source
+        exec(code, d)
+    except SystemExit as e:
+        exitcode = _system_exit_code(e)
+    except BaseException as e:
+        _print_uncaught(e)
+        exitcode = 1
+        interrupted = isinstance(e, KeyboardInterrupt)
+    return _shutdown(d, exitcode), interrupted
+
+
+def _system_exit_code(e):
+    """The exit status for an uncaught SystemExit, as CPython computes it."""
+    code = e.code
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        if not -(1 << 63) <= code < (1 << 63):
+            return 255
+        return code & 0xFF
+    err = sys.stderr
+    try:
+        if err is not None:
+            err.write(str(code) + '\n')
+        else:
+            os.write(2, (str(code) + '\n').encode())
+    except Exception:
+        pass
+    return 1
+
+
+def _print_uncaught(e):
+    """Print an uncaught exception through sys.excepthook, without the
+    zygote's own frames at the head of its traceback."""
+    tb = e.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == _ZYGOTE_FILE:
+        tb = tb.tb_next
+    e.__traceback__ = tb
+    t = type(e)
+    sys.last_type, sys.last_value, sys.last_traceback = t, e, tb
+    if sys.version_info >= (3, 12):
+        sys.last_exc = e
+    hook = getattr(sys, 'excepthook', None)
+    try:
+        if hook is None:
+            raise RuntimeError('lost sys.excepthook')
+        hook(t, e, tb)
+    except BaseException as e2:
+        try:
+            err = sys.stderr
+            err.write('Error in sys.excepthook:\n')
+            sys.__excepthook__(type(e2), e2, e2.__traceback__)
+            err.write('\nOriginal exception was:\n')
+            sys.__excepthook__(t, e, tb)
+        except BaseException:
+            pass
+
+
+def _shutdown(d, exitcode):
+    """What interpreter shutdown does that a job can observe: wait for
+    non-daemon threads, run atexit handlers, flush stdout and stderr, and let
+    the main module's objects go (their __del__ methods run, and files only
+    they hold are flushed and closed)."""
+    th = sys.modules.get('threading')
+    if th is not None:
+        try:
+            th._shutdown()
+        except BaseException as e:
+            _write_unraisable(e, th._shutdown)
+    try:
+        atexit._run_exitfuncs()
+    except BaseException:
+        pass
+    if not _flush_std():
+        exitcode = 120
+    # As CPython clears a module: names with one leading underscore first,
+    # then everything but __builtins__.
+    try:
+        for key in [k for k in d if k[:1] == '_' and k[1:2] != '_']:
+            d[key] = None
+        for key in [k for k in d if k != '__builtins__']:
+            d[key] = None
+        gc.collect()
+    except BaseException:
+        pass
+    _flush_std()
+    return exitcode
+
+
+def _main():
+    ctl = _ctl  # noqa: F821 (the bootstrap's socket on fd 3)
+    cfg = json.loads(sys.argv[1])
+    # `python -c` puts the current directory first on sys.path; a job's
+    # script directory takes that place in each child.
+    if sys.path and sys.path[0] == '':
+        del sys.path[0]
+    z = _Zygote(ctl)
+    t0 = time.monotonic()
+    loaded, failed = z.preload(cfg.get('preload') or [])
+    import_ms = (time.monotonic() - t0) * 1000
+    threads = _threads()
+    gc.collect()
+    gc.freeze()
+    _send(ctl, {
+        'op': 'ready', 'pid': z.pid, 'python': '%d.%d.%d' % sys.version_info[:3],
+        'preloaded': loaded, 'failed': failed, 'threads': threads, 'import_ms': round(import_ms, 1),
+    })
+    if threads:
+        # Forking now could copy a lock that another thread holds.
+        os._exit(3)
+    z.serve()
+
+
+_main()

@@ -1,0 +1,582 @@
+package runner
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+	"unicode/utf8"
+
+	"golang.org/x/sys/unix"
+)
+
+// Zygote is a running zygote: a long-lived Python process that has imported
+// its preloads and forks one child per job. It is safe for concurrent use;
+// jobs run in parallel, each child in a session of its own.
+type Zygote struct {
+	cfg     ZygoteConfig
+	info    ZygoteInfo
+	log     *slog.Logger
+	cmd     *exec.Cmd
+	conn    *net.UnixConn
+	devnull *os.File // every job's stdin
+	nullFD  int      // devnull's descriptor
+	logOut  *lineLogger
+
+	mu     sync.Mutex
+	nextID uint64
+	jobs   map[uint64]chan zygoteMsg
+	err    error // why the zygote is gone, once it is
+	ran    uint64
+
+	gone      chan struct{} // closed when the control connection failed
+	done      chan struct{} // closed when the process has been reaped
+	closeOnce sync.Once
+}
+
+// zygoteMsg is one message from the zygote; which fields are set depends
+// on Op (see zygote.py).
+type zygoteMsg struct {
+	Op        string            `json:"op"`
+	ID        uint64            `json:"id"`
+	PID       int               `json:"pid"`
+	Status    int               `json:"status"`
+	Error     string            `json:"error"`
+	Python    string            `json:"python"`
+	Preloaded []string          `json:"preloaded"`
+	Failed    map[string]string `json:"failed"`
+	Threads   []string          `json:"threads"`
+	ImportMS  float64           `json:"import_ms"`
+}
+
+// zygoteRequest is a run request.
+type zygoteRequest struct {
+	Op      string     `json:"op"`
+	ID      uint64     `json:"id"`
+	Script  string     `json:"script,omitempty"`
+	Dir     string     `json:"dir,omitempty"`
+	Env     []string   `json:"env"`
+	Rlimits [][3]int64 `json:"rlimits,omitempty"`
+}
+
+// StartZygote starts a zygote and waits until it has imported its preloads
+// and is ready to fork, at most cfg.StartTimeout or until ctx ends. When the
+// imports started threads it stops the zygote and returns an error wrapping
+// ErrZygoteUnsafe.
+func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
+	if err := supported(); err != nil {
+		return nil, err
+	}
+	if !filepath.IsAbs(cfg.Python) {
+		return nil, fmt.Errorf("runner: zygote: Python must be an absolute path, got %q", cfg.Python)
+	}
+	if cfg.StartTimeout <= 0 {
+		cfg.StartTimeout = DefaultZygoteStartTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	preload, err := json.Marshal(map[string]any{"preload": nonNil(cfg.Preload)})
+	if err != nil {
+		return nil, fmt.Errorf("runner: zygote: %w", err)
+	}
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("runner: zygote: socketpair: %w", err)
+	}
+	ours := os.NewFile(uintptr(fds[0]), "zygote-control")
+	theirs := os.NewFile(uintptr(fds[1]), "zygote-control")
+	defer theirs.Close()
+	fc, err := net.FileConn(ours)
+	ours.Close()
+	if err != nil {
+		return nil, fmt.Errorf("runner: zygote: %w", err)
+	}
+	conn := fc.(*net.UnixConn)
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("runner: zygote: %w", err)
+	}
+
+	log := cfg.Logger.With("python", cfg.Python)
+	z := &Zygote{
+		cfg: cfg, log: log, conn: conn, devnull: devnull, nullFD: int(devnull.Fd()),
+		logOut: &lineLogger{log: log},
+		jobs:   make(map[uint64]chan zygoteMsg),
+		gone:   make(chan struct{}),
+		done:   make(chan struct{}),
+	}
+	env := cfg.Env
+	if env == nil {
+		env = []string{}
+	}
+	z.cmd = &exec.Cmd{
+		Path: cfg.Python,
+		Args: []string{cfg.Python, "-c", zygoteBootstrap, string(preload)},
+		Env:  env,
+		Dir:  "/",
+		// stdin is /dev/null; stdout and stderr share one pipe that is
+		// logged. A pipe, not /dev/null: the sys.stdout and sys.stderr a
+		// child inherits were set up for a pipe, like a job's.
+		Stdout:      z.logOut,
+		Stderr:      z.logOut,
+		ExtraFiles:  []*os.File{theirs},
+		SysProcAttr: sysProcAttr(),
+		WaitDelay:   pipeDrainDelay,
+	}
+	began := time.Now()
+	if err := z.cmd.Start(); err != nil {
+		conn.Close()
+		devnull.Close()
+		return nil, fmt.Errorf("runner: zygote: start %s: %w", cfg.Python, err)
+	}
+	theirs.Close()
+	go func() {
+		err := z.cmd.Wait()
+		z.logOut.flush()
+		z.fail(fmt.Errorf("runner: zygote %d exited: %v", z.cmd.Process.Pid, err))
+		close(z.done)
+	}()
+
+	ready, err := z.handshake(ctx)
+	if err != nil {
+		z.Close()
+		return nil, err
+	}
+	z.info = ZygoteInfo{
+		PID: z.cmd.Process.Pid, Version: ready.Python, Preloaded: ready.Preloaded, Failed: ready.Failed,
+		ImportTime: time.Duration(ready.ImportMS * float64(time.Millisecond)), StartTime: time.Since(began),
+	}
+	go z.readLoop()
+	return z, nil
+}
+
+// handshake sends the zygote its code and waits for its ready message.
+func (z *Zygote) handshake(ctx context.Context) (zygoteMsg, error) {
+	var m zygoteMsg
+	if _, err := z.conn.Write(zygoteSource); err != nil {
+		return m, fmt.Errorf("runner: zygote: send code: %w", err)
+	}
+	deadline := time.Now().Add(z.cfg.StartTimeout)
+	if err := z.conn.SetReadDeadline(deadline); err != nil {
+		return m, fmt.Errorf("runner: zygote: %w", err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = z.conn.SetReadDeadline(time.Now()) })
+	defer stop()
+	buf := make([]byte, 64<<10)
+	n, err := z.conn.Read(buf)
+	switch {
+	case ctx.Err() != nil:
+		return m, fmt.Errorf("runner: zygote: start: %w", ctx.Err())
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return m, fmt.Errorf("runner: zygote: not ready after %s", z.cfg.StartTimeout)
+	case err != nil || n == 0:
+		// It exited before saying anything: its output says why.
+		<-z.done
+		return m, fmt.Errorf("runner: zygote: exited during start-up: %s", z.logOut.tail())
+	}
+	if err := json.Unmarshal(buf[:n], &m); err != nil || m.Op != "ready" {
+		return m, fmt.Errorf("runner: zygote: unexpected first message %q", buf[:n])
+	}
+	if len(m.Threads) > 0 {
+		return m, fmt.Errorf("%w: %s", ErrZygoteUnsafe, strings.Join(m.Threads, ", "))
+	}
+	if err := z.conn.SetReadDeadline(time.Time{}); err != nil {
+		return m, fmt.Errorf("runner: zygote: %w", err)
+	}
+	return m, nil
+}
+
+// readLoop hands each message from the zygote to the job it is about.
+func (z *Zygote) readLoop() {
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := z.conn.Read(buf)
+		if err != nil || n == 0 {
+			if err == nil {
+				err = io.EOF
+			}
+			z.fail(fmt.Errorf("runner: zygote %d: control connection: %w", z.info.PID, err))
+			return
+		}
+		var m zygoteMsg
+		if err := json.Unmarshal(buf[:n], &m); err != nil {
+			z.log.Error("zygote sent an undecodable message", "msg", string(buf[:n]))
+			continue
+		}
+		z.mu.Lock()
+		ch := z.jobs[m.ID]
+		if m.Op == "exited" || m.Op == "failed" {
+			delete(z.jobs, m.ID)
+		}
+		z.mu.Unlock()
+		if ch != nil {
+			ch <- m // buffered for every message a job gets
+		}
+	}
+}
+
+// fail records why the zygote is gone and wakes every job waiting on it.
+func (z *Zygote) fail(err error) {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	if z.err == nil {
+		z.err = err
+		close(z.gone)
+	}
+}
+
+// Info describes the zygote.
+func (z *Zygote) Info() ZygoteInfo { return z.info }
+
+// Done is closed once the zygote process has exited and been reaped.
+func (z *Zygote) Done() <-chan struct{} { return z.done }
+
+// Err says why the zygote is gone, or nil while it serves.
+func (z *Zygote) Err() error {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.err
+}
+
+// RSS returns the zygote's resident set size in bytes, 0 when unknown.
+func (z *Zygote) RSS() int64 { return ProcessRSS(z.info.PID) }
+
+// Close stops the zygote: SIGKILL, which kills the children still running
+// too (they die with their parent). It waits until the process is reaped.
+// Close is idempotent.
+func (z *Zygote) Close() error {
+	z.closeOnce.Do(func() {
+		z.fail(errors.New("runner: zygote closed"))
+		if z.cmd.Process != nil {
+			_ = z.cmd.Process.Kill()
+		}
+		<-z.done
+		z.conn.Close()
+		z.devnull.Close()
+	})
+	return nil
+}
+
+// Run runs s in a child forked from the zygote and returns its outcome,
+// with the same guarantees as the package-level Run: stdin /dev/null,
+// stdout and stderr read concurrently into capped buffers, a process group
+// (here a session) of its own that is SIGKILLed on timeout, on cancellation
+// and when the child exits. s.Python is ignored: the zygote's interpreter
+// runs the job.
+//
+// An error wrapping ErrNotStarted means nothing ran; one wrapping
+// ErrZygoteDied means the job was killed with the zygote, and the outcome
+// holds what it wrote until then.
+func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
+	if err := s.validate(); err != nil {
+		return Outcome{}, err
+	}
+	if err := ctx.Err(); err != nil {
+		return Outcome{}, fmt.Errorf("runner: not started: %w", err)
+	}
+	if fi, err := os.Stat(s.Dir); err != nil || !fi.IsDir() {
+		if err == nil {
+			err = syscall.ENOTDIR
+		}
+		return Outcome{}, fmt.Errorf("runner: working directory: %w", err)
+	}
+	for _, kv := range s.Env {
+		if !utf8.ValidString(kv) {
+			// JSON would mangle it; a spawned interpreter gets it byte for byte.
+			return Outcome{}, fmt.Errorf("%w: the environment is not valid UTF-8", ErrNotStarted)
+		}
+	}
+	limit := s.OutputLimit
+	if limit <= 0 {
+		limit = DefaultOutputLimit
+	}
+
+	z.mu.Lock()
+	if z.err != nil {
+		err := z.err
+		z.mu.Unlock()
+		return Outcome{}, fmt.Errorf("%w: %w", ErrNotStarted, err)
+	}
+	z.nextID++
+	id := z.nextID
+	ch := make(chan zygoteMsg, 2)
+	z.jobs[id] = ch
+	z.mu.Unlock()
+	forget := func() {
+		z.mu.Lock()
+		delete(z.jobs, id)
+		z.mu.Unlock()
+	}
+
+	req, err := json.Marshal(zygoteRequest{Op: "run", ID: id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits)})
+	if err == nil && len(req) > maxZygoteRequest {
+		err = fmt.Errorf("%w: the request is %d bytes, more than %d", ErrNotStarted, len(req), maxZygoteRequest)
+	}
+	if err != nil {
+		forget()
+		return Outcome{}, err
+	}
+
+	stdout, stderr := &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
+	outR, outW, err := outputPipe()
+	if err != nil {
+		forget()
+		return Outcome{}, err
+	}
+	errR, errW, err := outputPipe()
+	if err != nil {
+		forget()
+		outR.Close()
+		unix.Close(outW)
+		return Outcome{}, err
+	}
+	start := time.Now()
+	_, _, err = z.conn.WriteMsgUnix(req, unix.UnixRights(z.nullFD, outW, errW), nil)
+	// The zygote holds its own copies now (or never will).
+	unix.Close(outW)
+	unix.Close(errW)
+	var copying sync.WaitGroup
+	copying.Add(2)
+	go func() { defer copying.Done(); _, _ = io.Copy(stdout, outR) }()
+	go func() { defer copying.Done(); _, _ = io.Copy(stderr, errR) }()
+	closePipes := func() {
+		_ = outR.SetReadDeadline(time.Now())
+		_ = errR.SetReadDeadline(time.Now())
+		copying.Wait()
+		outR.Close()
+		errR.Close()
+	}
+	if err != nil {
+		forget()
+		closePipes()
+		return Outcome{}, fmt.Errorf("%w: send to zygote: %w", ErrNotStarted, err)
+	}
+
+	var timeout <-chan time.Time
+	if s.Timeout > 0 {
+		t := time.NewTimer(s.Timeout - time.Since(start))
+		defer t.Stop()
+		timeout = t.C
+	}
+	var (
+		out        Outcome
+		ctxErr     error
+		pid        int
+		status     int
+		exited     bool
+		grace      <-chan time.Time
+		graceTimer *time.Timer
+		ctxDone    = ctx.Done()
+	)
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+	}()
+	kill := func() {
+		_ = z.send(zygoteRequest{Op: "kill", ID: id})
+		if graceTimer == nil {
+			graceTimer = time.NewTimer(zygoteKillGrace)
+			grace = graceTimer.C
+		}
+	}
+	for !exited {
+		select {
+		case m := <-ch:
+			switch m.Op {
+			case "started":
+				pid = m.PID
+			case "failed":
+				closePipes()
+				return Outcome{}, fmt.Errorf("%w: %s", ErrNotStarted, m.Error)
+			case "exited":
+				status, exited = m.Status, true
+			}
+		case <-timeout:
+			timeout = nil
+			out.TimedOut = true
+			kill()
+		case <-ctxDone:
+			ctxDone = nil
+			ctxErr = ctx.Err()
+			kill()
+		case <-grace:
+			// The zygote does not answer: end it, and the job with it.
+			z.log.Error("zygote did not report a killed job; stopping it", "pid", z.info.PID)
+			z.fail(errors.New("runner: zygote did not answer a kill"))
+			_ = z.cmd.Process.Kill()
+			grace = nil
+		case <-z.gone:
+			forget()
+			if pid == 0 {
+				closePipes()
+				return Outcome{}, fmt.Errorf("%w: %w", ErrNotStarted, z.Err())
+			}
+			// The child dies with the zygote (its parent-death signal);
+			// what it started does not, unless we kill the group.
+			killGroup(pid)
+			out.Duration = time.Since(start)
+			out.ExitCode, out.Signal = -1, "killed"
+			z.fillOutput(&out, stdout, stderr, closePipes)
+			return out, fmt.Errorf("%w: %w", ErrZygoteDied, z.Err())
+		}
+	}
+	out.Duration = time.Since(start)
+	z.mu.Lock()
+	z.ran++
+	z.mu.Unlock()
+	// The zygote killed the job's group before it reaped the child, so the
+	// pipes reach EOF unless a process escaped the group (setsid).
+	z.fillOutput(&out, stdout, stderr, func() {
+		drained := make(chan struct{})
+		go func() { copying.Wait(); close(drained) }()
+		t := time.NewTimer(pipeDrainDelay)
+		select {
+		case <-drained:
+		case <-t.C:
+		}
+		t.Stop()
+		closePipes()
+	})
+	ws := syscall.WaitStatus(status)
+	if ws.Signaled() {
+		out.ExitCode, out.Signal = -1, ws.Signal().String()
+	} else {
+		out.ExitCode = ws.ExitStatus()
+	}
+	return out, ctxErr
+}
+
+func (z *Zygote) fillOutput(out *Outcome, stdout, stderr *cappedBuffer, drain func()) {
+	drain()
+	out.Stdout, out.Stderr = stdout.Bytes(), stderr.Bytes()
+	out.StdoutBytes, out.StderrBytes = stdout.Total(), stderr.Total()
+	out.StdoutTruncated, out.StderrTruncated = stdout.Truncated(), stderr.Truncated()
+}
+
+// Jobs returns how many jobs the zygote has run to completion.
+func (z *Zygote) Jobs() uint64 {
+	z.mu.Lock()
+	defer z.mu.Unlock()
+	return z.ran
+}
+
+func (z *Zygote) send(r zygoteRequest) error {
+	data, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	_, err = z.conn.Write(data)
+	return err
+}
+
+// outputPipe makes a pipe for a job's stdout or stderr: the read end is a
+// pollable *os.File of ours, the write end a blocking descriptor for the
+// child (a non-blocking stdout would fail a job's large writes with EAGAIN).
+func outputPipe() (*os.File, int, error) {
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		return nil, -1, fmt.Errorf("runner: pipe: %w", err)
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return nil, -1, fmt.Errorf("runner: pipe: %w", err)
+	}
+	return os.NewFile(uintptr(p[0]), "|0"), p[1], nil
+}
+
+// ProcessRSS returns the resident set size of process pid in bytes (VmRSS
+// in /proc/<pid>/status), 0 when it cannot be read.
+func ProcessRSS(pid int) int64 {
+	if pid <= 0 {
+		return 0
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			var kb int64
+			if _, err := fmt.Sscanf(strings.TrimSpace(rest), "%d kB", &kb); err == nil {
+				return kb << 10
+			}
+		}
+	}
+	return 0
+}
+
+// lineLogger logs what a zygote writes, line by line, and keeps the last
+// few lines to explain a failed start.
+type lineLogger struct {
+	log  *slog.Logger
+	mu   sync.Mutex
+	part []byte
+	last []string
+}
+
+func (l *lineLogger) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.part = append(l.part, p...)
+	for {
+		i := bytes.IndexByte(l.part, '\n')
+		if i < 0 {
+			break
+		}
+		l.emit(string(l.part[:i]))
+		l.part = l.part[i+1:]
+	}
+	if len(l.part) > 64<<10 { // a runaway line
+		l.emit(string(l.part))
+		l.part = nil
+	}
+	return len(p), nil
+}
+
+func (l *lineLogger) emit(line string) {
+	l.log.Warn("zygote output", "line", line)
+	l.last = append(l.last, line)
+	if len(l.last) > 20 {
+		l.last = l.last[1:]
+	}
+}
+
+func (l *lineLogger) flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.part) > 0 {
+		l.emit(string(l.part))
+		l.part = nil
+	}
+}
+
+func (l *lineLogger) tail() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if len(l.last) == 0 {
+		return "(no output)"
+	}
+	return strings.Join(l.last, "\n")
+}
+
+func nonNil(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
+}
