@@ -20,7 +20,9 @@
 #                             "rlimits": [[resource, soft, hard], ...]}
 #       with SCM_RIGHTS carrying three descriptors: the job's stdin, stdout
 #       and stderr.
-#   zygote -> worker:        {"op": "started", "id", "pid"}
+#   zygote -> worker:        {"op": "started", "id", "pid"}, sent before the job
+#                             is handed to that process (again, with another
+#                             pid, if that process turns out to be dead)
 #                         or {"op": "failed", "id", "error"} (nothing ran)
 #   worker -> zygote:        {"op": "kill", "id"}: SIGKILL the job's group.
 #   zygote -> worker:        {"op": "exited", "id", "status"}: the wait status
@@ -278,6 +280,10 @@ class _Zygote:
                 _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'fork failed'})
                 return
             pid, sock = spare
+            # "started" goes first: once the job is handed over it may run
+            # (and even kill this zygote) at once, and the worker must never
+            # take a job that started for one that did not.
+            _send(self.ctl, {'op': 'started', 'id': jid, 'pid': pid})
             try:
                 sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('3i', *fds))])
                 break
@@ -293,7 +299,6 @@ class _Zygote:
         self.jobs[pid] = _Job(jid, sock)
         self.by_fd[sock.fileno()] = pid
         self.poller.register(sock.fileno(), select.POLLIN)
-        _send(self.ctl, {'op': 'started', 'id': jid, 'pid': pid})
 
     def kill(self, jid):
         for pid, job in self.jobs.items():

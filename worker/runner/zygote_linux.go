@@ -312,7 +312,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	}
 	z.nextID++
 	id := z.nextID
-	ch := make(chan zygoteMsg, 2)
+	ch := make(chan zygoteMsg, 4) // at most two "started", then "exited" or "failed"
 	z.jobs[id] = ch
 	z.mu.Unlock()
 	forget := func() {
@@ -364,6 +364,19 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		closePipes()
 		return Outcome{}, fmt.Errorf("%w: send to zygote: %w", ErrNotStarted, err)
 	}
+	// drainThenClose waits for the pipes to reach EOF, at most
+	// pipeDrainDelay (a process that escaped the group may hold them).
+	drainThenClose := func() {
+		drained := make(chan struct{})
+		go func() { copying.Wait(); close(drained) }()
+		t := time.NewTimer(pipeDrainDelay)
+		select {
+		case <-drained:
+		case <-t.C:
+		}
+		t.Stop()
+		closePipes()
+	}
 
 	var timeout <-chan time.Time
 	if s.Timeout > 0 {
@@ -393,17 +406,25 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 			grace = graceTimer.C
 		}
 	}
+	// handle takes one message about the job; it reports whether the job
+	// failed to start.
+	failed := ""
+	handle := func(m zygoteMsg) {
+		switch m.Op {
+		case "started":
+			pid = m.PID
+		case "failed":
+			failed = m.Error
+		case "exited":
+			status, exited = m.Status, true
+		}
+	}
 	for !exited {
 		select {
 		case m := <-ch:
-			switch m.Op {
-			case "started":
-				pid = m.PID
-			case "failed":
+			if handle(m); failed != "" {
 				closePipes()
-				return Outcome{}, fmt.Errorf("%w: %s", ErrNotStarted, m.Error)
-			case "exited":
-				status, exited = m.Status, true
+				return Outcome{}, fmt.Errorf("%w: %s", ErrNotStarted, failed)
 			}
 		case <-timeout:
 			timeout = nil
@@ -420,8 +441,21 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 			_ = z.cmd.Process.Kill()
 			grace = nil
 		case <-z.gone:
+			// The reader hands over every message it read before it
+			// noticed the end: take those first.
+			for pending := true; pending; {
+				select {
+				case m := <-ch:
+					handle(m)
+				default:
+					pending = false
+				}
+			}
+			if exited {
+				continue
+			}
 			forget()
-			if pid == 0 {
+			if failed != "" || pid == 0 {
 				closePipes()
 				return Outcome{}, fmt.Errorf("%w: %w", ErrNotStarted, z.Err())
 			}
@@ -430,7 +464,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 			killGroup(pid)
 			out.Duration = time.Since(start)
 			out.ExitCode, out.Signal = -1, "killed"
-			z.fillOutput(&out, stdout, stderr, closePipes)
+			z.fillOutput(&out, stdout, stderr, drainThenClose)
 			return out, fmt.Errorf("%w: %w", ErrZygoteDied, z.Err())
 		}
 	}
@@ -440,17 +474,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	z.mu.Unlock()
 	// The zygote killed the job's group before it reaped the child, so the
 	// pipes reach EOF unless a process escaped the group (setsid).
-	z.fillOutput(&out, stdout, stderr, func() {
-		drained := make(chan struct{})
-		go func() { copying.Wait(); close(drained) }()
-		t := time.NewTimer(pipeDrainDelay)
-		select {
-		case <-drained:
-		case <-t.C:
-		}
-		t.Stop()
-		closePipes()
-	})
+	z.fillOutput(&out, stdout, stderr, drainThenClose)
 	ws := syscall.WaitStatus(status)
 	if ws.Signaled() {
 		out.ExitCode, out.Signal = -1, ws.Signal().String()
