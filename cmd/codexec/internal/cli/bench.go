@@ -54,7 +54,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.StringVar(&o.cluster, "cluster", "auto", "multi-process scenarios: auto (when nats-server and redis-server are found), on or off")
 	f.StringVar(&o.modes, "modes", "zygote,spawn", "exec modes to measure, comma-separated")
 	f.BoolVar(&o.baselines, "baselines", true, "measure plain interpreter starts for reference")
-	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory (data directories and server logs)")
+	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory (the servers' data directories)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
