@@ -282,7 +282,11 @@ func (b *Broker) messageLimit() int {
 // job.CodeRef is set (job.Code is left as is in the caller's struct, only
 // the published copy goes without it); Consume resolves it transparently.
 // A job whose encoding exceeds MaxJobBytes fails with wire.ErrPayloadTooLarge.
-func (b *Broker) PublishJob(ctx context.Context, job *wire.Job) error {
+func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishOption) error {
+	var opt publishOptions
+	for _, o := range opts {
+		o(&opt)
+	}
 	if job == nil {
 		return errors.New("broker: publish: nil job")
 	}
@@ -328,8 +332,18 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job) error {
 				job.ID, len(data), limit, wire.ErrPayloadTooLarge)
 		}
 	}
-	_, err = b.js.Publish(ctx, wire.JobSubject(job.Pool), data,
-		jetstream.WithMsgID(job.ID), jetstream.WithExpectStream(wire.JobsStream))
+	subject, msgID := wire.JobSubject(job.Pool), job.ID
+	if opt.worker != "" {
+		if !wire.ValidWorkerID(opt.worker) {
+			return fmt.Errorf("broker: publish job %s: invalid worker id %q", job.ID, opt.worker)
+		}
+		subject = wire.WorkerSubject(job.Pool, opt.worker)
+	}
+	if opt.msgID != "" {
+		msgID = opt.msgID
+	}
+	_, err = b.js.Publish(ctx, subject, data,
+		jetstream.WithMsgID(msgID), jetstream.WithExpectStream(wire.JobsStream))
 	if err != nil {
 		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
 	}
@@ -588,4 +602,36 @@ func encode(v any) ([]byte, error) {
 		return nil, err
 	}
 	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+type publishOptions struct{ worker, msgID string }
+
+// PublishOption changes where and how PublishJob publishes.
+type PublishOption func(*publishOptions)
+
+// ToWorker sends the job to one worker of its pool (wire.WorkerSubject)
+// instead of the pool's shared consumer. That worker must consume it
+// (ConsumeWorker); if it dies first, the caller republishes to the pool.
+func ToWorker(id string) PublishOption { return func(o *publishOptions) { o.worker = id } }
+
+// WithMsgID replaces the deduplication id (the job id by default), so the
+// same job can be published a second time, e.g. to the pool after its
+// targeted worker went away. Results are create-only by job id, so only one
+// run's result is kept.
+func WithMsgID(id string) PublishOption { return func(o *publishOptions) { o.msgID = id } }
+
+// PublishProgress publishes one progress line of job jobID on core NATS
+// (best effort: nobody may be listening, and nothing is stored).
+func (b *Broker) PublishProgress(jobID, line string) error {
+	return b.nc.Publish(wire.ProgressSubject(jobID), []byte(line))
+}
+
+// SubscribeProgress calls fn with each progress line of job jobID until the
+// returned stop is called. Subscribe before publishing the job.
+func (b *Broker) SubscribeProgress(jobID string, fn func(line string)) (stop func(), err error) {
+	sub, err := b.nc.Subscribe(wire.ProgressSubject(jobID), func(m *nats.Msg) { fn(string(m.Data)) })
+	if err != nil {
+		return nil, fmt.Errorf("broker: subscribe progress: %w", err)
+	}
+	return func() { _ = sub.Unsubscribe() }, nil
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"reflect"
 	"strings"
 	"sync"
 	"testing"
@@ -168,7 +169,7 @@ func TestRoundTrip(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if *after != *got.r || *direct != *got.r {
+	if !reflect.DeepEqual(after, got.r) || !reflect.DeepEqual(direct, got.r) {
 		t.Errorf("results differ:\nwait before %+v\nwait after  %+v\nget         %+v", got.r, after, direct)
 	}
 	if err := tb.b.Ping(ctx); err != nil {
@@ -320,7 +321,7 @@ func TestPutResultCreateOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if *got != *first {
+		if !reflect.DeepEqual(got, first) {
 			t.Errorf("%s: GetResult returned the second result (worker %s)", name, got.WorkerID)
 		}
 	}
@@ -344,7 +345,7 @@ func TestLargeResult(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%s: %v", name, err)
 		}
-		if *got != *r {
+		if !reflect.DeepEqual(got, r) {
 			t.Errorf("%s: result differs (stdout %d bytes, want %d)", name, len(got.Stdout), len(r.Stdout))
 		}
 	}
@@ -813,7 +814,7 @@ func TestSurvivesRestart(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if *got != *want {
+		if !reflect.DeepEqual(got, want) {
 			t.Errorf("result %s changed across the restart", want.JobID)
 		}
 	}

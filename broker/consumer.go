@@ -72,9 +72,39 @@ func (b *Broker) Consume(ctx context.Context, pool string, concurrency int, hand
 		MaxDeliver:    b.cfg.MaxDeliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
+	return b.consume(ctx, cfg, pool, make(chan struct{}, concurrency), handle)
+}
+
+// ConsumeWorker is Consume for the jobs sent to one worker of pool
+// (wire.WorkerSubject), on a durable consumer of the worker's own that the
+// server deletes after inactive without a pull (so dead workers' consumers
+// go away). Its slots are its own: each consumer keeps one pull waiting,
+// and a shared slot would be held by the other's idle pull, so a worker
+// consuming both may run up to the two concurrencies at once.
+func (b *Broker) ConsumeWorker(ctx context.Context, pool, worker string, inactive time.Duration, concurrency int, handle func(context.Context, *Delivery)) (*Consumer, error) {
+	if !wire.ValidPool(pool) || !wire.ValidWorkerID(worker) {
+		return nil, fmt.Errorf("broker: consume: invalid pool %q or worker %q", pool, worker)
+	}
+	if concurrency < 1 || handle == nil {
+		return nil, fmt.Errorf("broker: consume worker %s: concurrency below 1 or nil handler", worker)
+	}
+	cfg := jetstream.ConsumerConfig{
+		Durable:           wire.WorkerConsumerName(pool, worker),
+		Description:       "codexec worker " + worker + " of pool " + pool,
+		FilterSubject:     wire.WorkerSubject(pool, worker),
+		AckPolicy:         jetstream.AckExplicitPolicy,
+		AckWait:           b.cfg.AckWait,
+		MaxDeliver:        b.cfg.MaxDeliver,
+		DeliverPolicy:     jetstream.DeliverAllPolicy,
+		InactiveThreshold: inactive,
+	}
+	return b.consume(ctx, cfg, pool, make(chan struct{}, concurrency), handle)
+}
+
+func (b *Broker) consume(ctx context.Context, cfg jetstream.ConsumerConfig, pool string, sem chan struct{}, handle func(context.Context, *Delivery)) (*Consumer, error) {
 	cons, err := b.js.CreateOrUpdateConsumer(ctx, wire.JobsStream, cfg)
 	if err != nil {
-		return nil, fmt.Errorf("broker: consume pool %s: %w", pool, err)
+		return nil, fmt.Errorf("broker: consume %s: %w", cfg.Durable, err)
 	}
 	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
 	c := &Consumer{
@@ -84,7 +114,7 @@ func (b *Broker) Consume(ctx context.Context, pool string, concurrency int, hand
 		handle:   handle,
 		log:      b.log.With("pool", pool),
 		ackWait:  b.cfg.AckWait,
-		sem:      make(chan struct{}, concurrency),
+		sem:      sem,
 		baseCtx:  context.WithoutCancel(ctx),
 		loopCtx:  loopCtx,
 		stopLoop: stopLoop,

@@ -64,7 +64,8 @@ func DecodeAdverts(members map[string][]byte) []Advert {
 // spec.ID(), or "" to compute it.
 //
 // It prefers a worker that holds the environment (hit is true), the least
-// loaded one, then the lowest ID; else the least loaded worker that can
+// loaded one, then the one holding fewest environments, then the lowest ID;
+// else (by the same order) the worker that can
 // build it: it has the spec's manager and, for venv and uv, an interpreter
 // of the spec's Python version (conda installs its own). An existing
 // environment is never built, so only workers that hold it or advertise it
@@ -83,7 +84,10 @@ func Choose(adverts []Advert, spec Spec, specID string) (workerID string, hit bo
 	}
 	best := func(cands []Advert) string {
 		return slices.MinFunc(cands, func(a, b Advert) int {
-			return cmp.Or(cmp.Compare(a.Load, b.Load), cmp.Compare(a.WorkerID, b.WorkerID))
+			// Fewer environments held second: with equal loads (loads are
+			// sampled at heartbeats, so often all zero), new builds spread
+			// over the workers instead of piling onto the lowest ID.
+			return cmp.Or(cmp.Compare(a.Load, b.Load), cmp.Compare(len(a.Envs), len(b.Envs)), cmp.Compare(a.WorkerID, b.WorkerID))
 		}).WorkerID
 	}
 

@@ -2,7 +2,6 @@ package frontend
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -10,6 +9,7 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync/atomic"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -50,6 +50,19 @@ type Config struct {
 	// that path as file_path. `codexec dev` sets it to the scripts directory;
 	// frontends of a cluster leave it empty and return codexec://files/<name>.
 	FilesMirrorDir string
+	// AllowURLRequirements accepts "name @ https://..." packages (the
+	// workers must allow them too). Default false.
+	AllowURLRequirements bool
+	// InstallTimeout bounds building an environment (install_dependencies,
+	// configure_environment). Default 10m.
+	InstallTimeout time.Duration
+	// ProgressInterval is the least time between two progress
+	// notifications of one call. Default 250ms.
+	ProgressInterval time.Duration
+	// TargetCheck is how often a call whose job was sent to one worker
+	// checks that worker's presence (republishing to the pool when it has
+	// lapsed). Default 2s.
+	TargetCheck time.Duration
 	// Keys builds state-store keys. Default prefix "codexec:".
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
@@ -107,6 +120,15 @@ func (c Config) WithDefaults() Config {
 	if c.Keys.Prefix == "" {
 		c.Keys.Prefix = "codexec:"
 	}
+	if c.InstallTimeout <= 0 {
+		c.InstallTimeout = 10 * time.Minute
+	}
+	if c.ProgressInterval <= 0 {
+		c.ProgressInterval = 250 * time.Millisecond
+	}
+	if c.TargetCheck <= 0 {
+		c.TargetCheck = 2 * time.Second
+	}
 	if c.Version == "" {
 		c.Version = "dev"
 	}
@@ -123,6 +145,8 @@ type Frontend struct {
 	store  statestore.Store
 	files  *CodeStore
 	log    *slog.Logger
+
+	placements, placementHits atomic.Int64
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared
@@ -148,7 +172,11 @@ and returns stdout, stderr and the exit status; isError is true exactly when the
 persists between calls, so files written by one call can be read by the next.
 For a script too large for one message, initialize_code_file starts it, append_to_code_file adds
 pieces, read_code_file reads it back and execute_code_file runs it. list_code_files lists the
-session's code files and its recent runs; read_code_file with a job_id shows the code a run ran.`
+session's code files and its recent runs; read_code_file with a job_id shows the code a run ran.
+Packages: install_dependencies installs packages for this session (a new environment, built in
+seconds and cached; the session switches to it), check_installed_packages checks names or import
+names, configure_environment picks an existing environment or a Python version and package set,
+get_environment_config shows the current one.`
 
 // MCPServer builds the MCP server with every tool registered. stdio says
 // whether it will be served on stdio (one session) or over HTTP.
@@ -196,22 +224,6 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	return mux, h
-}
-
-// liveWorkers returns the live workers of the frontend's pool.
-func (f *Frontend) liveWorkers(ctx context.Context) ([]wire.WorkerInfo, error) {
-	members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
-	if err != nil {
-		return nil, err
-	}
-	var out []wire.WorkerInfo
-	for _, data := range members {
-		var wi wire.WorkerInfo
-		if json.Unmarshal(data, &wi) == nil && wi.Pool == f.cfg.Pool {
-			out = append(out, wi)
-		}
-	}
-	return out, nil
 }
 
 type slogWriter struct{ l *slog.Logger }

@@ -59,6 +59,7 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 	})
 
 	f.registerFileTools(s, stdio)
+	f.registerEnvTools(s, stdio)
 }
 
 // rejected builds the result for bad input: nothing ran.
@@ -130,55 +131,56 @@ func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, *mcp.CallTool
 // the job is queued. filename is already clean; sourceFile names the code
 // file the code came from, if any.
 func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, timeout time.Duration) *mcp.CallToolResult {
-	workers, err := f.liveWorkers(ctx)
+	env, envID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
-		return internal("cannot read worker presence: %v", err)
+		return internal("cannot read the session's environment: %v", err)
 	}
-	if len(workers) == 0 {
-		return internal("no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
-	}
-
 	now := time.Now().UTC()
 	job := &wire.Job{
 		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
 		Code: code, Filename: filename, TimeoutMS: timeout.Milliseconds(),
 		OutputLimit: f.cfg.OutputLimit, EnqueuedAt: now, Deadline: now.Add(timeout + f.cfg.QueueWait),
+		Env: env, EnvID: envID,
+	}
+	if env != nil {
+		// Building the environment, if no live worker holds it, is not part
+		// of the code's timeout.
+		job.Deadline = job.Deadline.Add(f.cfg.InstallTimeout)
 	}
 	log := f.log.With("job", job.ID, "scope", scope)
-	if err := f.broker.PublishJob(ctx, job); err != nil {
-		if errors.Is(err, wire.ErrPayloadTooLarge) {
-			return rejected("code is too large to send: %v", err)
-		}
-		log.Error("publish job", "err", err)
-		return internal("could not queue the job: %v", err)
+	target, bad := f.dispatch(ctx, job)
+	if bad != nil {
+		return toolResult(bad, filename)
 	}
+	// The run is recorded while the job runs, off the latency path, and the
+	// call returns only once the record is written, so a caller that sees
+	// the result can always list the run.
 	run := RunInfo{JobID: job.ID, Filename: filename, SourceFile: sourceFile, Size: int64(len(code)), Time: now}
-	if err := f.files.RecordRun(ctx, scope, run, code); err != nil {
-		// The job runs regardless; its worker keeps its own copy of the script.
-		log.Error("record run", "err", err)
-	}
-	return f.await(ctx, job, log)
+	recorded := make(chan struct{})
+	go func() {
+		defer close(recorded)
+		if err := f.files.RecordRun(context.WithoutCancel(ctx), scope, run, code); err != nil {
+			// The job runs regardless; its worker keeps its own copy of the script.
+			log.Error("record run", "err", err)
+		}
+	}()
+	res := f.await(ctx, job, target, log)
+	<-recorded
+	return res
 }
 
 // await waits for job's result until the job's deadline, plus a little for
 // the result to travel back.
-func (f *Frontend) await(ctx context.Context, job *wire.Job, log interface{ Warn(string, ...any) }) *mcp.CallToolResult {
-	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
-	defer cancel()
-	res, err := f.broker.WaitResult(wctx, job.ID)
-	switch {
-	case err == nil:
-		return toolResult(res, job.Filename)
-	case ctx.Err() != nil:
-		return internal("the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)
-	case errors.Is(err, context.DeadlineExceeded):
-		log.Warn("no result before the deadline")
-		return toolResult(&wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
-			"no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
-			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)}, job.Filename)
-	default:
-		return internal("waiting for job %s failed: %v", job.ID, err)
+// target is the worker the job was sent to, "" for the pool.
+func (f *Frontend) await(ctx context.Context, job *wire.Job, target string, log interface{ Warn(string, ...any) }) *mcp.CallToolResult {
+	res, bad := f.awaitResult(ctx, job, target)
+	if bad != nil {
+		if bad.Status == wire.StatusInternal && bad.JobID != "" && ctx.Err() == nil {
+			log.Warn("no result", "message", bad.Message)
+		}
+		return toolResult(bad, job.Filename)
 	}
+	return toolResult(res, job.Filename)
 }
 
 func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {

@@ -6,12 +6,14 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"regexp"
 	"runtime"
 	"strings"
 	"time"
 
 	"github.com/codexec/codexec/broker/statestore"
 	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/worker/runner"
 	"github.com/oklog/ulid/v2"
 )
@@ -58,6 +60,28 @@ type Config struct {
 	// ZygoteIdle stops a warm interpreter that ran no job for this long.
 	// Default 10 minutes.
 	ZygoteIdle time.Duration
+	// EnvBudget is the disk the cache of built environments (DataDir/envs/cache)
+	// may use; least recently used ones are evicted past it. 0 means
+	// envcache.DefaultBudgetBytes (20 GiB); negative, no limit.
+	EnvBudget int64
+	// Managers names the environment managers this worker offers (venv, uv,
+	// conda); those not available on the machine are left out. Default all
+	// three.
+	Managers []string
+	// Pythons are the Python versions it offers for environments
+	// ("3.11", "3.12"). Default: those found among 3.8 to 3.14.
+	Pythons []string
+	// Index says where pip and uv get packages: index URL, extra indexes,
+	// find-links, no-index (private mirrors, air-gapped clusters).
+	Index envcache.IndexConfig
+	// AllowURLRequirements permits "name @ https://..." packages.
+	AllowURLRequirements bool
+	// Labels are the operator's labels advertised for placement ("gpu": "1").
+	Labels map[string]string
+	// ExistingEnvs name environments that exist on this worker (venv paths,
+	// conda names or prefixes) that sessions may select with
+	// configure_environment; they are advertised, never modified.
+	ExistingEnvs []string
 	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
 	// the presence record lives three intervals.
 	HeartbeatInterval time.Duration
@@ -141,5 +165,12 @@ func (c Config) validate() error {
 	if !wire.ValidPool(c.Pool) {
 		errs = append(errs, fmt.Errorf("invalid pool name %q: use lower-case letters, digits, '-' and '_', at most 32 characters", c.Pool))
 	}
+	for k, v := range c.Labels {
+		if !labelRe.MatchString(k) || v == "" || strings.ContainsAny(v, ",= \t\n") {
+			errs = append(errs, fmt.Errorf("invalid label %q=%q: use KEY=VALUE with letters, digits, '.', '_', '-' in the key", k, v))
+		}
+	}
 	return errors.Join(errs...)
 }
+
+var labelRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -33,6 +34,11 @@ type Worker struct {
 	venvDir    string
 	childExtra map[string]string // variables set in every job's environment
 	pool       *runner.Pool      // warm interpreters; nil in spawn mode
+	cache      *envcache.Cache   // built environments
+	caps       envcache.Capabilities
+	load       atomic.Int64 // jobs running
+	known      sync.Map     // ids of environments this process has used: id → true
+	targeted   *broker.Consumer
 
 	mu       sync.Mutex
 	consumer *broker.Consumer
@@ -72,6 +78,9 @@ func (w *Worker) Start(ctx context.Context) error {
 	if err := w.prepareEnv(ctx); err != nil {
 		return err
 	}
+	if err := w.openEnvCache(ctx); err != nil {
+		return err
+	}
 	if w.cfg.ExecMode == ExecZygote {
 		w.pool = runner.NewPool(runner.PoolConfig{
 			Preload: w.cfg.Preload, MaxZygotes: w.cfg.MaxZygotes, IdleTimeout: w.cfg.ZygoteIdle,
@@ -95,11 +104,26 @@ func (w *Worker) Start(ctx context.Context) error {
 		if w.pool != nil {
 			w.pool.Close()
 		}
+		_ = w.cache.Close()
 		return fmt.Errorf("worker: consume: %w", err)
 	}
+	// The worker's own subject, for jobs placement sent to it because it
+	// holds their environment. Its consumer is deleted by the server once
+	// the worker has stopped pulling for a while.
+	var tc *broker.Consumer
+	if wire.ValidWorkerID(w.cfg.ID) {
+		tc, err = w.broker.ConsumeWorker(ctx, w.cfg.Pool, w.cfg.ID, time.Minute, w.cfg.Concurrency, w.handle)
+		if err != nil {
+			w.log.Warn("no targeted consumer: jobs reach this worker through its pool only", "err", err)
+			tc = nil
+		}
+	}
 	w.mu.Lock()
-	w.consumer = c
+	w.consumer, w.targeted = c, tc
 	w.mu.Unlock()
+	if tc != nil {
+		_ = w.heartbeat(ctx) // advertise Targeted
+	}
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
 	return nil
 }
@@ -144,9 +168,12 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return nil
 	}
 	w.stopped = true
-	c := w.consumer
+	c, tc := w.consumer, w.targeted
 	w.mu.Unlock()
 	var err error
+	if tc != nil {
+		go func() { _ = tc.Stop(ctx) }()
+	}
 	if c != nil {
 		err = c.Stop(ctx)
 		// Done, not Stop's return: after a hard stop, jobs may still be
@@ -156,8 +183,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 		case <-time.After(5 * time.Second):
 		}
 	}
+	if tc != nil {
+		select {
+		case <-tc.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
 	if w.pool != nil {
 		w.pool.Close()
+	}
+	if w.cache != nil {
+		_ = w.cache.Close()
 	}
 	if w.stopBeat != nil {
 		w.stopBeat()
@@ -173,10 +209,19 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 func (w *Worker) heartbeat(ctx context.Context) error {
 	host, _ := os.Hostname()
-	info, _ := json.Marshal(wire.WorkerInfo{
+	wi := wire.WorkerInfo{
 		V: wire.Version, ID: w.cfg.ID, Pool: w.cfg.Pool, Host: host,
 		Concurrency: w.cfg.Concurrency, Python: w.python, StartedAt: time.Now().UTC(),
-	})
+		WorkerID: w.cfg.ID, Load: int(w.load.Load()),
+	}
+	if w.cache != nil {
+		wi.Capabilities, _ = json.Marshal(w.caps)
+		wi.Envs = w.cache.Held()
+	}
+	w.mu.Lock()
+	wi.Targeted = w.targeted != nil
+	w.mu.Unlock()
+	info, _ := json.Marshal(wi)
 	return w.store.Touch(ctx, w.cfg.Keys.Workers(), w.cfg.ID, info, 3*w.cfg.HeartbeatInterval)
 }
 
@@ -213,8 +258,10 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		}
 	}
 
-	log.Info("job started", "scope", job.Scope)
+	log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
+	w.load.Add(1)
 	res := w.run(ctx, job, d.Attempt, log)
+	w.load.Add(-1)
 	if ctx.Err() != nil && res.Status != wire.StatusOK && res.Status != wire.StatusError {
 		// The worker is stopping hard: the consumer hands the job back.
 		log.Info("job interrupted by shutdown; leaving it for another worker")
@@ -259,12 +306,16 @@ func (w *Worker) result(job *wire.Job, attempt int, status wire.Status, msg stri
 
 func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
 	switch {
-	case job.Kind != wire.KindExecute:
+	case job.Kind != wire.KindExecute && job.Kind != wire.KindInstall && job.Kind != wire.KindInspect:
 		return w.result(job, attempt, wire.StatusRejected, fmt.Sprintf("this worker does not run %q jobs", job.Kind))
 	case !wire.ValidScope(job.Scope):
 		return w.result(job, attempt, wire.StatusRejected, "invalid session scope")
 	case !job.Deadline.IsZero() && time.Now().After(job.Deadline):
 		return w.result(job, attempt, wire.StatusExpired, "the job's deadline passed before a worker could start it")
+	case job.Kind == wire.KindInstall:
+		return w.runInstall(ctx, job, attempt, log)
+	case job.Kind == wire.KindInspect:
+		return w.runInspect(ctx, job, attempt, log)
 	case strings.TrimSpace(job.Code) == "":
 		return w.result(job, attempt, wire.StatusRejected, "code is empty")
 	}
@@ -290,6 +341,23 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		limit = w.cfg.OutputLimit
 	}
 	spec := w.spec(script, cwd, cwd)
+	envID := "default"
+	if job.Env != nil {
+		// The environment's build is not part of the job's timeout, but is
+		// bounded by the job's deadline.
+		ectx := ctx
+		if !job.Deadline.IsZero() {
+			var cancel context.CancelFunc
+			ectx, cancel = context.WithDeadline(ctx, job.Deadline)
+			defer cancel()
+		}
+		env, _, err := w.ensureEnv(ectx, job, log)
+		if err != nil {
+			return w.envFailure(job, attempt, err)
+		}
+		defer env.Release()
+		spec, envID = w.envSpec(env, script, cwd, cwd), env.ID
+	}
 	spec.Timeout, spec.OutputLimit = timeout, limit
 	run := runner.Run
 	if w.pool != nil {
@@ -298,6 +366,7 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	started := time.Now().UTC()
 	out, err := run(ctx, spec)
 	res := w.result(job, attempt, wire.StatusOK, "")
+	res.EnvID = envID
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
 	if err != nil && out.Duration == 0 {

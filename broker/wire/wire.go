@@ -7,6 +7,7 @@
 package wire
 
 import (
+	"encoding/json"
 	"errors"
 	"regexp"
 	"time"
@@ -22,7 +23,55 @@ type JobKind string
 const (
 	// KindExecute runs Python code in a fresh process.
 	KindExecute JobKind = "execute"
+	// KindInstall makes sure the job's environment (Job.Env) is built on
+	// the worker, streaming the installer's output as progress, and returns
+	// the installed distributions (InstallData in Result.Data).
+	KindInstall JobKind = "install"
+	// KindInspect looks packages up in the job's environment without
+	// importing them (Job.Packages in, InspectData in Result.Data).
+	KindInspect JobKind = "inspect"
 )
+
+// EnvSpec is the environment a job runs in, as the frontend asks for it. It
+// mirrors envcache.Spec field for field (wire imports nothing of ours; the
+// worker and frontend convert). A nil Job.Env means the worker's default
+// environment.
+type EnvSpec struct {
+	Manager  string   `json:"manager"`
+	Python   string   `json:"python,omitempty"`
+	Packages []string `json:"packages,omitempty"`
+	Existing string   `json:"existing,omitempty"`
+	Parent   string   `json:"parent,omitempty"`
+}
+
+// Dist is one installed distribution, as install and inspect jobs report it.
+type Dist struct {
+	Name    string   `json:"name"`
+	Version string   `json:"version"`
+	Imports []string `json:"imports,omitempty"`
+}
+
+// InstallData is Result.Data of an install job.
+type InstallData struct {
+	EnvID     string  `json:"env_id"`
+	Installed []Dist  `json:"installed"`
+	BuildMS   float64 `json:"build_ms"`
+	Cached    bool    `json:"cached"` // the environment was already ready on the worker
+}
+
+// InspectData is Result.Data of an inspect job: one answer per asked name,
+// in order; Found false leaves Dist empty.
+type InspectData struct {
+	EnvID    string          `json:"env_id"`
+	Packages []InspectAnswer `json:"packages"`
+}
+
+// InspectAnswer answers one name of an inspect job.
+type InspectAnswer struct {
+	Query string `json:"query"`
+	Found bool   `json:"found"`
+	Dist  Dist   `json:"dist"`
+}
 
 // Job is one unit of work published on the jobs stream.
 type Job struct {
@@ -50,6 +99,16 @@ type Job struct {
 	// Deadline is when the frontend stops waiting; a worker that receives the
 	// job after it does not start it.
 	Deadline time.Time `json:"deadline"`
+	// Env is the environment to run in; nil means the worker's default.
+	Env *EnvSpec `json:"env,omitempty"`
+	// EnvID is the frontend's id of Env (envcache.Spec.ID); informational,
+	// the worker recomputes it.
+	EnvID string `json:"env_id,omitempty"`
+	// Packages are the names an inspect job looks up.
+	Packages []string `json:"packages,omitempty"`
+	// Progress, when set, asks the worker to publish progress lines on
+	// ProgressSubject(ID) while it builds the environment.
+	Progress bool `json:"progress,omitempty"`
 }
 
 // Status is the outcome of a job.
@@ -101,6 +160,9 @@ type Result struct {
 	Attempt    int       `json:"attempt"`
 	StartedAt  time.Time `json:"started_at"`
 	FinishedAt time.Time `json:"finished_at"`
+	// Data is the kind-specific payload of install and inspect jobs
+	// (InstallData, InspectData).
+	Data json.RawMessage `json:"data,omitempty"`
 }
 
 // Subject and resource names. Pool names are validated by ValidPool, so a
@@ -119,9 +181,26 @@ func JobSubject(pool string) string { return JobsSubjectPre + pool }
 // ConsumerName is the durable pull consumer shared by the workers of pool.
 func ConsumerName(pool string) string { return "pool-" + pool }
 
+// WorkerSubject is the subject of jobs sent to one worker of pool (placement
+// chose it because it holds the job's environment). It has three tokens
+// after the prefix, so the pool's consumer never takes them.
+func WorkerSubject(pool, worker string) string { return JobsSubjectPre + pool + ".w." + worker }
+
+// WorkerConsumerName is the durable consumer of WorkerSubject.
+func WorkerConsumerName(pool, worker string) string { return "pool-" + pool + "-w-" + worker }
+
+// ProgressSubject is the core NATS subject progress lines of job id are
+// published on (not stored in JetStream: progress is best effort).
+func ProgressSubject(jobID string) string { return "codexec.progress." + jobID }
+
+// ValidWorkerID reports whether id may name a worker in subjects and
+// consumer names.
+func ValidWorkerID(id string) bool { return workerRe.MatchString(id) }
+
 var (
-	poolRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
-	scopeRe = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	poolRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9_-]{0,31}$`)
+	scopeRe  = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
+	workerRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,127}$`)
 )
 
 // ValidPool reports whether name is a usable pool name: lower-case letters,
@@ -150,6 +229,15 @@ type WorkerInfo struct {
 	Concurrency int       `json:"concurrency"`
 	Python      string    `json:"python"`
 	StartedAt   time.Time `json:"started_at"`
+	// The placement advert (envcache.Advert), in the same record: its
+	// fields are decoded by envcache.DecodeAdverts.
+	WorkerID     string          `json:"worker_id,omitempty"`
+	Capabilities json.RawMessage `json:"capabilities,omitempty"`
+	Envs         []string        `json:"envs,omitempty"`
+	Load         int             `json:"load"`
+	// Targeted says the worker consumes WorkerSubject, so a job may be sent
+	// to it alone.
+	Targeted bool `json:"targeted,omitempty"`
 }
 
 // ResultStub stands in, in the results bucket, for a Result whose encoding

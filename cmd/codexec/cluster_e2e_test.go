@@ -52,6 +52,17 @@ type cluster struct {
 // n workers, each its own process.
 func startCluster(t *testing.T, workers int, workerArgs ...string) *cluster {
 	t.Helper()
+	args := make([][]string, workers)
+	for i := range args {
+		args[i] = workerArgs
+	}
+	return startClusterArgs(t, args)
+}
+
+// startClusterArgs is startCluster with each worker's own arguments.
+func startClusterArgs(t *testing.T, perWorker [][]string) *cluster {
+	t.Helper()
+	workers := len(perWorker)
 	natsBin := natsServerBinary(t)
 	rs := redistest.Start(t)
 	port := freePort(t)
@@ -63,7 +74,7 @@ func startCluster(t *testing.T, workers int, workerArgs ...string) *cluster {
 	for i := 0; i < workers; i++ {
 		env := codexecEnv(append(common, "CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t),
 			fmt.Sprintf("CODEXEC_WORKER_ID=w%d", i+1), "CODEXEC_CONCURRENCY=1")...)
-		w := startProc(t, env, os.Args[0], append([]string{"worker"}, workerArgs...)...)
+		w := startProc(t, env, os.Args[0], append([]string{"worker"}, perWorker[i]...)...)
 		w.waitFor(t, regexp.MustCompile(`worker ready`), 2*time.Minute)
 		cl.workers = append(cl.workers, w)
 	}

@@ -187,6 +187,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where environments, session directories and scripts live")
 	f.duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest wall-clock limit of any job")
 	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
+	f.boolean(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	wf.register(f)
 	if err := f.parse(args); err != nil {
 		return err

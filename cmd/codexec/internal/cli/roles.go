@@ -15,6 +15,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/worker"
 	"github.com/codexec/codexec/worker/runner"
@@ -22,16 +23,17 @@ import (
 
 // frontendFlags are the settings of the MCP frontend, shared by dev and frontend.
 type frontendFlags struct {
-	http        string
-	timeout     time.Duration
-	maxTimeout  time.Duration
-	queueWait   time.Duration
-	maxCode     int64
-	outputLimit int64
-	maxFile     int64
-	maxFiles    int
-	runHistory  int
-	runKeep     time.Duration
+	http         string
+	timeout      time.Duration
+	maxTimeout   time.Duration
+	queueWait    time.Duration
+	maxCode      int64
+	outputLimit  int64
+	maxFile      int64
+	maxFiles     int
+	runHistory   int
+	runKeep      time.Duration
+	allowURLReqs bool
 	// filesMirror is set by dev only: see frontend.Config.FilesMirrorDir.
 	filesMirror string
 }
@@ -47,6 +49,7 @@ func (ff *frontendFlags) register(f *flags, httpDefault string) {
 	f.integer(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", frontend.DefaultMaxFiles, "most code files one session may hold")
 	f.integer(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", frontend.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
 	f.duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", frontend.DefaultRunRetention, "how long the code of a run is kept")
+	f.boolean(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 }
 
 func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
@@ -54,7 +57,7 @@ func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
 		Pool: pool, DefaultTimeout: ff.timeout, MaxTimeout: ff.maxTimeout, QueueWait: ff.queueWait,
 		MaxCodeBytes: int(ff.maxCode), OutputLimit: ff.outputLimit, Version: Version(), Logger: log,
 		MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
-		FilesMirrorDir: ff.filesMirror,
+		FilesMirrorDir: ff.filesMirror, AllowURLRequirements: ff.allowURLReqs,
 	}
 }
 
@@ -70,6 +73,16 @@ type workerFlags struct {
 	preload     string
 	maxZygotes  int
 	zygoteIdle  time.Duration
+	// environments
+	envBudget    int64
+	managers     string
+	pythons      string
+	indexURL     string
+	extraIndex   string
+	findLinks    string
+	noIndex      bool
+	labels       string
+	existingEnvs string
 }
 
 func (wf *workerFlags) register(f *flags) {
@@ -83,6 +96,41 @@ func (wf *workerFlags) register(f *flags) {
 	f.str(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
 	f.integer(&wf.maxZygotes, "max-zygotes", "CODEXEC_MAX_ZYGOTES", runner.DefaultMaxZygotes, "most warm interpreters alive at once (the least recently used idle one makes room)")
 	f.duration(&wf.zygoteIdle, "zygote-idle", "CODEXEC_ZYGOTE_IDLE", runner.DefaultZygoteIdle, "stop a warm interpreter that ran no job for this long")
+	f.bytes(&wf.envBudget, "env-budget", "CODEXEC_ENV_BUDGET", envcache.DefaultBudgetBytes, "disk the cache of built environments may use (least recently used evicted past it)")
+	f.str(&wf.managers, "managers", "CODEXEC_MANAGERS", "venv,uv,conda", "comma-separated environment managers offered (those missing on the machine are left out)")
+	f.str(&wf.pythons, "pythons", "CODEXEC_PYTHONS", "", "comma-separated Python versions offered for environments, e.g. 3.11,3.12 (default: those found among 3.8 to 3.14)")
+	f.str(&wf.indexURL, "index-url", "CODEXEC_INDEX_URL", "", "package index pip and uv install from (default PyPI)")
+	f.str(&wf.extraIndex, "extra-index-url", "CODEXEC_EXTRA_INDEX_URL", "", "comma-separated extra package indexes")
+	f.str(&wf.findLinks, "find-links", "CODEXEC_FIND_LINKS", "", "comma-separated directories or pages of wheels and archives to install from")
+	f.boolean(&wf.noIndex, "no-index", "CODEXEC_NO_INDEX", false, "use no package index, only --find-links (air-gapped clusters)")
+	f.str(&wf.labels, "labels", "CODEXEC_LABELS", "", "comma-separated KEY=VALUE labels advertised for placement, e.g. gpu=1")
+	f.str(&wf.existingEnvs, "existing-envs", "CODEXEC_EXISTING_ENVS", "", "comma-separated environments that exist on this worker (venv paths, conda names) that sessions may select")
+}
+
+// commaList splits a comma-separated flag value, dropping empty items.
+func commaList(s string) []string {
+	var out []string
+	for _, item := range strings.Split(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
+}
+
+// parseLabels reads KEY=VALUE,...; a malformed item is kept with an empty
+// value, which worker.Config's validation refuses with its name.
+func parseLabels(s string) map[string]string {
+	items := commaList(s)
+	if len(items) == 0 {
+		return nil
+	}
+	out := make(map[string]string, len(items))
+	for _, item := range items {
+		k, v, _ := strings.Cut(item, "=")
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out
 }
 
 func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog.Logger) worker.Config {
@@ -105,6 +153,12 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		Concurrency: wf.concurrency, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
 		EnvPassthrough: pass, Logger: log,
 		ExecMode: wf.execMode, Preload: preload, MaxZygotes: wf.maxZygotes, ZygoteIdle: wf.zygoteIdle,
+		EnvBudget: wf.envBudget, Managers: commaList(wf.managers), Pythons: commaList(wf.pythons),
+		Index: envcache.IndexConfig{
+			IndexURL: strings.TrimSpace(wf.indexURL), ExtraIndexURLs: commaList(wf.extraIndex),
+			FindLinks: commaList(wf.findLinks), NoIndex: wf.noIndex,
+		},
+		AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
 	}
 }
 

@@ -1,0 +1,697 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/envcache"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/oklog/ulid/v2"
+)
+
+// The environment tools: configure_environment, get_environment_config,
+// install_dependencies and check_installed_packages. A session's
+// environment is an envcache spec kept in the state store (the session's
+// hash, field "env"); no spec means the workers' default environment. Every
+// job of the session carries it, and placement sends the job to a live
+// worker that holds it, else to one that can build it. Installing never
+// changes an environment: it derives a new spec (envcache.Derive), builds
+// it with an install job, and switches the session to it.
+
+// sessionEnvField is the field of Keys.Session(scope) holding the session's
+// environment (JSON sessionEnv).
+const sessionEnvField = "env"
+
+// MaxPackages is how many items one install_dependencies,
+// check_installed_packages or configure_environment call may name.
+const MaxPackages = 100
+
+type sessionEnv struct {
+	Spec    wire.EnvSpec `json:"spec"`
+	ID      string       `json:"id"`
+	Updated time.Time    `json:"updated"`
+}
+
+// EnvResult is the structured content of the environment tools.
+type EnvResult struct {
+	Status string `json:"status" jsonschema_description:"ok, error (the build failed), rejected (bad input, nothing changed) or internal"`
+	EnvID  string `json:"env_id" jsonschema_description:"the session's environment id ('default' for the workers' default environment)"`
+	// Spec is the session's environment spec; absent for the default one.
+	Spec *wire.EnvSpec `json:"spec,omitempty"`
+	// State is default, ready (some live worker holds it) or not_built.
+	State   string   `json:"state,omitempty"`
+	Workers []string `json:"workers,omitempty" jsonschema_description:"live workers holding the environment"`
+	// Installed lists what install_dependencies asked for (or, for
+	// configure_environment, everything), with versions.
+	Installed []wire.Dist `json:"installed,omitempty"`
+	// Packages answers check_installed_packages, one per asked name.
+	Packages []wire.InspectAnswer `json:"packages,omitempty"`
+	// Capabilities are what the live workers offer (get_environment_config).
+	Capabilities []envcache.Advert `json:"capabilities,omitempty"`
+	JobID        string            `json:"job_id,omitempty"`
+	WorkerID     string            `json:"worker_id,omitempty"`
+	DurationMS   float64           `json:"duration_ms,omitempty"`
+	Output       string            `json:"output,omitempty" jsonschema_description:"the installer's output when a build failed"`
+	Message      string            `json:"message"`
+}
+
+func envToolResult(r EnvResult, text string) *mcp.CallToolResult {
+	if text == "" {
+		text = r.Message
+	}
+	if r.Output != "" {
+		text += "\n--- installer output ---\n" + r.Output
+	}
+	out := mcp.NewToolResultStructured(r, text)
+	out.IsError = r.Status != string(wire.StatusOK)
+	return out
+}
+
+func envRejected(format string, args ...any) *mcp.CallToolResult {
+	return envToolResult(EnvResult{Status: string(wire.StatusRejected), Message: fmt.Sprintf(format, args...)}, "")
+}
+
+func envInternal(format string, args ...any) *mcp.CallToolResult {
+	return envToolResult(EnvResult{Status: string(wire.StatusInternal), Message: fmt.Sprintf(format, args...)}, "")
+}
+
+func toSpec(e *wire.EnvSpec) envcache.Spec {
+	if e == nil {
+		return envcache.Spec{}
+	}
+	return envcache.Spec{Manager: e.Manager, Python: e.Python, Packages: e.Packages, Existing: e.Existing, Parent: e.Parent}
+}
+
+func toWireSpec(s envcache.Spec) *wire.EnvSpec {
+	return &wire.EnvSpec{Manager: s.Manager, Python: s.Python, Packages: s.Packages, Existing: s.Existing, Parent: s.Parent}
+}
+
+// sessionEnv returns the session's environment, nil for the default one.
+func (f *Frontend) sessionEnv(ctx context.Context, scope string) (*wire.EnvSpec, string, error) {
+	data, err := f.store.HGet(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
+	if errors.Is(err, statestore.ErrNotFound) {
+		return nil, "", nil
+	}
+	if err != nil {
+		return nil, "", err
+	}
+	var se sessionEnv
+	if err := json.Unmarshal(data, &se); err != nil || se.ID == "" {
+		return nil, "", nil // unreadable: the default environment
+	}
+	return &se.Spec, se.ID, nil
+}
+
+func (f *Frontend) setSessionEnv(ctx context.Context, scope string, spec *wire.EnvSpec, id string) error {
+	if spec == nil {
+		return f.store.HDel(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
+	}
+	data, _ := json.Marshal(sessionEnv{Spec: *spec, ID: id, Updated: time.Now().UTC()})
+	return f.store.HSet(ctx, f.cfg.Keys.Session(scope), sessionEnvField, data)
+}
+
+// pool returns the live workers of the frontend's pool: their records and
+// their placement adverts.
+func (f *Frontend) pool(ctx context.Context) ([]wire.WorkerInfo, []envcache.Advert, error) {
+	infos, mine, err := f.poolMembers(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	return infos, envcache.DecodeAdverts(mine), nil
+}
+
+// poolMembers returns the records of the live workers of the frontend's
+// pool, decoded and raw (by member).
+func (f *Frontend) poolMembers(ctx context.Context) ([]wire.WorkerInfo, map[string][]byte, error) {
+	members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
+	if err != nil {
+		return nil, nil, err
+	}
+	mine := map[string][]byte{}
+	var infos []wire.WorkerInfo
+	for m, data := range members {
+		var wi wire.WorkerInfo
+		if json.Unmarshal(data, &wi) == nil && wi.Pool == f.cfg.Pool {
+			infos = append(infos, wi)
+			mine[m] = data
+		}
+	}
+	return infos, mine, nil
+}
+
+// dispatch publishes job: a job with an environment goes to the worker
+// placement chooses (its own subject when it consumes one), any other to
+// the pool. It returns the worker the job was sent to ("" for the pool), or
+// a tool result saying why it was not sent.
+func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, *wire.Result) {
+	fail := func(status wire.Status, format string, args ...any) (string, *wire.Result) {
+		return "", &wire.Result{JobID: "", Status: status, ExitCode: -1, Message: fmt.Sprintf(format, args...)}
+	}
+	infos, raw, err := f.poolMembers(ctx)
+	if err != nil {
+		return fail(wire.StatusInternal, "cannot read worker presence: %v", err)
+	}
+	if len(infos) == 0 {
+		return fail(wire.StatusInternal, "no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
+	}
+	target := ""
+	if job.Env != nil {
+		chosen, hit, err := envcache.Choose(envcache.DecodeAdverts(raw), toSpec(job.Env), job.EnvID)
+		if err != nil {
+			return fail(wire.StatusRejected, "environment %s cannot run in pool %q: %v", job.EnvID, f.cfg.Pool, err)
+		}
+		for _, wi := range infos {
+			if wi.ID == chosen && wi.Targeted {
+				target = chosen
+			}
+		}
+		f.placements.Add(1)
+		if hit {
+			f.placementHits.Add(1)
+		}
+	}
+	var opts []broker.PublishOption
+	if target != "" {
+		opts = append(opts, broker.ToWorker(target))
+	}
+	if err := f.broker.PublishJob(ctx, job, opts...); err != nil {
+		if errors.Is(err, wire.ErrPayloadTooLarge) {
+			return fail(wire.StatusRejected, "code is too large to send: %v", err)
+		}
+		f.log.Error("publish job", "job", job.ID, "err", err)
+		return fail(wire.StatusInternal, "could not queue the job: %v", err)
+	}
+	return target, nil
+}
+
+// PlacementStats returns how many jobs with an environment were placed and
+// how many of them went to a worker already holding it.
+func (f *Frontend) PlacementStats() (placed, hits int64) {
+	return f.placements.Load(), f.placementHits.Load()
+}
+
+// watchTarget republishes job to the pool if target's presence lapses
+// before the job has a result (the targeted worker died). It stops when ctx
+// ends. Results are create-only by job id, so should both copies run, only
+// one result counts.
+func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string) {
+	t := time.NewTicker(f.cfg.TargetCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
+		if err != nil {
+			continue
+		}
+		if _, alive := members[target]; alive {
+			continue
+		}
+		if _, err := f.broker.GetResult(ctx, job.ID); err == nil {
+			return
+		}
+		f.log.Warn("targeted worker is gone; sending the job to the pool", "job", job.ID, "worker", target)
+		if err := f.broker.PublishJob(ctx, &job, broker.WithMsgID(job.ID+"-pool")); err != nil && ctx.Err() == nil {
+			f.log.Error("republish job", "job", job.ID, "err", err)
+		}
+		return
+	}
+}
+
+// awaitResult waits for job's result (see await); a nil result comes with
+// the tool result to return instead.
+func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, *wire.Result) {
+	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
+	defer cancel()
+	if target != "" {
+		go f.watchTarget(wctx, *job, target)
+	}
+	res, err := f.broker.WaitResult(wctx, job.ID)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
+			"the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)}
+	case errors.Is(err, context.DeadlineExceeded):
+		f.log.Warn("no result before the deadline", "job", job.ID)
+		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
+			"no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
+			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)}
+	default:
+		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf("waiting for job %s failed: %v", job.ID, err)}
+	}
+}
+
+// progressForwarder forwards a job's progress lines to the client as MCP
+// progress notifications, at most one per interval (the last line of a
+// burst is sent when the next one is due or at stop).
+type progressForwarder struct {
+	ctx   context.Context
+	srv   *server.MCPServer
+	token mcp.ProgressToken
+	every time.Duration
+
+	mu      sync.Mutex
+	n       int
+	last    time.Time
+	pending string
+}
+
+func (p *progressForwarder) line(s string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.n++
+	if time.Since(p.last) < p.every {
+		p.pending = s
+		return
+	}
+	p.sendLocked(s)
+}
+
+func (p *progressForwarder) sendLocked(s string) {
+	p.last, p.pending = time.Now(), ""
+	if len(s) > 500 {
+		s = s[:500] + "..."
+	}
+	_ = p.srv.SendNotificationToClient(p.ctx, "notifications/progress", map[string]any{
+		"progressToken": p.token, "progress": p.n, "message": s,
+	})
+}
+
+func (p *progressForwarder) flush() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.pending != "" {
+		p.sendLocked(p.pending)
+	}
+}
+
+// build runs an install job for spec (normalised) and waits for it,
+// forwarding its progress when the request asked for progress.
+func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope string, spec envcache.Spec) (*wire.Result, *wire.InstallData, *mcp.CallToolResult) {
+	id := spec.ID()
+	now := time.Now().UTC()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindInstall, Pool: f.cfg.Pool, Scope: scope,
+		Env: toWireSpec(spec), EnvID: id, TimeoutMS: f.cfg.InstallTimeout.Milliseconds(),
+		EnqueuedAt: now, Deadline: now.Add(f.cfg.InstallTimeout + f.cfg.QueueWait),
+	}
+	if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
+		if srv := server.ServerFromContext(ctx); srv != nil {
+			job.Progress = true
+			fw := &progressForwarder{ctx: ctx, srv: srv, token: req.Params.Meta.ProgressToken, every: f.cfg.ProgressInterval}
+			stop, err := f.broker.SubscribeProgress(job.ID, fw.line)
+			if err == nil {
+				defer func() { stop(); fw.flush() }()
+			}
+		}
+	}
+	target, bad := f.dispatch(ctx, job)
+	if bad != nil {
+		return nil, nil, envToolResult(EnvResult{Status: string(bad.Status), EnvID: id, Spec: job.Env, Message: bad.Message}, "")
+	}
+	res, bad := f.awaitResult(ctx, job, target)
+	if bad != nil {
+		return nil, nil, envToolResult(EnvResult{Status: string(bad.Status), EnvID: id, Spec: job.Env, JobID: job.ID, Message: bad.Message}, "")
+	}
+	if res.Status.Failed() {
+		return nil, nil, envToolResult(EnvResult{
+			Status: string(res.Status), EnvID: id, Spec: job.Env, JobID: job.ID, WorkerID: res.WorkerID,
+			DurationMS: res.DurationMS, Output: res.Stderr, Message: "building the environment failed: " + res.Message,
+		}, "")
+	}
+	var data wire.InstallData
+	if err := json.Unmarshal(res.Data, &data); err != nil {
+		return nil, nil, envInternal("the worker's answer for job %s is unreadable: %v", job.ID, err)
+	}
+	return res, &data, nil
+}
+
+// stringList reads an array-of-strings argument, rejecting other types and
+// naming the bad item.
+func stringList(args map[string]any, name string, required bool) ([]string, *mcp.CallToolResult) {
+	v, present := args[name]
+	if !present || v == nil {
+		if required {
+			return nil, envRejected("missing required argument '%s' (a list of strings)", name)
+		}
+		return nil, nil
+	}
+	items, ok := v.([]any)
+	if !ok {
+		if s, isStr := v.(string); isStr {
+			// One string is one item, never split: "numpy pandas" is refused
+			// by the parser, with its name.
+			items = []any{s}
+		} else {
+			return nil, envRejected("argument '%s' must be a list of strings", name)
+		}
+	}
+	if len(items) > MaxPackages {
+		return nil, envRejected("argument '%s' names %d items; at most %d are allowed", name, len(items), MaxPackages)
+	}
+	out := make([]string, 0, len(items))
+	for i, it := range items {
+		s, ok := it.(string)
+		if !ok {
+			return nil, envRejected("item %d of '%s' is not a string: nothing was done", i+1, name)
+		}
+		out = append(out, s)
+	}
+	return out, nil
+}
+
+// parsePackages parses every item as a requirement; the first bad one is
+// refused with its text, and nothing is installed.
+func (f *Frontend) parsePackages(pkgs []string) *mcp.CallToolResult {
+	var bad []string
+	for _, p := range pkgs {
+		if _, err := envcache.ParseRequirement(p, f.cfg.AllowURLRequirements); err != nil {
+			bad = append(bad, err.Error())
+		}
+	}
+	if len(bad) > 0 {
+		return envRejected("refused, nothing was installed: %s", strings.Join(bad, "; "))
+	}
+	return nil
+}
+
+// installedFor picks, from everything installed, the distributions the
+// packages name (all of them when packages is empty).
+func installedFor(all []wire.Dist, packages []string) []wire.Dist {
+	if len(packages) == 0 {
+		return all
+	}
+	dists := make([]envcache.Dist, len(all))
+	for i, d := range all {
+		dists[i] = envcache.Dist{Name: d.Name, Version: d.Version, ImportNames: d.Imports}
+	}
+	var out []wire.Dist
+	for _, p := range packages {
+		r, err := envcache.ParseRequirement(p, true)
+		if err != nil {
+			continue
+		}
+		if d, ok := envcache.Lookup(dists, r.Name); ok {
+			out = append(out, wire.Dist{Name: d.Name, Version: d.Version, Imports: d.ImportNames})
+		}
+	}
+	return out
+}
+
+func distList(ds []wire.Dist) string {
+	parts := make([]string, len(ds))
+	for i, d := range ds {
+		parts[i] = d.Name + "==" + d.Version
+	}
+	return strings.Join(parts, ", ")
+}
+
+var managerOfType = map[string]string{
+	"conda": envcache.ManagerConda, "venv": envcache.ManagerVenv,
+	"venv-uv": envcache.ManagerUV, "uv": envcache.ManagerUV,
+}
+
+func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+	args := req.GetArguments()
+	typ, bad := optionalString(args, "type")
+	if bad != nil {
+		return envRejected("argument 'type' must be a string: conda, venv, venv-uv or default")
+	}
+	typ = strings.ToLower(strings.TrimSpace(typ))
+	if typ == "default" {
+		if err := f.setSessionEnv(ctx, scope, nil, ""); err != nil {
+			return envInternal("cannot save the session's environment: %v", err)
+		}
+		return envToolResult(EnvResult{Status: "ok", EnvID: "default", State: "default",
+			Message: "the session now uses the workers' default environment"}, "")
+	}
+	manager, ok := managerOfType[typ]
+	if !ok {
+		if typ == "" {
+			return envRejected("missing required argument 'type': conda, venv, venv-uv (or default)")
+		}
+		return envRejected("unknown environment type %q: use conda, venv, venv-uv (or default)", typ)
+	}
+	var existing string
+	for _, name := range []string{"conda_name", "venv_path", "uv_venv_path"} {
+		v, bad := optionalString(args, name)
+		if bad != nil {
+			return envRejected("argument '%s' must be a string", name)
+		}
+		if v = strings.TrimSpace(v); v == "" {
+			continue
+		}
+		want := map[string]string{"conda_name": "conda", "venv_path": "venv", "uv_venv_path": "venv-uv"}[name]
+		if want != typ && !(typ == "uv" && want == "venv-uv") {
+			return envRejected("argument '%s' belongs to type %s, not %s", name, want, typ)
+		}
+		existing = v
+	}
+	python, bad := optionalString(args, "python_version")
+	if bad != nil {
+		return envRejected("argument 'python_version' must be a string such as \"3.12\"")
+	}
+	pkgs, bad := stringList(args, "packages", false)
+	if bad != nil {
+		return bad
+	}
+	if bad := f.parsePackages(pkgs); bad != nil {
+		return bad
+	}
+	spec, err := envcache.Spec{Manager: manager, Python: python, Packages: pkgs, Existing: existing}.Normalize()
+	if err != nil {
+		return envRejected("%s", strings.TrimPrefix(err.Error(), envcache.ErrBadSpec.Error()+": "))
+	}
+	res, data, failed := f.build(ctx, req, scope, spec)
+	if failed != nil {
+		return failed
+	}
+	ws := toWireSpec(spec)
+	if err := f.setSessionEnv(ctx, scope, ws, data.EnvID); err != nil {
+		return envInternal("cannot save the session's environment: %v", err)
+	}
+	what := "built"
+	if data.Cached {
+		what = "ready"
+	}
+	msg := fmt.Sprintf("the session now uses environment %s (%s, %s on %s in %.0f ms)", data.EnvID, spec, what, res.WorkerID, res.DurationMS)
+	return envToolResult(EnvResult{
+		Status: "ok", EnvID: data.EnvID, Spec: ws, State: "ready", Workers: []string{res.WorkerID},
+		Installed: installedFor(data.Installed, pkgs), JobID: res.JobID, WorkerID: res.WorkerID,
+		DurationMS: res.DurationMS, Message: msg,
+	}, msg+"\ninstalled: "+distList(installedFor(data.Installed, pkgs)))
+}
+
+// defaultManager is the manager install_dependencies derives from the
+// default environment with: uv when a live worker has it (a derived uv
+// environment costs tens of milliseconds), else venv.
+func defaultManager(adverts []envcache.Advert) string {
+	for _, a := range adverts {
+		if slices.Contains(a.Capabilities.Managers, envcache.ManagerUV) {
+			return envcache.ManagerUV
+		}
+	}
+	return envcache.ManagerVenv
+}
+
+func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+	pkgs, bad := stringList(req.GetArguments(), "packages", true)
+	if bad != nil {
+		return bad
+	}
+	if len(pkgs) == 0 {
+		return envRejected("argument 'packages' is empty: nothing to install")
+	}
+	if bad := f.parsePackages(pkgs); bad != nil {
+		return bad
+	}
+	cur, curID, err := f.sessionEnv(ctx, scope)
+	if err != nil {
+		return envInternal("cannot read the session's environment: %v", err)
+	}
+	var parent envcache.Spec
+	if cur == nil {
+		_, adverts, err := f.pool(ctx)
+		if err != nil {
+			return envInternal("cannot read worker presence: %v", err)
+		}
+		parent = envcache.Spec{Manager: defaultManager(adverts)}
+	} else {
+		parent = toSpec(cur)
+		parent.Parent = ""
+	}
+	child, err := envcache.Derive(parent, pkgs)
+	if errors.Is(err, envcache.ErrExistingEnv) {
+		return envRejected("the session uses the existing environment %q, which codexec does not modify; "+
+			"use configure_environment with type venv or venv-uv and packages to build a new one", parent.Existing)
+	}
+	if err != nil {
+		return envRejected("%v", err)
+	}
+	if curID != "" {
+		child.Parent = curID
+	}
+	res, data, failed := f.build(ctx, req, scope, child)
+	if failed != nil {
+		return failed
+	}
+	ws := toWireSpec(child)
+	if err := f.setSessionEnv(ctx, scope, ws, data.EnvID); err != nil {
+		return envInternal("cannot save the session's environment: %v", err)
+	}
+	got := installedFor(data.Installed, pkgs)
+	msg := fmt.Sprintf("installed %s; the session now uses environment %s (%.0f ms on %s)", distList(got), data.EnvID, res.DurationMS, res.WorkerID)
+	return envToolResult(EnvResult{
+		Status: "ok", EnvID: data.EnvID, Spec: ws, State: "ready", Workers: []string{res.WorkerID},
+		Installed: got, JobID: res.JobID, WorkerID: res.WorkerID, DurationMS: res.DurationMS, Message: msg,
+	}, "")
+}
+
+// queryRe is what check_installed_packages accepts: a distribution name or
+// a (dotted) import name.
+var queryRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$`)
+
+func (f *Frontend) checkInstalledPackages(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+	pkgs, bad := stringList(req.GetArguments(), "packages", true)
+	if bad != nil {
+		return bad
+	}
+	if len(pkgs) == 0 {
+		return envRejected("argument 'packages' is empty: name distributions or modules to look up")
+	}
+	for _, p := range pkgs {
+		if !queryRe.MatchString(strings.TrimSpace(p)) {
+			return envRejected("%q is not a package or module name", p)
+		}
+	}
+	cur, curID, err := f.sessionEnv(ctx, scope)
+	if err != nil {
+		return envInternal("cannot read the session's environment: %v", err)
+	}
+	now := time.Now().UTC()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindInspect, Pool: f.cfg.Pool, Scope: scope,
+		Env: cur, EnvID: curID, Packages: pkgs, TimeoutMS: f.cfg.InstallTimeout.Milliseconds(),
+		EnqueuedAt: now, Deadline: now.Add(f.cfg.InstallTimeout + f.cfg.QueueWait),
+	}
+	target, badRes := f.dispatch(ctx, job)
+	if badRes == nil {
+		var res *wire.Result
+		res, badRes = f.awaitResult(ctx, job, target)
+		if badRes == nil && res.Status.Failed() {
+			badRes = res
+		}
+		if badRes == nil {
+			var data wire.InspectData
+			if err := json.Unmarshal(res.Data, &data); err != nil {
+				return envInternal("the worker's answer for job %s is unreadable: %v", job.ID, err)
+			}
+			var b strings.Builder
+			for _, a := range data.Packages {
+				if a.Found {
+					fmt.Fprintf(&b, "%s: installed (%s %s)\n", a.Query, a.Dist.Name, a.Dist.Version)
+				} else {
+					fmt.Fprintf(&b, "%s: not installed\n", a.Query)
+				}
+			}
+			b.WriteString("[environment " + data.EnvID + "]")
+			return envToolResult(EnvResult{Status: "ok", EnvID: data.EnvID, Spec: cur, Packages: data.Packages,
+				JobID: job.ID, WorkerID: res.WorkerID, Message: res.Message}, b.String())
+		}
+	}
+	return envToolResult(EnvResult{Status: string(badRes.Status), EnvID: curID, Spec: cur, JobID: job.ID,
+		Output: badRes.Stderr, Message: badRes.Message}, "")
+}
+
+func (f *Frontend) getEnvironmentConfig(ctx context.Context, scope string) *mcp.CallToolResult {
+	cur, curID, err := f.sessionEnv(ctx, scope)
+	if err != nil {
+		return envInternal("cannot read the session's environment: %v", err)
+	}
+	_, adverts, err := f.pool(ctx)
+	if err != nil {
+		return envInternal("cannot read worker presence: %v", err)
+	}
+	r := EnvResult{Status: "ok", Spec: cur, Capabilities: adverts}
+	if cur == nil {
+		r.EnvID, r.State = "default", "default"
+		for _, a := range adverts {
+			r.Workers = append(r.Workers, a.WorkerID)
+		}
+		r.Message = "the session uses the workers' default environment"
+	} else {
+		r.EnvID, r.State = curID, "not_built"
+		for _, a := range adverts {
+			if slices.Contains(a.Envs, curID) {
+				r.Workers = append(r.Workers, a.WorkerID)
+			}
+		}
+		if len(r.Workers) > 0 {
+			r.State = "ready"
+		}
+		r.Message = fmt.Sprintf("the session uses environment %s (%s): %s", curID, toSpec(cur), r.State)
+		if len(r.Workers) > 0 {
+			r.Message += " on " + strings.Join(r.Workers, ", ")
+		}
+	}
+	return envToolResult(r, "")
+}
+
+func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
+	s.AddTool(mcp.NewTool("configure_environment",
+		mcp.WithDescription("Choose this session's Python environment: an existing one on the workers (conda_name, venv_path, uv_venv_path), "+
+			"or a new one built from python_version and packages (built once, cached, shared by every session asking for the same). "+
+			"Returns when it is ready. type 'default' goes back to the workers' default environment."),
+		mcp.WithString("type", mcp.Required(), mcp.Enum("conda", "venv", "venv-uv", "default"), mcp.Description("environment manager")),
+		mcp.WithString("conda_name", mcp.Description("name or prefix of a conda environment that exists on the workers (type conda)")),
+		mcp.WithString("venv_path", mcp.Description("absolute path of a venv that exists on the workers (type venv)")),
+		mcp.WithString("uv_venv_path", mcp.Description("absolute path of a uv venv that exists on the workers (type venv-uv)")),
+		mcp.WithString("python_version", mcp.Description("Python version of a new environment, e.g. 3.12")),
+		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of a new environment, e.g. [\"numpy>=2\", \"pandas\"]")),
+		mcp.WithOutputSchema[EnvResult](),
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return f.configureEnvironment(ctx, req, scopeFrom(ctx, stdio)), nil
+	})
+	s.AddTool(mcp.NewTool("get_environment_config",
+		mcp.WithDescription("Show this session's environment: its spec, id, whether it is built and which workers hold it, and what the workers offer."),
+		mcp.WithOutputSchema[EnvResult](),
+		mcp.WithReadOnlyHintAnnotation(true),
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return f.getEnvironmentConfig(ctx, scopeFrom(ctx, stdio)), nil
+	})
+	s.AddTool(mcp.NewTool("install_dependencies",
+		mcp.WithDescription("Install packages for this session: a new environment with the session's packages plus these is built "+
+			"(others' environments are never changed) and the session switches to it. Each item is one requirement such as "+
+			"\"requests\" or \"numpy>=2,<3\"; options, paths and URLs are refused. Progress is streamed while it builds."),
+		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("requirements to install")),
+		mcp.WithOutputSchema[EnvResult](),
+		mcp.WithOpenWorldHintAnnotation(true),
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return f.installDependencies(ctx, req, scopeFrom(ctx, stdio)), nil
+	})
+	s.AddTool(mcp.NewTool("check_installed_packages",
+		mcp.WithDescription("Check whether packages are installed in this session's environment, by distribution name (scikit-learn) "+
+			"or import name (sklearn), with versions. Nothing is imported."),
+		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("distribution or import names")),
+		mcp.WithOutputSchema[EnvResult](),
+		mcp.WithReadOnlyHintAnnotation(true),
+	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		return f.checkInstalledPackages(ctx, req, scopeFrom(ctx, stdio)), nil
+	})
+}

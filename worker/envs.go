@@ -1,0 +1,238 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/worker/runner"
+)
+
+// openEnvCache opens the cache of built environments (DataDir/envcache) and
+// computes the capabilities the worker advertises.
+func (w *Worker) openEnvCache(ctx context.Context) error {
+	dir, err := filepath.Abs(filepath.Join(w.cfg.DataDir, "envcache"))
+	if err != nil {
+		return fmt.Errorf("worker: environment cache: %w", err)
+	}
+	managers := map[string]envcache.Manager{}
+	names := w.cfg.Managers
+	if len(names) == 0 {
+		names = []string{envcache.ManagerVenv, envcache.ManagerUV, envcache.ManagerConda}
+	}
+	for _, name := range names {
+		switch strings.ToLower(strings.TrimSpace(name)) {
+		case envcache.ManagerVenv:
+			managers[envcache.ManagerVenv] = &envcache.Venv{PipCacheDir: filepath.Join(dir, "pip-cache")}
+		case envcache.ManagerUV, "venv-uv":
+			managers[envcache.ManagerUV] = &envcache.UV{CacheDir: filepath.Join(dir, "uv-cache")}
+		case envcache.ManagerConda:
+			managers[envcache.ManagerConda] = &envcache.Conda{}
+		default:
+			return fmt.Errorf("worker: unknown environment manager %q (venv, uv or conda)", name)
+		}
+	}
+	c, err := envcache.New(envcache.Config{
+		Dir: dir, BudgetBytes: w.cfg.EnvBudget, Managers: managers,
+		DefaultPython: w.cfg.Python, Index: w.cfg.Index, AllowURLs: w.cfg.AllowURLRequirements,
+		Logger: w.log.With("component", "envcache"),
+	})
+	if err != nil {
+		return fmt.Errorf("worker: environment cache: %w", err)
+	}
+	caps := c.Capabilities(ctx, w.cfg.Pythons)
+	caps.Pool, caps.Labels = w.cfg.Pool, w.cfg.Labels
+	for _, e := range w.cfg.ExistingEnvs {
+		caps.Existing = append(caps.Existing, strings.TrimSpace(e))
+	}
+	w.cache, w.caps = c, caps
+	w.log.Info("environment cache ready", "dir", dir, "managers", caps.Managers, "pythons", caps.Pythons)
+	return nil
+}
+
+// specOf converts a job's environment to an envcache.Spec.
+func specOf(e *wire.EnvSpec) envcache.Spec {
+	return envcache.Spec{Manager: e.Manager, Python: e.Python, Packages: e.Packages, Existing: e.Existing, Parent: e.Parent}
+}
+
+// ensureEnv builds or takes the job's environment, publishing the
+// installer's output as progress when the job asks for it. The caller
+// releases the Env. built says the environment was not ready before.
+func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger) (env *envcache.Env, built bool, err error) {
+	spec := specOf(job.Env)
+	id := ""
+	if n, nerr := spec.Normalize(); nerr == nil {
+		id = n.ID()
+	}
+	_, before := w.known.Load(id)
+	var progress *lineWriter
+	if job.Progress {
+		progress = &lineWriter{fn: func(line string) { _ = w.broker.PublishProgress(job.ID, line) }}
+		progress.fn(fmt.Sprintf("preparing environment %s on %s", id, w.cfg.ID))
+	}
+	start := time.Now()
+	if progress != nil {
+		env, err = w.cache.Ensure(ctx, spec, progress)
+		progress.Flush()
+	} else {
+		env, err = w.cache.Ensure(ctx, spec, nil)
+	}
+	if err != nil {
+		log.Warn("environment not ready", "env", id, "err", err)
+		return nil, false, err
+	}
+	if !before {
+		w.known.Store(env.ID, true)
+		log.Info("environment ready", "env", env.ID, "ms", time.Since(start).Milliseconds())
+		// Advertise it now, before the result goes out, so that placement
+		// sends the session's next job here.
+		if herr := w.heartbeat(context.WithoutCancel(ctx)); herr != nil {
+			log.Warn("heartbeat after build", "err", herr)
+		}
+	}
+	return env, !before, nil
+}
+
+// envFailure is the result of a job whose environment could not be made.
+func (w *Worker) envFailure(job *wire.Job, attempt int, err error) *wire.Result {
+	status := wire.StatusError
+	if errors.Is(err, envcache.ErrBadSpec) || errors.Is(err, envcache.ErrBadRequirement) {
+		status = wire.StatusRejected
+	}
+	res := w.result(job, attempt, status, "environment: "+firstLine(err.Error()))
+	var be *envcache.BuildError
+	if errors.As(err, &be) {
+		res.Stderr = be.Output
+		res.StderrBytes = int64(len(be.Output))
+	} else {
+		res.Stderr = err.Error()
+	}
+	return res
+}
+
+func firstLine(s string) string {
+	s, _, _ = strings.Cut(s, "\n")
+	return s
+}
+
+// envSpec is the runner.Spec of a job in env: its interpreter, and its
+// activation applied over the same scrubbed environment as the default's.
+func (w *Worker) envSpec(env *envcache.Env, script, dir, home string) runner.Spec {
+	base := runner.ChildEnv(os.Environ(), "", home, w.cfg.EnvPassthrough, w.childExtra)
+	return runner.Spec{
+		Python: env.Python, Script: script, Dir: dir,
+		Env:     env.Activation.Apply(base),
+		Rlimits: runner.NoCoreFiles(),
+	}
+}
+
+func toWireDists(ds []envcache.Dist) []wire.Dist {
+	out := make([]wire.Dist, 0, len(ds))
+	for _, d := range ds {
+		out = append(out, wire.Dist{Name: d.Name, Version: d.Version, Imports: d.ImportNames})
+	}
+	return out
+}
+
+// runInstall makes sure the job's environment exists and reports what is
+// installed in it.
+func (w *Worker) runInstall(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
+	if job.Env == nil {
+		return w.result(job, attempt, wire.StatusRejected, "an install job needs an environment")
+	}
+	start := time.Now()
+	env, built, err := w.ensureEnv(ctx, job, log)
+	if err != nil {
+		return w.envFailure(job, attempt, err)
+	}
+	defer env.Release()
+	dists, err := envcache.Installed(env.Dir)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "list installed packages: "+err.Error())
+	}
+	res := w.result(job, attempt, wire.StatusOK, fmt.Sprintf("environment %s ready (%d distributions)", env.ID, len(dists)))
+	res.ExitCode, res.EnvID = 0, env.ID
+	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
+	res.Data, _ = json.Marshal(wire.InstallData{EnvID: env.ID, Installed: toWireDists(dists), BuildMS: res.DurationMS, Cached: !built})
+	res.FinishedAt = time.Now().UTC()
+	return res
+}
+
+// runInspect looks packages up in the job's environment by reading their
+// metadata: nothing is imported.
+func (w *Worker) runInspect(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
+	var dir, id string
+	if job.Env == nil {
+		dir, id = w.venvDir, "default"
+	} else {
+		env, _, err := w.ensureEnv(ctx, job, log)
+		if err != nil {
+			return w.envFailure(job, attempt, err)
+		}
+		defer env.Release()
+		dir, id = env.Dir, env.ID
+	}
+	dists, err := envcache.Installed(dir)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "list installed packages: "+err.Error())
+	}
+	data := wire.InspectData{EnvID: id}
+	found := 0
+	for _, q := range job.Packages {
+		a := wire.InspectAnswer{Query: q}
+		if d, ok := envcache.Lookup(dists, q); ok {
+			a.Found, a.Dist = true, wire.Dist{Name: d.Name, Version: d.Version, Imports: d.ImportNames}
+			found++
+		}
+		data.Packages = append(data.Packages, a)
+	}
+	res := w.result(job, attempt, wire.StatusOK, fmt.Sprintf("%d of %d found", found, len(job.Packages)))
+	res.ExitCode, res.EnvID = 0, id
+	res.Data, _ = json.Marshal(data)
+	return res
+}
+
+// lineWriter calls fn with each complete line written to it (and, on
+// Flush, with what is left). Safe for concurrent use.
+type lineWriter struct {
+	fn  func(string)
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (l *lineWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.buf.Write(p)
+	for {
+		i := bytes.IndexByte(l.buf.Bytes(), '\n')
+		if i < 0 {
+			break
+		}
+		line := strings.TrimRight(string(l.buf.Next(i+1)), "\r\n")
+		if line != "" {
+			l.fn(line)
+		}
+	}
+	return len(p), nil
+}
+
+// Flush sends what is left of an unterminated last line.
+func (l *lineWriter) Flush() {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if rest := strings.TrimSpace(l.buf.String()); rest != "" {
+		l.fn(rest)
+	}
+	l.buf.Reset()
+}
