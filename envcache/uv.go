@@ -121,6 +121,14 @@ func (u *UV) env() []string {
 	if u.CacheDir != "" {
 		set["UV_CACHE_DIR"] = u.CacheDir
 	}
+	// Trust the system's certificate store, as pip and curl do, not only
+	// uv's built-in roots: behind a TLS-inspecting proxy or a private
+	// mirror with its own CA, uv otherwise fails with "invalid peer
+	// certificate: UnknownIssuer" (seen on our own machines). An operator's
+	// explicit choice wins.
+	if os.Getenv("UV_SYSTEM_CERTS") == "" && os.Getenv("UV_NATIVE_TLS") == "" {
+		set["UV_SYSTEM_CERTS"] = "1"
+	}
 	return withEnv(installerEnv(os.Environ()), set, "VIRTUAL_ENV", "CONDA_PREFIX", "UV_PYTHON", "UV_SYSTEM_PYTHON")
 }
 
