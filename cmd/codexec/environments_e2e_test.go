@@ -260,7 +260,9 @@ func TestDevInstallFromPyPI(t *testing.T) {
 		t.Skipf("PyPI unreachable: %v", err)
 	}
 	conn.Close()
-	c, _ := devStdio(t, t.TempDir(), "CODEXEC_MANAGERS=uv,venv")
+	// Started the way a desktop client starts it, with a minimal
+	// environment: installs must not depend on the developer's shell.
+	c := devStdioMinimal(t, t.TempDir(), "CODEXEC_MANAGERS=uv,venv")
 	res, er := envCall(t, c, "install_dependencies", map[string]any{"packages": []any{"iniconfig"}})
 	if res.IsError || len(er.Installed) != 1 || er.Installed[0].Name != "iniconfig" {
 		t.Fatalf("install iniconfig: %s", text(res))

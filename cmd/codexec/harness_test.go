@@ -84,6 +84,40 @@ func devStdio(t *testing.T, dataDir string, extraEnv ...string) (*client.Client,
 	return c, stderr
 }
 
+// devStdioMinimal is devStdio with the small environment a desktop MCP
+// client gives the servers it starts (the official SDKs pass little more
+// than HOME, PATH, USER and TERM): nothing of the developer's shell, such as
+// SSL_CERT_FILE or PIP_CERT, reaches codexec.
+func devStdioMinimal(t *testing.T, dataDir string, extraEnv ...string) *client.Client {
+	t.Helper()
+	stderr := &syncBuffer{}
+	env := []string{"CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}
+	for _, name := range []string{"HOME", "PATH", "USER", "LOGNAME", "TERM", "CI"} {
+		if v, ok := os.LookupEnv(name); ok {
+			env = append(env, name+"="+v)
+		}
+	}
+	env = append(env, extraEnv...)
+	c, err := client.NewStdioMCPClientWithOptions(os.Args[0], nil, []string{"dev"},
+		transport.WithCommandStderrWriter(stderr),
+		transport.WithCommandFunc(func(ctx context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
+			cmd := exec.CommandContext(ctx, command, args...)
+			cmd.Env = env
+			return cmd, nil
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		if t.Failed() {
+			t.Logf("codexec dev stderr:\n%s", stderr.String())
+		}
+	})
+	initialize(t, c, mcp.LATEST_PROTOCOL_VERSION)
+	return c
+}
+
 func initialize(t *testing.T, c *client.Client, version string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
