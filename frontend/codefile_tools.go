@@ -126,12 +126,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithDescription("Run a code file's current content exactly as execute_code would run it: fresh interpreter, this session's environment and working directory. "+
 			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit."),
 		mcp.WithString("file_path", mcp.Required(), mcp.Description(filePathHelp)),
-		mcp.WithNumber("timeout_seconds", mcp.Description(fmt.Sprintf(
-			"Wall-clock limit in seconds (default %g, at most %g); the whole process group is killed when it passes",
-			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
-		mcp.WithOutputSchema[ExecResult](),
-		mcp.WithOpenWorldHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(true),
+		f.runOptions(),
 	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return f.executeCodeFile(ctx, req, scopeFrom(ctx, stdio)), nil
 	})

@@ -39,12 +39,7 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit."),
 		mcp.WithString("code", mcp.Required(), mcp.Description("Python source to run")),
 		mcp.WithString("filename", mcp.Description("Name to save the script under (sanitized; '.py' is added when missing)")),
-		mcp.WithNumber("timeout_seconds", mcp.Description(fmt.Sprintf(
-			"Wall-clock limit in seconds (default %g, at most %g); the whole process group is killed when it passes",
-			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
-		mcp.WithOutputSchema[ExecResult](),
-		mcp.WithOpenWorldHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(true),
+		f.runOptions(),
 	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		return f.executeCode(ctx, req, scopeFrom(ctx, stdio)), nil
 	})
@@ -124,11 +119,30 @@ func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, *mcp.CallTool
 	return time.Duration(secs * float64(time.Second)), nil
 }
 
+// runOptions are the tool options shared by every tool that runs code
+// (execute_code, execute_code_file): the timeout parameter, the result's
+// schema and the annotations.
+func (f *Frontend) runOptions() mcp.ToolOption {
+	opts := []mcp.ToolOption{
+		mcp.WithNumber("timeout_seconds", mcp.Description(fmt.Sprintf(
+			"Wall-clock limit in seconds (default %g, at most %g); the whole process group is killed when it passes",
+			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
+		mcp.WithOutputSchema[ExecResult](),
+		mcp.WithOpenWorldHintAnnotation(true),
+		mcp.WithDestructiveHintAnnotation(true),
+	}
+	return func(t *mcp.Tool) {
+		for _, o := range opts {
+			o(t)
+		}
+	}
+}
+
 // runCode runs code as a job of scope and waits for its result. It is the
 // one path every tool that runs code takes (execute_code, execute_code_file),
 // so they run code the same way: same environment, limits and result. The
-// code is recorded in the session's runs history (CodeStore.RecordRun) once
-// the job is queued. filename is already clean; sourceFile names the code
+// code is recorded in the session's runs history (CodeStore.RecordRun) while
+// the job runs. filename is already clean; sourceFile names the code
 // file the code came from, if any.
 func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, timeout time.Duration) *mcp.CallToolResult {
 	env, envID, err := f.sessionEnv(ctx, scope)
