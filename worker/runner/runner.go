@@ -2,6 +2,7 @@ package runner
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os/exec"
@@ -47,7 +48,39 @@ type Spec struct {
 	// environment imports before forking; nil means the Pool's default.
 	// Run ignores it.
 	Preload []string
+	// Confine, when set, confines the job in a sandbox: it runs only in a
+	// sandboxed zygote (a Pool with a SandboxConfig, or RunSandboxed),
+	// never unconfined.
+	Confine *Confinement
 }
+
+// Confinement says how a job in a sandboxed zygote is confined: what it
+// sees of the sandbox's file system, the cgroups it joins and the uid it
+// becomes. See zygote.py (_confine, _drop_privileges).
+type Confinement struct {
+	// UID and GID the job runs as; both must be above 0.
+	UID int `json:"uid"`
+	GID int `json:"gid"`
+	// Binds are directories under the sandbox's Hidden roots bound back
+	// into the job's view, at the same path (the session's own).
+	Binds []Bind `json:"binds,omitempty"`
+	// Cgroups are cgroup.procs files the job joins before it drops its
+	// privileges; Unmount are directories then removed from its view.
+	Cgroups []string `json:"cgroups,omitempty"`
+	Unmount []string `json:"unmount,omitempty"`
+	// TmpSize caps the job's private /tmp and /dev/shm, in bytes; 0 leaves
+	// them as large as memory allows.
+	TmpSize int64 `json:"tmp_size,omitempty"`
+}
+
+// Bind is one directory of a Confinement.
+type Bind struct {
+	Path  string
+	Write bool
+}
+
+// MarshalJSON encodes a Bind as zygote.py reads it: [path, write].
+func (b Bind) MarshalJSON() ([]byte, error) { return json.Marshal([]any{b.Path, b.Write}) }
 
 // Rlimit is one resource limit, as setrlimit(2) takes it.
 type Rlimit struct {
@@ -113,6 +146,9 @@ func Run(ctx context.Context, s Spec) (Outcome, error) {
 	}
 	if err := s.validate(); err != nil {
 		return Outcome{}, err
+	}
+	if s.Confine != nil {
+		return Outcome{}, errors.New("runner: a confined job runs only in a sandbox (RunSandboxed)")
 	}
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, fmt.Errorf("runner: not started: %w", err)
@@ -226,6 +262,9 @@ func (s Spec) validate() error {
 		if r.Cur > r.Max {
 			return fmt.Errorf("runner: limit %d: soft limit %d above hard limit %d", r.Resource, r.Cur, r.Max)
 		}
+	}
+	if c := s.Confine; c != nil && (c.UID <= 0 || c.GID <= 0) {
+		return fmt.Errorf("runner: a confined job needs a uid and gid above 0, got %d:%d", c.UID, c.GID)
 	}
 	return nil
 }

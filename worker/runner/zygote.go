@@ -5,6 +5,8 @@ import (
 	"errors"
 	"log/slog"
 	"time"
+
+	"github.com/codexec/codexec/worker/sandbox"
 )
 
 // zygoteSource is the zygote's Python code. The bootstrap passed with -c
@@ -77,7 +79,30 @@ type ZygoteConfig struct {
 	// Logger receives what the zygote writes to its stdout and stderr.
 	// Default slog.Default().
 	Logger *slog.Logger
+	// Sandbox, when set, starts the zygote in a bubblewrap sandbox, and
+	// then every job it runs must carry a Spec.Confine.
+	Sandbox *SandboxConfig
 }
+
+// SandboxConfig says how sandboxed zygotes are started.
+type SandboxConfig struct {
+	// Box builds the bubblewrap command line.
+	Box *sandbox.Sandbox
+	// Mounts are what every sandboxed zygote sees besides its interpreter
+	// and environment: the roots of the sessions' directories (writable,
+	// each job binds back its own) and the job cgroups' directories.
+	Mounts []sandbox.Mount
+	// Hidden are the roots, among Mounts, that no job sees: each job sees
+	// only its Confinement.Binds under them.
+	Hidden []string
+}
+
+// zygoteCaps are the capabilities a sandboxed zygote keeps, for its
+// children's confinement: mounts and namespaces (SYS_ADMIN), the uid
+// change (SETUID, SETGID), killing jobs that run under other uids (KILL)
+// and bringing a new loopback up (NET_ADMIN). A child loses them all when
+// it changes uid.
+var zygoteCaps = []string{"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_NET_ADMIN"}
 
 // ZygoteInfo describes a started zygote.
 type ZygoteInfo struct {

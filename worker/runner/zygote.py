@@ -7,7 +7,10 @@
 # with fd 3 a SOCK_SEQPACKET Unix socket to the worker, stdin on /dev/null and
 # stdout and stderr on a pipe that the worker logs. BOOTSTRAP reads this file,
 # the first datagram on fd 3, and executes it under the name <codexec-zygote>;
-# CONFIG is a JSON object: {"preload": ["module", ...]}.
+# CONFIG is a JSON object: {"preload": ["module", ...], "sandbox": {"netns":
+# bool}}. "sandbox" says the zygote runs as root in a bubblewrap sandbox
+# (worker/sandbox) and must confine each child: see _enter_namespaces and
+# _confine.
 #
 # Protocol on fd 3, one JSON object per datagram:
 #
@@ -17,7 +20,9 @@
 #       A non-empty "threads" means an import started a thread, so forking
 #       is unsafe: the zygote exits right after saying so.
 #   worker -> zygote:        {"op": "run", "id", "script", "dir", "env",
-#                             "rlimits": [[resource, soft, hard], ...]}
+#                             "rlimits": [[resource, soft, hard], ...],
+#                             "confine": {...} (sandboxed zygotes only, see
+#                             _confine)}
 #       with SCM_RIGHTS carrying three descriptors: the job's stdin, stdout
 #       and stderr.
 #   zygote -> worker:        {"op": "started", "id", "pid"}, sent before the job
@@ -66,10 +71,19 @@ _ANC_SPACE = socket.CMSG_SPACE(16 * 4)
 try:
     import ctypes
 
-    _prctl = ctypes.CDLL(None, use_errno=True).prctl
+    _libc = ctypes.CDLL(None, use_errno=True)
+    _prctl = _libc.prctl
 except Exception:  # an interpreter without ctypes: jobs outlive a killed zygote
-    _prctl = None
+    _libc = _prctl = None
 _PR_SET_PDEATHSIG = 1
+_PR_SET_DUMPABLE = 4
+_PR_SET_NO_NEW_PRIVS = 38
+_CLONE_NEWNS = 0x00020000
+_CLONE_NEWIPC = 0x08000000
+_CLONE_NEWNET = 0x40000000
+_MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MNT_DETACH = 2
 
 try:
     import resource
@@ -146,17 +160,19 @@ def _threads():
 
 
 class _Job:
-    __slots__ = ('id', 'sock', 'done')
+    __slots__ = ('id', 'sock', 'done', 'uid')
 
-    def __init__(self, jid, sock):
+    def __init__(self, jid, sock, uid):
         self.id = jid
         self.sock = sock  # the job process's report socket, until it closes
         self.done = False  # the worker was told how it ended
+        self.uid = uid  # the uid it runs as when sandboxed, else None
 
 
 class _Zygote:
-    def __init__(self, ctl):
+    def __init__(self, ctl, sandbox):
         self.ctl = ctl
+        self.sandbox = sandbox  # None, or {"netns": bool}
         self.pid = os.getpid()
         self.sigchld = signal.getsignal(signal.SIGCHLD)
         self.wakeup = None
@@ -245,7 +261,7 @@ class _Zygote:
                 if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
                     _send(self.ctl, {'op': 'failed', 'id': req.get('id'), 'error': 'malformed run request'})
                 else:
-                    self.run(req['id'], msg, fds)
+                    self.run(req['id'], msg, fds, (req.get('confine') or {}).get('uid'))
             elif op == 'kill':
                 self.kill(req.get('id'))
         finally:
@@ -271,7 +287,7 @@ class _Zygote:
         theirs.close()
         return pid, ours
 
-    def run(self, jid, msg, fds):
+    def run(self, jid, msg, fds, uid):
         for _ in range(2):
             spare, self.spare = self.spare, None
             if spare is None:
@@ -296,7 +312,7 @@ class _Zygote:
             _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
             return
         sock.setblocking(False)
-        self.jobs[pid] = _Job(jid, sock)
+        self.jobs[pid] = _Job(jid, sock, uid)
         self.by_fd[sock.fileno()] = pid
         self.poller.register(sock.fileno(), select.POLLIN)
 
@@ -309,6 +325,12 @@ class _Zygote:
         """Kill what the job left behind and tell the worker how it ended."""
         _kill_group(pid)
         job.done = True
+        if job.uid is not None:
+            for other in self.jobs.values():
+                if other.uid == job.uid and not other.done:
+                    break  # the session has another job running here
+            else:
+                _sweep(job.uid)
         _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})
 
     def close_report(self, job):
@@ -452,6 +474,8 @@ def _prepare_child(z, sock):
     report = socket.socket(fileno=os.dup2(sock.fileno(), high, inheritable=False))
     sock.detach()
     _close_fds(keep=high)
+    if z.sandbox is not None:
+        _enter_namespaces(z.sandbox)
     gc.enable()
     return report
 
@@ -478,7 +502,11 @@ def _setup_job(req, fds):
     for fd in fds:
         if fd > 2:
             os.close(fd)
-    os.chdir(req['dir'])
+    confine = req.get('confine')
+    if confine is None:
+        os.chdir(req['dir'])
+    else:
+        _confine(confine)
     env = {}
     for kv in req.get('env') or ():
         name, sep, value = kv.partition('=')
@@ -494,9 +522,162 @@ def _setup_job(req, fds):
         time.tzset()
     for res, soft, hard in req.get('rlimits') or ():
         resource.setrlimit(res, (soft, hard))
-    # Sandbox hook: the per-session privilege drop (setgroups([]), setresgid,
-    # setresuid) and namespace changes belong here, after chdir and before
-    # job code.
+    if confine is not None:
+        _drop_privileges(confine)
+        os.chdir(req['dir'])  # the session's uid may enter it; root may not
+
+
+# ---------------------------------------------------------------------------
+# Confinement of a sandboxed zygote's children. The zygote runs as root with
+# a few capabilities (CAP_SYS_ADMIN, CAP_SETUID, CAP_SETGID, CAP_KILL,
+# CAP_NET_ADMIN) in a bubblewrap sandbox that shows the interpreter, the
+# environment, every session's directory and the job cgroups. Each child
+# makes itself a view of its own session only, then becomes that session's
+# uid, which takes every capability away:
+#
+#   spare (before the job is known, off the job's path): new mount and IPC
+#     namespaces, and a network namespace with only a loopback unless the
+#     pool allows egress; a fresh /tmp and /dev/shm.
+#   job: the session directories of everyone hidden under an empty tmpfs,
+#     its own bound back (working directory read-write, scripts
+#     read-only); the job's cgroups joined and their directories unmounted;
+#     rlimits; then setgroups([]), setresgid, setresuid to the session's
+#     uid and no_new_privs, so that no setuid program can give privileges
+#     back.
+
+
+def _b(s):
+    return s.encode() if isinstance(s, str) else s
+
+
+def _libc_call(name, *args):
+    if _libc is None:
+        raise OSError('ctypes is not available: the sandbox cannot be set up')
+    if getattr(_libc, name)(*args) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, '%s %s: %s' % (name, args[:2], os.strerror(e)))
+
+
+def _mount(source, target, fstype, flags, data):
+    _libc_call('mount', _b(source), _b(target), _b(fstype), ctypes.c_ulong(flags), _b(data))
+
+
+_hidden = []  # (root, O_PATH descriptor) of each hidden root, in a child
+
+
+def _enter_namespaces(sandbox):
+    netns = sandbox.get('netns')
+    _libc_call('unshare', _CLONE_NEWNS | _CLONE_NEWIPC | (_CLONE_NEWNET if netns else 0))
+    _mount(None, '/', None, _MS_REC | _MS_PRIVATE, None)
+    # The roots of every session's directories: kept open, so that the
+    # job's own can be bound back from them once they are hidden (by the
+    # fresh /tmp below, when they lie under /tmp, or by _confine).
+    for root in sandbox.get('hidden') or ():
+        _hidden.append((root, os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+    for d in ('/tmp', '/dev/shm'):
+        if os.path.isdir(d):
+            _mount('tmpfs', d, 'tmpfs', _MS_NOSUID | _MS_NODEV, 'mode=1777')
+    if netns:
+        _loopback_up()
+
+
+def _loopback_up():
+    """A new network namespace has its loopback down: bring it up, as
+    bubblewrap does for its own."""
+    import fcntl
+
+    SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 1
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    try:
+        ifr = fcntl.ioctl(s.fileno(), SIOCGIFFLAGS, struct.pack('16sH14x', b'lo', 0))
+        flags = struct.unpack('16sH14x', ifr)[1]
+        fcntl.ioctl(s.fileno(), SIOCSIFFLAGS, struct.pack('16sH14x', b'lo', flags | IFF_UP))
+    finally:
+        s.close()
+
+
+def _confine(c):
+    """The job's view of the file system and its cgroups (still root)."""
+    for root, _ in _hidden:
+        if os.path.isdir(root):  # not already gone under the fresh /tmp
+            _mount('tmpfs', root, 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0711,size=64k')
+    for path, write in c.get('binds') or ():
+        for root, fd in _hidden:
+            if path.startswith(root + '/'):
+                rel = path[len(root) + 1:]
+                break
+        else:
+            raise OSError('%s is not under a hidden root' % path)
+        if not rel or rel.startswith('/') or '..' in rel.split('/'):
+            raise OSError('bad bind %r' % path)
+        os.makedirs(path, 0o711, exist_ok=True)
+        # The source is resolved from the hidden root's descriptor, and a
+        # link planted by a job on the way is not followed.
+        src = os.open(rel, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        try:
+            _mount('/proc/self/fd/%d' % src, path, None, _MS_BIND, None)
+        finally:
+            os.close(src)
+        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if write else _MS_RDONLY), None)
+    for f in c.get('cgroups') or ():
+        with open(f, 'w') as fh:
+            fh.write('0')
+    for d in c.get('unmount') or ():
+        _libc_call('umount2', _b(d), 2)  # MNT_DETACH
+    size = c.get('tmp_size')
+    if size:
+        for d in ('/tmp', '/dev/shm'):
+            if os.path.isdir(d):
+                _mount(None, d, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV, 'mode=1777,size=%d' % size)
+
+
+def _drop_privileges(c):
+    uid, gid = c['uid'], c['gid']
+    ppid = os.getppid()
+    os.setgroups([])
+    os.setresgid(gid, gid, gid)
+    os.setresuid(uid, uid, uid)
+    # Changing uid cleared the parent-death signal and made the process
+    # undumpable (its /proc files root's): set both back.
+    _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != ppid:
+        os._exit(126)
+    _prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), 'no_new_privs')
+    if os.getuid() != uid or os.geteuid() != uid:
+        raise OSError('the privilege drop did not take')
+
+
+def _sweep(uid):
+    """Kill every process of uid in the zygote's namespace: what a job left
+    behind after it left its process group (setsid, double fork). The
+    zygote is the namespace's PID 1, so such orphans are its children."""
+    for _ in range(50):
+        found = False
+        for name in os.listdir('/proc'):
+            if not name.isdigit():
+                continue
+            try:
+                with open('/proc/%s/status' % name, 'rb') as f:
+                    status = f.read()
+            except OSError:
+                continue
+            zombie = False
+            for line in status.split(b'\n'):
+                if line.startswith(b'State:'):
+                    zombie = line.split()[1:2] in ([b'Z'], [b'X'])
+                elif line.startswith(b'Uid:'):
+                    if not zombie and uid in [int(x) for x in line.split()[1:]]:
+                        found = True
+                        try:
+                            os.kill(int(name), signal.SIGKILL)
+                        except OSError:
+                            pass
+                    break
+        if not found:
+            return
+        time.sleep(0.001)
 
 
 def _close_fds(keep):
@@ -654,7 +835,12 @@ def _main():
     # script directory takes that place in each child.
     if sys.path and sys.path[0] == '':
         del sys.path[0]
-    z = _Zygote(ctl)
+    sandbox = cfg.get('sandbox')
+    if sandbox is not None:
+        # Root inside the sandbox sees every process of the namespace; a
+        # job, with a uid of its session's own, sees only its session's.
+        _mount('proc', '/proc', 'proc', _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+    z = _Zygote(ctl, sandbox)
     t0 = time.monotonic()
     loaded, failed = z.preload(cfg.get('preload') or [])
     import_ms = (time.monotonic() - t0) * 1000

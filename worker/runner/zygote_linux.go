@@ -18,6 +18,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/codexec/codexec/worker/sandbox"
 	"golang.org/x/sys/unix"
 )
 
@@ -33,6 +34,9 @@ type Zygote struct {
 	devnull *os.File // every job's stdin
 	nullFD  int      // devnull's descriptor
 	logOut  *lineLogger
+	// sandboxed says the zygote runs in a sandbox: its jobs carry a
+	// Confinement and the pids it reports are its namespace's.
+	sandboxed bool
 
 	mu     sync.Mutex
 	nextID uint64
@@ -62,12 +66,27 @@ type zygoteMsg struct {
 
 // zygoteRequest is a run request.
 type zygoteRequest struct {
-	Op      string     `json:"op"`
-	ID      uint64     `json:"id"`
-	Script  string     `json:"script,omitempty"`
-	Dir     string     `json:"dir,omitempty"`
-	Env     []string   `json:"env"`
-	Rlimits [][3]int64 `json:"rlimits,omitempty"`
+	Op      string       `json:"op"`
+	ID      uint64       `json:"id"`
+	Script  string       `json:"script,omitempty"`
+	Dir     string       `json:"dir,omitempty"`
+	Env     []string     `json:"env"`
+	Rlimits [][3]int64   `json:"rlimits,omitempty"`
+	Confine *Confinement `json:"confine,omitempty"`
+}
+
+// zygoteConfig is the zygote's command-line configuration.
+type zygoteConfig struct {
+	Preload []string          `json:"preload"`
+	Sandbox *zygoteSandboxCfg `json:"sandbox,omitempty"`
+}
+
+type zygoteSandboxCfg struct {
+	// NetNS gives each child a network namespace of its own (a loopback
+	// only), so that jobs of different sessions cannot talk to each other.
+	NetNS bool `json:"netns"`
+	// Hidden are SandboxConfig.Hidden.
+	Hidden []string `json:"hidden"`
 }
 
 // StartZygote starts a zygote and waits until it has imported its preloads
@@ -87,7 +106,17 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	preload, err := json.Marshal(map[string]any{"preload": nonNil(cfg.Preload)})
+	zc := zygoteConfig{Preload: nonNil(cfg.Preload)}
+	var mounts []sandbox.Mount
+	if sb := cfg.Sandbox; sb != nil {
+		zc.Sandbox = &zygoteSandboxCfg{NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden)}
+		im, err := sandbox.InterpreterMounts(cfg.Python)
+		if err != nil {
+			return nil, fmt.Errorf("runner: zygote: %w", err)
+		}
+		mounts = append(im, sb.Mounts...)
+	}
+	preload, err := json.Marshal(zc)
 	if err != nil {
 		return nil, fmt.Errorf("runner: zygote: %w", err)
 	}
@@ -122,9 +151,28 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	if env == nil {
 		env = []string{}
 	}
+	argv := []string{cfg.Python, "-c", zygoteBootstrap, string(preload)}
+	extra := []*os.File{theirs}
+	var infoR *os.File
+	if sb := cfg.Sandbox; sb != nil {
+		// bubblewrap tells the zygote's pid on the host on fd 4.
+		var infoW *os.File
+		if infoR, infoW, err = os.Pipe(); err != nil {
+			conn.Close()
+			devnull.Close()
+			return nil, fmt.Errorf("runner: zygote: %w", err)
+		}
+		defer infoW.Close()
+		defer infoR.Close()
+		extra = append(extra, infoW)
+		argv = sb.Box.Args(sandbox.Options{
+			Mounts: mounts, Network: sb.Box.Network(), Caps: zygoteCaps, AsPID1: true, InfoFD: 4,
+		}, argv...)
+		z.sandboxed = true
+	}
 	z.cmd = &exec.Cmd{
-		Path: cfg.Python,
-		Args: []string{cfg.Python, "-c", zygoteBootstrap, string(preload)},
+		Path: argv[0],
+		Args: argv,
 		Env:  env,
 		Dir:  "/",
 		// stdin is /dev/null; stdout and stderr share one pipe that is
@@ -132,7 +180,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		// child inherits were set up for a pipe, like a job's.
 		Stdout:      z.logOut,
 		Stderr:      z.logOut,
-		ExtraFiles:  []*os.File{theirs},
+		ExtraFiles:  extra,
 		SysProcAttr: sysProcAttr(),
 		WaitDelay:   pipeDrainDelay,
 	}
@@ -143,6 +191,15 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		return nil, fmt.Errorf("runner: zygote: start %s: %w", cfg.Python, err)
 	}
 	theirs.Close()
+	hostPID := z.cmd.Process.Pid
+	if infoR != nil {
+		extra[1].Close()
+		if pid, err := readChildPID(infoR); err == nil {
+			hostPID = pid
+		} else {
+			log.Warn("sandbox: no child pid from bubblewrap", "err", err)
+		}
+	}
 	go func() {
 		err := z.cmd.Wait()
 		z.logOut.flush()
@@ -156,7 +213,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		return nil, err
 	}
 	z.info = ZygoteInfo{
-		PID: z.cmd.Process.Pid, Version: ready.Python, Preloaded: ready.Preloaded, Failed: ready.Failed,
+		PID: hostPID, Version: ready.Python, Preloaded: ready.Preloaded, Failed: ready.Failed,
 		ImportTime: time.Duration(ready.ImportMS * float64(time.Millisecond)), StartTime: time.Since(began),
 	}
 	go z.readLoop()
@@ -284,6 +341,11 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	if err := s.validate(); err != nil {
 		return Outcome{}, err
 	}
+	if z.sandboxed != (s.Confine != nil) {
+		// A job never runs unconfined in a sandbox (as its root) nor
+		// unconfined when it should have been confined.
+		return Outcome{}, fmt.Errorf("%w: the job's confinement does not match the zygote's sandbox", ErrNotStarted)
+	}
 	if err := ctx.Err(); err != nil {
 		return Outcome{}, fmt.Errorf("runner: not started: %w", err)
 	}
@@ -321,7 +383,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		z.mu.Unlock()
 	}
 
-	req, err := json.Marshal(zygoteRequest{Op: "run", ID: id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits)})
+	req, err := json.Marshal(zygoteRequest{Op: "run", ID: id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine})
 	if err == nil && len(req) > maxZygoteRequest {
 		err = fmt.Errorf("%w: the request is %d bytes, more than %d", ErrNotStarted, len(req), maxZygoteRequest)
 	}
@@ -460,8 +522,12 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 				return Outcome{}, fmt.Errorf("%w: %w", ErrNotStarted, z.Err())
 			}
 			// The child dies with the zygote (its parent-death signal);
-			// what it started does not, unless we kill the group.
-			killGroup(pid)
+			// what it started does not, unless we kill the group. In a
+			// sandbox the pid is the namespace's, and the namespace died
+			// with the zygote, its PID 1, taking every process with it.
+			if !z.sandboxed {
+				killGroup(pid)
+			}
 			out.Duration = time.Since(start)
 			out.ExitCode, out.Signal = -1, "killed"
 			z.fillOutput(&out, stdout, stderr, drainThenClose)
@@ -603,4 +669,19 @@ func nonNil(s []string) []string {
 		return []string{}
 	}
 	return s
+}
+
+// readChildPID reads bubblewrap's --info-fd report: {"child-pid": N}.
+func readChildPID(r *os.File) (int, error) {
+	_ = r.SetReadDeadline(time.Now().Add(30 * time.Second))
+	var info struct {
+		ChildPID int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(r).Decode(&info); err != nil {
+		return 0, err
+	}
+	if info.ChildPID <= 0 {
+		return 0, errors.New("no child-pid")
+	}
+	return info.ChildPID, nil
 }

@@ -30,6 +30,9 @@ type PoolConfig struct {
 	StartTimeout time.Duration
 	// Logger receives the pool's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Sandbox, when set, starts every zygote in a sandbox, and jobs that
+	// cannot use one run with RunSandboxed instead of Run.
+	Sandbox *SandboxConfig
 }
 
 // WithDefaults returns c with every unset field given its default.
@@ -132,7 +135,33 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Outcome, error) {
 		}
 		p.log.Warn("job not started by its zygote; running it with spawn", "python", s.Python, "err", err)
 	}
+	if p.cfg.Sandbox != nil {
+		return RunSandboxed(ctx, p.cfg.Sandbox, s)
+	}
 	return Run(ctx, s)
+}
+
+// RunSandboxed runs s, which must carry a Confinement, in a sandbox of its
+// own: a zygote that imports nothing, started for this job and stopped
+// after it. It is the sandbox's spawn: it costs an interpreter start, as
+// Run does, plus the sandbox's. s.Timeout counts from the job's start, not
+// the zygote's.
+func RunSandboxed(ctx context.Context, sb *SandboxConfig, s Spec) (Outcome, error) {
+	if err := s.validate(); err != nil {
+		return Outcome{}, err
+	}
+	if s.Confine == nil {
+		return Outcome{}, errors.New("runner: RunSandboxed needs a confined job")
+	}
+	z, err := StartZygote(ctx, ZygoteConfig{
+		Python: s.Python, Env: zygoteEnv(s.Env), Preload: []string{}, Sandbox: sb,
+		Logger: slog.Default().With("python", s.Python),
+	})
+	if err != nil {
+		return Outcome{}, fmt.Errorf("runner: sandbox: %w", err)
+	}
+	defer z.Close()
+	return z.Run(ctx, s)
 }
 
 // Warm starts the zygote for s unless it runs or starts already, and waits
@@ -276,7 +305,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 		began := time.Now()
 		z, err := StartZygote(p.baseCtx, ZygoteConfig{
 			Python: e.python, Env: e.env, Preload: e.preload,
-			StartTimeout: p.cfg.StartTimeout, Logger: p.log,
+			StartTimeout: p.cfg.StartTimeout, Logger: p.log, Sandbox: p.cfg.Sandbox,
 		})
 		p.mu.Lock()
 		defer p.mu.Unlock()

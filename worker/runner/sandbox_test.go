@@ -1,0 +1,265 @@
+//go:build linux
+
+package runner
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/worker/sandbox"
+)
+
+// sandboxLayout is a worker's layout in miniature: roots of the sessions'
+// working directories and scripts, and two sessions with uids of their own.
+type sandboxLayout struct {
+	python            string
+	sessions, scripts string
+	cfg               *SandboxConfig
+}
+
+const testUIDA, testUIDB = 2000000101, 2000000102
+
+func newSandboxLayout(t *testing.T) *sandboxLayout {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("the sandbox tests need root (CI runs as root)")
+		}
+		t.Skip("the sandbox needs root")
+	}
+	box, err := sandbox.Probe(context.Background(), sandbox.Config{})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs a working sandbox: %v", err)
+		}
+		t.Skip(err)
+	}
+	p, err := python()
+	if err != nil {
+		t.Skipf("no python3 to run jobs with: %v", err)
+	}
+	root := t.TempDir()
+	l := &sandboxLayout{python: p, sessions: filepath.Join(root, "sessions"), scripts: filepath.Join(root, "scripts")}
+	for _, d := range []string{l.sessions, l.scripts} {
+		if err := os.Mkdir(d, 0o711); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.cfg = &SandboxConfig{
+		Box:    box,
+		Mounts: []sandbox.Mount{{Path: l.sessions, Write: true}, {Path: l.scripts}},
+		Hidden: []string{l.sessions, l.scripts},
+	}
+	for _, s := range []struct {
+		name string
+		uid  int
+	}{{"a", testUIDA}, {"b", testUIDB}} {
+		for _, d := range []string{filepath.Join(l.sessions, s.name), filepath.Join(l.scripts, s.name)} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Chown(d, s.uid, s.uid); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return l
+}
+
+// spec writes src as a script of session name and returns the Spec that
+// runs it confined to that session.
+func (l *sandboxLayout) spec(t *testing.T, session string, uid int, src string) Spec {
+	t.Helper()
+	script := filepath.Join(l.scripts, session, "job.py")
+	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(l.sessions, session)
+	return Spec{
+		Python: l.python, Script: script, Dir: dir,
+		Env:     ChildEnv(nil, "", dir, nil, nil),
+		Timeout: time.Minute,
+		Confine: &Confinement{
+			UID: uid, GID: uid,
+			Binds: []Bind{{Path: dir, Write: true}, {Path: filepath.Join(l.scripts, session)}},
+		},
+	}
+}
+
+// probeJob reports what a job can see and do, as JSON.
+const probeJob = `
+import json, os, socket, sys
+r = {}
+r['uid'] = [os.getuid(), os.geteuid(), os.getgid()]
+r['groups'] = os.getgroups()
+r['cwd'] = os.getcwd()
+r['sessions'] = sorted(os.listdir(os.path.dirname(os.getcwd())))
+status = open('/proc/self/status').read()
+r['capeff'] = [l.split()[1] for l in status.splitlines() if l.startswith('CapEff')][0]
+r['nnp'] = [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs')][0]
+r['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
+r['tmp'] = sorted(os.listdir('/tmp'))
+open('/tmp/mine-' + str(os.getpid()), 'w').write('x')
+open('here.txt', 'w').write('written')
+def attempt(f):
+    try:
+        f()
+        return 'ok'
+    except Exception as e:
+        return type(e).__name__
+r['write_python'] = attempt(lambda: open(sys.executable, 'ab'))
+r['write_prefix'] = attempt(lambda: open(os.path.join(sys.base_prefix, 'codexec-was-here'), 'w'))
+r['setuid0'] = attempt(lambda: os.setuid(0))
+r['kill1'] = attempt(lambda: os.kill(1, 9))
+r['shadow'] = attempt(lambda: open('/etc/shadow').read(1) or (_ for _ in ()).throw(EOFError()))
+r['connect'] = attempt(lambda: socket.create_connection(('1.1.1.1', 53), timeout=2))
+s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); r['loopback'] = 'ok'
+print(json.dumps(r))
+`
+
+type probeResult struct {
+	UID         []int    `json:"uid"`
+	Groups      []int    `json:"groups"`
+	Cwd         string   `json:"cwd"`
+	Sessions    []string `json:"sessions"`
+	CapEff      string   `json:"capeff"`
+	NNP         string   `json:"nnp"`
+	Pids        []int    `json:"pids"`
+	Tmp         []string `json:"tmp"`
+	WritePython string   `json:"write_python"`
+	WritePrefix string   `json:"write_prefix"`
+	Setuid0     string   `json:"setuid0"`
+	Kill1       string   `json:"kill1"`
+	Shadow      string   `json:"shadow"`
+	Connect     string   `json:"connect"`
+	Loopback    string   `json:"loopback"`
+}
+
+func checkProbe(t *testing.T, out Outcome, dir string, uid int) probeResult {
+	t.Helper()
+	if out.ExitCode != 0 {
+		t.Fatalf("probe failed: exit %d signal %q\nstdout: %s\nstderr: %s", out.ExitCode, out.Signal, out.Stdout, out.Stderr)
+	}
+	var r probeResult
+	if err := json.Unmarshal(out.Stdout, &r); err != nil {
+		t.Fatalf("probe output %q: %v (stderr %s)", out.Stdout, err, out.Stderr)
+	}
+	if r.UID[0] != uid || r.UID[1] != uid || r.UID[2] != uid || len(r.Groups) != 0 {
+		t.Errorf("uid/euid/gid %v groups %v, want %d and none", r.UID, r.Groups, uid)
+	}
+	if r.Cwd != dir {
+		t.Errorf("cwd %q, want %q", r.Cwd, dir)
+	}
+	if want := filepath.Base(dir); len(r.Sessions) != 1 || r.Sessions[0] != want {
+		t.Errorf("the job sees sessions %v, want only its own %q", r.Sessions, want)
+	}
+	if r.CapEff != "0000000000000000" || r.NNP != "1" {
+		t.Errorf("CapEff %s NoNewPrivs %s, want no capabilities and no_new_privs", r.CapEff, r.NNP)
+	}
+	// A private /tmp, empty but for the way to the job's own directories
+	// when those lie under /tmp, as t.TempDir's do.
+	var tmp []string
+	for _, name := range r.Tmp {
+		if !strings.HasPrefix(dir, "/tmp/"+name+"/") {
+			tmp = append(tmp, name)
+		}
+	}
+	if len(tmp) != 0 {
+		t.Errorf("/tmp holds %v at the job's start, want a private empty /tmp", tmp)
+	}
+	for name, got := range map[string]string{
+		"write the interpreter": r.WritePython, "write the installation": r.WritePrefix,
+		"setuid(0)": r.Setuid0, "kill PID 1": r.Kill1, "read /etc/shadow": r.Shadow, "connect out": r.Connect,
+	} {
+		if got == "ok" {
+			t.Errorf("a confined job could %s", name)
+		}
+	}
+	if r.Loopback != "ok" {
+		t.Errorf("loopback: %s", r.Loopback)
+	}
+	data, err := os.ReadFile(filepath.Join(dir, "here.txt"))
+	if err != nil || string(data) != "written" {
+		t.Errorf("the job's file in its working directory: %q, %v", data, err)
+	}
+	return r
+}
+
+func TestSandboxedZygoteConfinesEachSession(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
+	ra := checkProbe(t, zrun(t, z, l.spec(t, "a", testUIDA, probeJob)), filepath.Join(l.sessions, "a"), testUIDA)
+	rb := checkProbe(t, zrun(t, z, l.spec(t, "b", testUIDB, probeJob)), filepath.Join(l.sessions, "b"), testUIDB)
+	// hidepid: a job sees its own session's processes only.
+	for _, r := range []probeResult{ra, rb} {
+		if len(r.Pids) != 1 {
+			t.Errorf("a job sees pids %v, want only itself", r.Pids)
+		}
+	}
+
+	// An unconfined job is never run by a sandboxed zygote.
+	s := l.spec(t, "a", testUIDA, "print(1)")
+	s.Confine = nil
+	if _, err := z.Run(context.Background(), s); err == nil {
+		t.Fatal("a sandboxed zygote ran a job without confinement")
+	}
+}
+
+func TestSandboxedZygoteKillsEscapedProcesses(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}, Sandbox: l.cfg})
+	// A daemon that leaves the job's session and process group and keeps
+	// writing: after the job, the file must stop growing.
+	out := zrun(t, z, l.spec(t, "a", testUIDA, `
+import os, time
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        while True:
+            with open('beat', 'a') as f:
+                f.write('.')
+            time.sleep(0.01)
+    os._exit(0)
+time.sleep(0.2)
+print('left a daemon')
+`))
+	if out.ExitCode != 0 {
+		t.Fatalf("job failed: %s", out.Stderr)
+	}
+	beat := filepath.Join(l.sessions, "a", "beat")
+	size := func() int64 {
+		fi, err := os.Stat(beat)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Size()
+	}
+	time.Sleep(100 * time.Millisecond)
+	before := size()
+	time.Sleep(300 * time.Millisecond)
+	if after := size(); after != before {
+		t.Fatalf("the daemon outlived its job: %d -> %d bytes", before, after)
+	}
+}
+
+func TestRunSandboxed(t *testing.T) {
+	l := newSandboxLayout(t)
+	out, err := RunSandboxed(context.Background(), l.cfg, l.spec(t, "b", testUIDB, probeJob))
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkProbe(t, out, filepath.Join(l.sessions, "b"), testUIDB)
+
+	out, err = RunSandboxed(context.Background(), l.cfg, l.spec(t, "a", testUIDA, "import sys\nprint('to err', file=sys.stderr)\nraise SystemExit(3)"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if out.ExitCode != 3 || !strings.Contains(string(out.Stderr), "to err") {
+		t.Fatalf("exit %d stderr %q", out.ExitCode, out.Stderr)
+	}
+}

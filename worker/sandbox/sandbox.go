@@ -1,0 +1,268 @@
+package sandbox
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// Config says how sandboxes are built on this worker.
+type Config struct {
+	// Bwrap is the bubblewrap binary: a path or a name on PATH.
+	// Default "bwrap".
+	Bwrap string
+	// Network lets jobs use the worker's network (egress). Without it a
+	// job has a private loopback only.
+	Network bool
+	// ReadOnly are extra host paths bound read-only into every sandbox
+	// (datasets, a conda installation outside /usr or /opt).
+	ReadOnly []string
+	// Devices are device nodes bound into every sandbox (/dev/nvidia0).
+	Devices []string
+}
+
+// Sandbox builds bubblewrap command lines. Its zero value is not usable:
+// get one from Probe.
+type Sandbox struct {
+	bwrap   string
+	cfg     Config
+	version string
+	system  []string // the arguments every sandbox starts with
+}
+
+// ErrUnavailable is wrapped by Probe's error when bubblewrap is missing or
+// cannot create namespaces on this machine.
+var ErrUnavailable = errors.New("sandbox: bubblewrap is not usable")
+
+// Probe finds bubblewrap and proves that it can build a sandbox on this
+// machine (a container may forbid the namespaces it needs) by running
+// /bin/true in one. The error wraps ErrUnavailable and says why.
+func Probe(ctx context.Context, cfg Config) (*Sandbox, error) {
+	name := cfg.Bwrap
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s not found (Debian: apt-get install bubblewrap)", ErrUnavailable, name)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	for _, p := range append(slices.Clone(cfg.ReadOnly), cfg.Devices...) {
+		if !filepath.IsAbs(p) {
+			return nil, fmt.Errorf("sandbox: %q is not an absolute path", p)
+		}
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("sandbox: %w", err)
+		}
+	}
+	s := &Sandbox{bwrap: path, cfg: cfg}
+	s.system = systemArgs()
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s --version: %v", ErrUnavailable, path, err)
+	}
+	s.version = strings.TrimSpace(string(out))
+	probe := s.Args(Options{}, "/bin/true")
+	var stderr bytes.Buffer
+	cmd := exec.CommandContext(ctx, probe[0], probe[1:]...)
+	cmd.Stderr = &stderr
+	cmd.Env = []string{}
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("%w: a test sandbox failed: %v: %s", ErrUnavailable, err, strings.TrimSpace(stderr.String()))
+	}
+	return s, nil
+}
+
+// Version is what `bwrap --version` says.
+func (s *Sandbox) Version() string { return s.version }
+
+// Network reports whether jobs may use the worker's network.
+func (s *Sandbox) Network() bool { return s.cfg.Network }
+
+// Mount is one host path made visible in a sandbox, at the same path.
+type Mount struct {
+	Path string
+	// Write makes it writable; otherwise it is read-only.
+	Write bool
+}
+
+// Options describe one sandbox beyond what every sandbox has.
+type Options struct {
+	// Mounts are the paths the sandbox sees besides the system's.
+	Mounts []Mount
+	// Network gives the sandbox the worker's network instead of a private
+	// loopback.
+	Network bool
+	// Caps are the capabilities the sandboxed process keeps ("CAP_SETUID");
+	// every other one is dropped, from the bounding set too.
+	Caps []string
+	// AsPID1 makes the command the sandbox's PID 1 (no bubblewrap reaper):
+	// orphans of the namespace become its children.
+	AsPID1 bool
+	// InfoFD, when above 2, is a descriptor of the command's process on
+	// which bubblewrap writes {"child-pid": N} (the pid on the host).
+	InfoFD int
+}
+
+// Args returns the argv that runs argv in a sandbox: argv[0] must be an
+// absolute path visible in it.
+//
+// Every sandbox has: new PID, IPC, UTS and cgroup namespaces and, unless
+// Options.Network, a network namespace with loopback only; a tmpfs root
+// with the system's directories (/usr, /etc, /opt and the /bin-like links)
+// read-only, /etc/shadow and /etc/gshadow replaced by empty files, a fresh
+// /dev and /proc, a private /tmp; the extra Config.ReadOnly paths and
+// devices; the Options.Mounts; all capabilities dropped but Options.Caps;
+// and it dies with the process that started bubblewrap.
+func (s *Sandbox) Args(o Options, argv ...string) []string {
+	args := []string{s.bwrap,
+		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
+		"--die-with-parent", "--hostname", "codexec",
+	}
+	if !o.Network {
+		args = append(args, "--unshare-net")
+	}
+	if o.AsPID1 {
+		args = append(args, "--as-pid-1")
+	}
+	if o.InfoFD > 2 {
+		args = append(args, "--info-fd", strconv.Itoa(o.InfoFD))
+	}
+	args = append(args, s.system...)
+	for _, p := range s.cfg.ReadOnly {
+		args = append(args, "--ro-bind", p, p)
+	}
+	for _, p := range s.cfg.Devices {
+		args = append(args, "--dev-bind", p, p)
+	}
+	for _, m := range dedupe(o.Mounts) {
+		if m.Write {
+			args = append(args, "--bind", m.Path, m.Path)
+		} else {
+			args = append(args, "--ro-bind", m.Path, m.Path)
+		}
+	}
+	args = append(args, "--cap-drop", "ALL")
+	for _, c := range o.Caps {
+		args = append(args, "--cap-add", c)
+	}
+	args = append(args, "--chdir", "/", "--")
+	return append(args, argv...)
+}
+
+// systemArgs are the mounts of the system's own directories: read-only,
+// links kept as links (/bin -> usr/bin on merged-/usr systems).
+func systemArgs() []string {
+	var args []string
+	for _, dir := range []string{"/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc", "/opt"} {
+		fi, err := os.Lstat(dir)
+		switch {
+		case err != nil:
+			continue
+		case fi.Mode()&os.ModeSymlink != 0:
+			if target, err := os.Readlink(dir); err == nil {
+				args = append(args, "--symlink", target, dir)
+			}
+		case fi.IsDir():
+			args = append(args, "--ro-bind", dir, dir)
+		}
+	}
+	// Hashes of the host's passwords are nobody's business; uid checks
+	// already keep them from jobs, this keeps them from root inside too.
+	for _, f := range []string{"/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"} {
+		if fi, err := os.Stat(f); err == nil && fi.Mode().IsRegular() {
+			args = append(args, "--ro-bind", "/dev/null", f)
+		}
+	}
+	return append(args, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+}
+
+// dedupe drops mounts that another mount of the list already covers with
+// the same or more access, and keeps a stable order (parents first), so
+// that a writable mount is not hidden under a read-only parent bound later.
+func dedupe(ms []Mount) []Mount {
+	out := slices.Clone(ms)
+	for i := range out {
+		out[i].Path = filepath.Clean(out[i].Path)
+	}
+	slices.SortStableFunc(out, func(a, b Mount) int { return strings.Compare(a.Path, b.Path) })
+	keep := out[:0]
+	for _, m := range out {
+		covered := false
+		for _, k := range keep {
+			if (k.Path == m.Path || within(m.Path, k.Path)) && (k.Write || !m.Write) {
+				covered = true
+				break
+			}
+		}
+		if !covered {
+			keep = append(keep, m)
+		}
+	}
+	return keep
+}
+
+// within reports whether path lies strictly under dir.
+func within(path, dir string) bool {
+	return dir == "/" || strings.HasPrefix(path, dir+"/")
+}
+
+// SystemPath reports whether the system mounts of every sandbox already
+// show path (read-only), so that binding it again is not needed.
+func SystemPath(path string) bool {
+	path = filepath.Clean(path)
+	for _, dir := range []string{"/usr", "/etc", "/opt"} {
+		if path == dir || within(path, dir) {
+			return true
+		}
+	}
+	return false
+}
+
+// InterpreterMounts returns what a sandbox must show, read-only, for the
+// interpreter python to run: the environment it belongs to (a venv or
+// conda prefix: the directory above its bin/) and the installation the
+// interpreter's executable really lives in, links resolved.
+func InterpreterMounts(python string) ([]Mount, error) {
+	if !filepath.IsAbs(python) {
+		return nil, fmt.Errorf("sandbox: interpreter %q is not an absolute path", python)
+	}
+	var ms []Mount
+	add := func(dir string) {
+		if dir != "/" && !SystemPath(dir) {
+			ms = append(ms, Mount{Path: dir})
+		}
+	}
+	add(filepath.Dir(filepath.Dir(python)))
+	real, err := filepath.EvalSymlinks(python)
+	if err != nil {
+		return nil, fmt.Errorf("sandbox: interpreter: %w", err)
+	}
+	add(filepath.Dir(filepath.Dir(real)))
+	// A venv's pyvenv.cfg names its base installation's bin directory.
+	if cfg, err := os.ReadFile(filepath.Join(filepath.Dir(filepath.Dir(python)), "pyvenv.cfg")); err == nil {
+		for line := range strings.SplitSeq(string(cfg), "\n") {
+			k, v, ok := strings.Cut(line, "=")
+			if ok && strings.TrimSpace(k) == "home" {
+				if home := strings.TrimSpace(v); filepath.IsAbs(home) {
+					if real, err := filepath.EvalSymlinks(home); err == nil {
+						add(filepath.Dir(real))
+					}
+				}
+			}
+		}
+	}
+	return ms, nil
+}
