@@ -1,0 +1,373 @@
+package cgroup
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// ErrUnavailable is wrapped by every error Detect returns because this
+// machine's cgroups cannot be used (as opposed to an invalid name). The
+// caller then falls back to per-process rlimits.
+var ErrUnavailable = errors.New("cgroups unavailable")
+
+// Limits are the limits of one group. Zero means no limit for that resource.
+type Limits struct {
+	// MemoryBytes caps the memory of all the group's processes together:
+	// v1 memory.limit_in_bytes and memory.memsw.limit_in_bytes (where the
+	// kernel accounts swap), v2 memory.max with memory.swap.max 0, so that
+	// swap cannot be used to exceed it. Past it, the kernel's OOM killer
+	// kills a process of the group.
+	MemoryBytes int64
+	// Pids caps processes and threads together (pids.max); a fork or
+	// thread creation past it fails with EAGAIN.
+	Pids int64
+}
+
+// Usage is what a group's counters say, read after its job.
+type Usage struct {
+	// OOMKills counts the processes the OOM killer killed in the group. On
+	// v1 kernels before Linux 4.13, which do not count them, it is 1 if the
+	// group ever hit its memory limit (memory.failcnt) and 0 otherwise.
+	OOMKills int64
+	// MemoryPeak is the most memory the group used at once, in bytes; 0
+	// where the kernel does not record it (v2 before Linux 5.19).
+	MemoryPeak int64
+	// PidsMaxHits counts the forks and clones refused because of Pids.
+	PidsMaxHits int64
+}
+
+// Manager creates the groups of one worker's jobs under its parent groups,
+// codexec/<name>. Its methods may be called concurrently.
+type Manager struct {
+	l layout
+}
+
+// Group is the cgroup (one per v1 hierarchy, or one v2 cgroup) of one job.
+// Its methods may be called concurrently.
+type Group struct {
+	l layout
+}
+
+// parentDir is the directory, in the worker's own cgroup, that holds the
+// parent groups of every worker of the host that shares that cgroup.
+const parentDir = "codexec"
+
+// killTimeout bounds how long Kill and Remove wait for a group to empty.
+const killTimeout = 2 * time.Second
+
+// Version returns 1 or 2, the cgroup version in use.
+func (m *Manager) Version() int { return m.l.version }
+
+// Dirs returns the parent groups' directories: one per v1 hierarchy used
+// (memory, pids), or one on v2. A sandbox binds them read-write so that a
+// process inside can join its group (see Group.ProcsFiles).
+func (m *Manager) Dirs() []string { return m.l.dirs() }
+
+// New creates the group of job, which must be a token like Detect's name
+// and not already in use, and writes its limits.
+func (m *Manager) New(job string, l Limits) (*Group, error) {
+	if err := checkToken("job", job); err != nil {
+		return nil, err
+	}
+	if l.MemoryBytes < 0 || l.Pids < 0 {
+		return nil, fmt.Errorf("cgroup: negative limit in %+v", l)
+	}
+	g := &Group{m.l.child(job)}
+	var made []string
+	for _, d := range g.l.dirs() {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			// Only what this call made: an existing group is another job's.
+			for _, d := range made {
+				_ = rmdir(d)
+			}
+			return nil, fmt.Errorf("cgroup: create group %q: %w", job, err)
+		}
+		made = append(made, d)
+	}
+	if err := g.l.setLimits(l); err != nil {
+		return nil, errors.Join(fmt.Errorf("cgroup: limits of %q: %w", job, err), g.Remove())
+	}
+	return g, nil
+}
+
+// Close kills whatever is left in the worker's groups and removes them and
+// the parent groups. Calling it again does nothing.
+func (m *Manager) Close() error {
+	err := errors.Join(m.l.removeChildren(), m.l.remove())
+	// codexec/ is shared with the other workers in the same cgroup: the
+	// last one out removes it, the others find it busy.
+	for _, d := range m.l.dirs() {
+		_ = syscall.Rmdir(filepath.Dir(d))
+	}
+	return err
+}
+
+// ProcsFiles returns the cgroup.procs files of the group, one per
+// hierarchy. A process joins the group by writing "0" (itself) into each:
+// unlike its pid, "0" means the same process in every pid namespace.
+func (g *Group) ProcsFiles() []string {
+	var files []string
+	for _, d := range g.l.dirs() {
+		files = append(files, filepath.Join(d, "cgroup.procs"))
+	}
+	return files
+}
+
+// Add moves the process pid, as the worker's pid namespace numbers it, and
+// all its threads into the group.
+func (g *Group) Add(pid int) error {
+	for _, d := range g.l.dirs() {
+		if err := write(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
+			return fmt.Errorf("cgroup: add %d: %w", pid, err)
+		}
+	}
+	return nil
+}
+
+// Usage reads the group's counters, so call it before Remove; a counter
+// that cannot be read is 0.
+func (g *Group) Usage() Usage { return g.l.usage() }
+
+// Kill sends SIGKILL to every process in the group, including any forked
+// meanwhile, and waits for the group to be empty; it fails if it is not
+// empty after a short while.
+func (g *Group) Kill() error { return g.l.kill() }
+
+// Remove kills the group's processes and removes the group. Removing a
+// removed group does nothing.
+func (g *Group) Remove() error { return g.l.remove() }
+
+// layout says where a group's controllers are. A Manager's layout is its
+// parent groups; a Group's, the job's groups inside them.
+type layout struct {
+	version int
+	// mem and pids hold the memory and pids controllers. They are the same
+	// directory on v2, and on v1 where one hierarchy holds both.
+	mem, pids string
+}
+
+func (l layout) dirs() []string {
+	if l.mem == l.pids {
+		return []string{l.mem}
+	}
+	return []string{l.mem, l.pids}
+}
+
+func (l layout) child(name string) layout {
+	return layout{l.version, filepath.Join(l.mem, name), filepath.Join(l.pids, name)}
+}
+
+func (l layout) setLimits(lim Limits) error {
+	if lim.MemoryBytes > 0 {
+		n := strconv.FormatInt(lim.MemoryBytes, 10)
+		if l.version == 2 {
+			if err := write(l.mem, "memory.max", n); err != nil {
+				return err
+			}
+			// The file is missing only where the kernel does not account
+			// swap at all.
+			if err := write(l.mem, "memory.swap.max", "0"); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+		} else {
+			if err := write(l.mem, "memory.limit_in_bytes", n); err != nil {
+				return err
+			}
+			// memsw counts memory and swap together, so the same limit
+			// leaves no room for swap. Kernels booted without swap
+			// accounting lack it; there a swappiness of 0 keeps the
+			// group's own reclaim from swapping, which is the best left.
+			err := write(l.mem, "memory.memsw.limit_in_bytes", n)
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil
+				_ = write(l.mem, "memory.swappiness", "0")
+			}
+			if err != nil {
+				return err
+			}
+		}
+	}
+	if lim.Pids > 0 {
+		if err := write(l.pids, "pids.max", strconv.FormatInt(lim.Pids, 10)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l layout) usage() Usage {
+	var u Usage
+	if l.version == 2 {
+		u.OOMKills, _ = readKey(l.mem, "memory.events", "oom_kill")
+		u.MemoryPeak = readInt(l.mem, "memory.peak")
+	} else {
+		var ok bool
+		if u.OOMKills, ok = readKey(l.mem, "memory.oom_control", "oom_kill"); !ok && readInt(l.mem, "memory.failcnt") > 0 {
+			u.OOMKills = 1
+		}
+		u.MemoryPeak = readInt(l.mem, "memory.max_usage_in_bytes")
+	}
+	u.PidsMaxHits, _ = readKey(l.pids, "pids.events", "max")
+	return u
+}
+
+// procs returns the processes in any of l's groups. A group that does not
+// exist (any more) has none.
+func (l layout) procs() ([]int, error) {
+	var pids []int
+	seen := map[int]bool{}
+	for _, d := range l.dirs() {
+		b, err := os.ReadFile(filepath.Join(d, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		for _, f := range strings.Fields(string(b)) {
+			pid, err := strconv.Atoi(f)
+			if err == nil && !seen[pid] {
+				seen[pid] = true
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids, nil
+}
+
+// kill empties l's groups. Neither v1 nor v2 says when a group becomes
+// empty in a way that covers both, so it polls, backing off.
+func (l layout) kill() error {
+	deadline := time.Now().Add(killTimeout)
+	pause := time.Millisecond
+	for {
+		pids, err := l.procs()
+		if err != nil {
+			return fmt.Errorf("cgroup: kill: %w", err)
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("cgroup: kill: processes %v still in %s after %v", pids, l.mem, killTimeout)
+		}
+		// v2's cgroup.kill (Linux 5.14) reaches every process at once, even
+		// one forking meanwhile. Without it, each listed process gets its
+		// signal and the next round catches what they forked meanwhile.
+		if l.version != 2 || write(l.mem, "cgroup.kill", "1") != nil {
+			if err := l.signal(pids); err != nil {
+				return fmt.Errorf("cgroup: kill: %w", err)
+			}
+		}
+		time.Sleep(pause)
+		pause = min(2*pause, 50*time.Millisecond)
+	}
+}
+
+// remove kills l's processes and removes its groups.
+func (l layout) remove() error {
+	err := l.kill()
+	for _, d := range l.dirs() {
+		err = errors.Join(err, rmdir(d))
+	}
+	return err
+}
+
+// removeChildren removes every group inside l's groups.
+func (l layout) removeChildren() error {
+	names := map[string]bool{}
+	for _, d := range l.dirs() {
+		entries, err := os.ReadDir(d)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return fmt.Errorf("cgroup: %w", err)
+		}
+		for _, e := range entries {
+			if e.IsDir() {
+				names[e.Name()] = true
+			}
+		}
+	}
+	var err error
+	for name := range names {
+		err = errors.Join(err, l.child(name).remove())
+	}
+	return err
+}
+
+// rmdir removes an empty cgroup; one that does not exist is fine. A process
+// that is exiting has already left cgroup.procs but keeps its group busy
+// until it is done, so EBUSY is retried for a while.
+func rmdir(dir string) error {
+	deadline := time.Now().Add(killTimeout)
+	for {
+		err := syscall.Rmdir(dir)
+		switch {
+		case err == nil || errors.Is(err, fs.ErrNotExist):
+			return nil
+		case !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline):
+			return fmt.Errorf("cgroup: remove %s: %w", dir, err)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// write writes value into the control file dir/file. It never creates the
+// file: a control file the kernel lacks is fs.ErrNotExist.
+func write(dir, file, value string) error {
+	f, err := os.OpenFile(filepath.Join(dir, file), os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteString(value)
+	return errors.Join(err, f.Close())
+}
+
+// readInt reads a file holding one number; 0 if it cannot.
+func readInt(dir, file string) int64 {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n
+}
+
+// readKey reads the value of key in a file of "key value" lines.
+func readKey(dir, file, key string) (int64, bool) {
+	b, err := os.ReadFile(filepath.Join(dir, file))
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && k == key {
+			n, err := strconv.ParseInt(v, 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// checkToken accepts 1 to 64 of A-Z a-z 0-9 . _ -, but not "." or "..":
+// the token names a directory.
+func checkToken(what, s string) error {
+	ok := len(s) >= 1 && len(s) <= 64 && s != "." && s != ".."
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		ok = 'a' <= c && c <= 'z' || 'A' <= c && c <= 'Z' || '0' <= c && c <= '9' || c == '.' || c == '_' || c == '-'
+	}
+	if !ok {
+		return fmt.Errorf("cgroup: invalid %s %q: want 1 to 64 of A-Z a-z 0-9 . _ - (not \"..\" or \".\")", what, s)
+	}
+	return nil
+}

@@ -1,0 +1,82 @@
+package cgroup
+
+import (
+	"strings"
+	"testing"
+)
+
+// Hybrid: v1 controllers and a cgroup2 mount without any (this is the
+// layout of the machine the package was written on).
+const hybridMountinfo = `23 1 253:0 / / rw,relatime - ext4 /dev/vda rw
+31 23 0:28 / /sys/fs/cgroup rw,relatime - tmpfs tmpfs rw,mode=755
+32 31 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,relatime shared:9 - cgroup cgroup rw,cpu,cpuacct
+35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory
+39 31 0:36 / /sys/fs/cgroup/pids rw,relatime - cgroup cgroup rw,pids
+40 31 0:37 / /sys/fs/cgroup/systemd rw,relatime - cgroup cgroup rw,name=systemd
+41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw
+`
+
+const hybridCgroup = `9:name=systemd:/
+8:pids:/
+4:memory:/process_api/8424
+2:cpu,cpuacct:/
+0::/
+`
+
+func TestOwnDir(t *testing.T) {
+	for _, tc := range []struct {
+		name, mountinfo, cgroup, ctrl string
+		want                          string // "" for not found
+	}{
+		{"v1 memory", hybridMountinfo, hybridCgroup, "memory", "/sys/fs/cgroup/memory/process_api/8424"},
+		{"v1 pids", hybridMountinfo, hybridCgroup, "pids", "/sys/fs/cgroup/pids"},
+		{"v1 co-mounted", hybridMountinfo, hybridCgroup, "cpuacct", "/sys/fs/cgroup/cpu,cpuacct"},
+		{"v1 missing", hybridMountinfo, hybridCgroup, "freezer", ""},
+		{"hybrid v2", hybridMountinfo, hybridCgroup, "", "/sys/fs/cgroup/unified"},
+		{"v2 host", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw,nsdelegate\n",
+			"0::/system.slice/codexec.service\n", "", "/sys/fs/cgroup/system.slice/codexec.service"},
+		{"v2 subtree mounted", "30 23 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n",
+			"0::/docker/abc/w\n", "", "/sys/fs/cgroup/w"},
+		{"v2 mount root itself", "30 23 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n",
+			"0::/docker/abc\n", "", "/sys/fs/cgroup"},
+		{"v2 sibling not shown", "30 23 0:26 /docker/abc /sys/fs/cgroup ro - cgroup2 cgroup2 rw\n",
+			"0::/docker/abcd\n", "", ""},
+		{"v2 outside the namespace", "30 23 0:26 / /sys/fs/cgroup rw - cgroup2 cgroup2 rw\n",
+			"0::/../../user.slice\n", "", ""},
+		{"escaped mount point", `30 23 0:26 / /mnt/cg\040v2 rw - cgroup2 cgroup2 rw` + "\n",
+			"0::/a\n", "", "/mnt/cg v2/a"},
+		{"v2 without mount", hybridMountinfo[:strings.Index(hybridMountinfo, "41 ")], hybridCgroup, "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mounts, err := parseMountinfo(strings.NewReader(tc.mountinfo))
+			if err != nil {
+				t.Fatal(err)
+			}
+			members, err := parseMemberships(strings.NewReader(tc.cgroup))
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, ok := ownDir(mounts, members, tc.ctrl)
+			if ok != (tc.want != "") || got != tc.want {
+				t.Errorf("ownDir(%q) = %q, %v; want %q", tc.ctrl, got, ok, tc.want)
+			}
+		})
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	if _, err := parseMountinfo(strings.NewReader("1 2 3\n")); err == nil {
+		t.Error("parseMountinfo accepted a malformed line")
+	}
+	if _, err := parseMemberships(strings.NewReader("garbage\n")); err == nil {
+		t.Error("parseMemberships accepted a malformed line")
+	}
+}
+
+func TestUnescape(t *testing.T) {
+	for in, want := range map[string]string{`a\040b`: "a b", `a\134b`: `a\b`, `end\04`: `end\04`, `\011`: "\t", `plain`: "plain"} {
+		if got := unescape(in); got != want {
+			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
+		}
+	}
+}
