@@ -124,7 +124,8 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 
 	s.AddTool(mcp.NewTool("execute_code_file",
 		mcp.WithDescription("Run a code file's current content exactly as execute_code would run it: fresh interpreter, this session's environment and working directory. "+
-			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit."),
+			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit. "+
+			"Takes the same timeout_seconds and limits as execute_code."),
 		mcp.WithString("file_path", mcp.Required(), mcp.Description(filePathHelp)),
 		f.runOptions(),
 	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
@@ -305,7 +306,7 @@ func (f *Frontend) executeCodeFile(ctx context.Context, req mcp.CallToolRequest,
 	if !ok {
 		return rejected("%s", msg)
 	}
-	timeout, bad := f.timeoutArg(args)
+	run, bad := f.runArgs(args)
 	if bad != nil {
 		return bad
 	}
@@ -318,7 +319,7 @@ func (f *Frontend) executeCodeFile(ctx context.Context, req mcp.CallToolRequest,
 	case strings.TrimSpace(code) == "":
 		return rejected("code file %s is empty: nothing to run", name)
 	}
-	return f.runCode(ctx, scope, code, name, name, timeout)
+	return f.runCode(ctx, scope, code, name, name, run)
 }
 
 func (f *Frontend) listCodeFiles(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {

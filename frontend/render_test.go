@@ -30,6 +30,10 @@ func TestToolResultRendering(t *testing.T) {
 			[]string{"[timeout: timed out"}},
 		{"rejected", wire.Result{Status: wire.StatusRejected, Message: "code is empty"}, true,
 			[]string{"[rejected: code is empty]"}},
+		{"limit", wire.Result{JobID: "J", Status: wire.StatusLimit, ExitCode: -1, Limit: wire.LimitMemory, Message: "killed at 1GiB"}, true,
+			[]string{"[limit: memory limit: killed at 1GiB | "}},
+		{"limit without message", wire.Result{JobID: "J", Status: wire.StatusLimit, ExitCode: -1, Limit: wire.LimitProcesses}, true,
+			[]string{"[limit: processes limit | "}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -52,7 +56,7 @@ func TestToolResultRendering(t *testing.T) {
 				pos += i + len(w)
 			}
 			sc, ok := out.StructuredContent.(ExecResult)
-			if !ok || sc.Status != string(tc.res.Status) || sc.Stdout != tc.res.Stdout || sc.Filename != "f.py" {
+			if !ok || sc.Status != string(tc.res.Status) || sc.Stdout != tc.res.Stdout || sc.Filename != "f.py" || sc.Limit != tc.res.Limit {
 				t.Fatalf("structured content %+v", out.StructuredContent)
 			}
 		})

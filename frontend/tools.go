@@ -30,13 +30,15 @@ type ExecResult struct {
 	EnvID           string  `json:"env_id"`
 	Filename        string  `json:"filename,omitempty" jsonschema_description:"the name the script was saved under"`
 	Signal          string  `json:"signal,omitempty"`
+	Limit           string  `json:"limit,omitempty" jsonschema_description:"the limit the job hit: memory, cpu, processes, file_size, disk, open_files or output"`
 	Message         string  `json:"message" jsonschema_description:"one-line status"`
 }
 
 func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 	s.AddTool(mcp.NewTool("execute_code",
 		mcp.WithDescription("Run Python code in a fresh interpreter in this session's environment and working directory. "+
-			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit."),
+			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit. "+
+			"Optional limits (memory_mb, cpu_seconds, processes, file_size_mb, disk_mb, open_files) change this call's resource limits, up to the pool's maximums."),
 		mcp.WithString("code", mcp.Required(), mcp.Description("Python source to run")),
 		mcp.WithString("filename", mcp.Description("Name to save the script under (sanitized; '.py' is added when missing)")),
 		f.runOptions(),
@@ -82,11 +84,33 @@ func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, sco
 	if bad != nil {
 		return bad
 	}
-	timeout, bad := f.timeoutArg(args)
+	run, bad := f.runArgs(args)
 	if bad != nil {
 		return bad
 	}
-	return f.runCode(ctx, scope, code, wire.CleanFilename(filename), "", timeout)
+	return f.runCode(ctx, scope, code, wire.CleanFilename(filename), "", run)
+}
+
+// runArgs are the arguments shared by every tool that runs code (see
+// runOptions).
+type runArgs struct {
+	timeout time.Duration
+	// limits are the call's own resource limits; nil means the pool's
+	// defaults.
+	limits *wire.Limits
+}
+
+// runArgs reads timeout_seconds and limits.
+func (f *Frontend) runArgs(args map[string]any) (runArgs, *mcp.CallToolResult) {
+	timeout, bad := f.timeoutArg(args)
+	if bad != nil {
+		return runArgs{}, bad
+	}
+	lim, bad := limitsArg(args)
+	if bad != nil {
+		return runArgs{}, bad
+	}
+	return runArgs{timeout: timeout, limits: lim}, nil
 }
 
 // optionalString reads an optional string argument; a present value of
@@ -120,13 +144,14 @@ func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, *mcp.CallTool
 }
 
 // runOptions are the tool options shared by every tool that runs code
-// (execute_code, execute_code_file): the timeout parameter, the result's
-// schema and the annotations.
+// (execute_code, execute_code_file): the timeout and limits parameters
+// (read by runArgs), the result's schema and the annotations.
 func (f *Frontend) runOptions() mcp.ToolOption {
 	opts := []mcp.ToolOption{
 		mcp.WithNumber("timeout_seconds", mcp.Description(fmt.Sprintf(
 			"Wall-clock limit in seconds (default %g, at most %g); the whole process group is killed when it passes",
 			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
+		limitsOption(),
 		mcp.WithOutputSchema[ExecResult](),
 		mcp.WithOpenWorldHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(true),
@@ -144,7 +169,8 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 // code is recorded in the session's runs history (CodeStore.RecordRun) while
 // the job runs. filename is already clean; sourceFile names the code
 // file the code came from, if any.
-func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, timeout time.Duration) *mcp.CallToolResult {
+func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, args runArgs) *mcp.CallToolResult {
+	timeout := args.timeout
 	env, envID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
 		return internal("cannot read the session's environment: %v", err)
@@ -154,7 +180,7 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
 		Code: code, Filename: filename, TimeoutMS: timeout.Milliseconds(),
 		OutputLimit: f.cfg.OutputLimit, EnqueuedAt: now, Deadline: now.Add(timeout + f.cfg.QueueWait),
-		Env: env, EnvID: envID,
+		Env: env, EnvID: envID, Limits: args.limits,
 	}
 	if env != nil {
 		// Building the environment, if no live worker holds it, is not part
@@ -223,8 +249,8 @@ func internal(format string, args ...any) *mcp.CallToolResult {
 }
 
 // toolResult renders a job result: text a model reads at a glance (stdout,
-// then stderr, then a one-line status) and the same facts as structured
-// content. isError is true exactly when the job failed.
+// then stderr, then a one-line status that names the limit the job hit, if
+// one did) and the same facts as structured content. isError is true exactly when the job failed.
 func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 	var b strings.Builder
 	if r.Stdout != "" {
@@ -247,6 +273,9 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		}
 	}
 	fmt.Fprintf(&b, "[%s", r.Status)
+	if r.Limit != "" {
+		fmt.Fprintf(&b, ": %s limit", r.Limit)
+	}
 	if r.Message != "" {
 		fmt.Fprintf(&b, ": %s", r.Message)
 	}
@@ -263,7 +292,7 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
 		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
-		Filename: filename, Signal: r.Signal, Message: r.Message,
+		Filename: filename, Signal: r.Signal, Limit: r.Limit, Message: r.Message,
 	}, b.String())
 	out.IsError = r.Status.Failed()
 	return out

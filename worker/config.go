@@ -14,6 +14,7 @@ import (
 	"github.com/codexec/codexec/broker/statestore"
 	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
 	"github.com/oklog/ulid/v2"
 )
@@ -82,6 +83,32 @@ type Config struct {
 	// conda names or prefixes) that sessions may select with
 	// configure_environment; they are advertised, never modified.
 	ExistingEnvs []string
+	// Limits are the resource limits of a job that asks for nothing else
+	// (wire.Job.Limits replaces them field by field); a zero field is no
+	// limit. MaxLimits are the most a job may ask for; a zero field is no
+	// maximum. Limits must be within MaxLimits. Default: when both are the
+	// zero Set and ExplicitLimits is false, limits.Default and
+	// limits.DefaultMax.
+	Limits, MaxLimits limits.Set
+	// ExplicitLimits says Limits and MaxLimits are meant as they are, zero
+	// Sets included (an operator's "none": no limits at all). The CLI, which
+	// always fills both, sets it.
+	ExplicitLimits bool
+	// Sandbox says whether jobs run in a bubblewrap sandbox: SandboxAuto
+	// when the machine has bubblewrap (the worker says so at start-up when
+	// it has not), SandboxRequire refuses to start without it, SandboxOff
+	// never. Default SandboxAuto.
+	Sandbox string
+	// JobNetwork is the network of the jobs that run code: NetworkNone, a
+	// private loopback only, or NetworkAllow, the worker's own network.
+	// Install jobs always get network. Default NetworkNone.
+	JobNetwork string
+	// SandboxReadOnly are extra host paths (absolute) bound read-only into
+	// every sandbox, e.g. a shared data set.
+	SandboxReadOnly []string
+	// SandboxDevices are device nodes (absolute paths under /dev) bound into
+	// every sandbox, e.g. /dev/nvidia0.
+	SandboxDevices []string
 	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
 	// the presence record lives three intervals.
 	HeartbeatInterval time.Duration
@@ -103,6 +130,19 @@ const (
 const (
 	ExecZygote = "zygote"
 	ExecSpawn  = "spawn"
+)
+
+// Sandbox modes (Config.Sandbox).
+const (
+	SandboxAuto    = "auto"
+	SandboxRequire = "require"
+	SandboxOff     = "off"
+)
+
+// Job network policies (Config.JobNetwork).
+const (
+	NetworkNone  = "none"
+	NetworkAllow = "allow"
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -151,6 +191,15 @@ func (c Config) WithDefaults() Config {
 	if c.ZygoteIdle <= 0 {
 		c.ZygoteIdle = runner.DefaultZygoteIdle
 	}
+	if !c.ExplicitLimits && c.Limits.IsZero() && c.MaxLimits.IsZero() {
+		c.Limits, c.MaxLimits = limits.Default, limits.DefaultMax
+	}
+	if c.Sandbox == "" {
+		c.Sandbox = SandboxAuto
+	}
+	if c.JobNetwork == "" {
+		c.JobNetwork = NetworkNone
+	}
 	return c
 }
 
@@ -164,6 +213,29 @@ func (c Config) validate() error {
 	}
 	if !wire.ValidPool(c.Pool) {
 		errs = append(errs, fmt.Errorf("invalid pool name %q: use lower-case letters, digits, '-' and '_', at most 32 characters", c.Pool))
+	}
+	switch c.Sandbox {
+	case SandboxAuto, SandboxRequire, SandboxOff:
+	default:
+		errs = append(errs, fmt.Errorf("invalid sandbox mode %q: %s, %s or %s", c.Sandbox, SandboxAuto, SandboxRequire, SandboxOff))
+	}
+	switch c.JobNetwork {
+	case NetworkNone, NetworkAllow:
+	default:
+		errs = append(errs, fmt.Errorf("invalid job network %q: %s or %s", c.JobNetwork, NetworkNone, NetworkAllow))
+	}
+	if err := c.Limits.Check(c.MaxLimits); err != nil {
+		errs = append(errs, fmt.Errorf("limits: %w", err))
+	}
+	for _, p := range c.SandboxReadOnly {
+		if !filepath.IsAbs(p) {
+			errs = append(errs, fmt.Errorf("sandbox read-only path %q is not absolute", p))
+		}
+	}
+	for _, p := range c.SandboxDevices {
+		if !filepath.IsAbs(p) || !strings.HasPrefix(filepath.Clean(p), "/dev/") {
+			errs = append(errs, fmt.Errorf("sandbox device %q is not an absolute path under /dev", p))
+		}
 	}
 	for k, v := range c.Labels {
 		if !labelRe.MatchString(k) || v == "" || strings.ContainsAny(v, ",= \t\n") {

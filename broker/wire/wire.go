@@ -109,6 +109,28 @@ type Job struct {
 	// Progress, when set, asks the worker to publish progress lines on
 	// ProgressSubject(ID) while it builds the environment.
 	Progress bool `json:"progress,omitempty"`
+	// Limits are the call's own resource limits; nil, or a zero field,
+	// means the worker's default. The worker refuses values above its
+	// pool's maximums.
+	Limits *Limits `json:"limits,omitempty"`
+}
+
+// Limits are the resource limits a call asks for, in the units of the
+// execute_code parameter of the same name. A zero field means the worker's
+// default for it. MB means MiB (1,048,576 bytes).
+type Limits struct {
+	// MemoryMB is the memory of all the job's processes together.
+	MemoryMB int64 `json:"memory_mb,omitempty"`
+	// CPUSeconds is the CPU time of each process.
+	CPUSeconds int64 `json:"cpu_seconds,omitempty"`
+	// Processes counts processes and threads.
+	Processes int64 `json:"processes,omitempty"`
+	// FileSizeMB is the largest file the job may write.
+	FileSizeMB int64 `json:"file_size_mb,omitempty"`
+	// DiskMB is the space the job may use in the session's working directory.
+	DiskMB int64 `json:"disk_mb,omitempty"`
+	// OpenFiles counts open descriptors per process.
+	OpenFiles int64 `json:"open_files,omitempty"`
 }
 
 // Status is the outcome of a job.
@@ -122,6 +144,17 @@ const (
 	StatusRejected Status = "rejected" // bad input, nothing ran
 	StatusInternal Status = "internal" // the system failed, not the code
 	StatusExpired  Status = "expired"  // the job's deadline passed before it started
+)
+
+// Names of the limits a job can hit, as Result.Limit reports them.
+const (
+	LimitMemory    = "memory"
+	LimitCPU       = "cpu"
+	LimitProcesses = "processes"
+	LimitFileSize  = "file_size"
+	LimitDisk      = "disk"
+	LimitOpenFiles = "open_files"
+	LimitOutput    = "output"
 )
 
 // Failed reports whether s is any status other than StatusOK.
@@ -156,6 +189,10 @@ type Result struct {
 	ScriptPath string `json:"script_path,omitempty"`
 	// Message is a one-line, human-readable status ("exit code 1", "timed out after 5s").
 	Message string `json:"message,omitempty"`
+	// Limit is the name of the limit the job hit (one of the Limit*
+	// constants: "memory", "cpu", "processes", "file_size", "disk",
+	// "open_files", "output"), empty otherwise.
+	Limit string `json:"limit,omitempty"`
 	// Attempt is the JetStream delivery number that produced the result.
 	Attempt    int       `json:"attempt"`
 	StartedAt  time.Time `json:"started_at"`

@@ -10,9 +10,12 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/codexec/codexec/worker/limits"
 )
 
 // Main runs the codexec command line with args (without the program name)
@@ -152,6 +155,51 @@ func (f *flags) bytes(p *int64, name, env string, def int64, help string) {
 		n, err := parseBytes(s)
 		if err == nil {
 			*p = n
+		}
+		return err
+	})
+}
+
+// choice is a string flag whose value must be one of options.
+func (f *flags) choice(p *string, name, env, def string, options []string, help string) {
+	check := func(v string) error {
+		if !slices.Contains(options, v) {
+			return fmt.Errorf("%q is not one of %s", v, strings.Join(options, ", "))
+		}
+		return nil
+	}
+	if v, ok := os.LookupEnv(env); ok && v != "" {
+		if err := check(v); err != nil {
+			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
+		}
+		def = v
+	}
+	*p = def
+	f.Func(name, fmt.Sprintf("%s ($%s) (default %s)", help, env, def), func(s string) error {
+		if err := check(s); err != nil {
+			return err
+		}
+		*p = s
+		return nil
+	})
+}
+
+// limitSet is a flag holding a limits.Set, written as limits.Parse reads it
+// and read over base: keys given replace base's, "key=none" removes one and
+// "none" all.
+func (f *flags) limitSet(p *limits.Set, name, env string, base limits.Set, help string) {
+	*p = base
+	if v, ok := os.LookupEnv(env); ok && v != "" {
+		s, err := limits.ParseOver(base, v)
+		if err != nil {
+			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
+		}
+		*p = s
+	}
+	f.Func(name, fmt.Sprintf("%s ($%s) (default %s)", help, env, base), func(v string) error {
+		s, err := limits.ParseOver(base, v)
+		if err == nil {
+			*p = s
 		}
 		return err
 	})

@@ -33,6 +33,9 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	if err := wf.check(); err != nil {
+		return err
+	}
 	log, err := newLogger(stderr, logLevel)
 	if err != nil {
 		return err
@@ -190,6 +193,9 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	f.boolean(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	wf.register(f)
 	if err := f.parse(args); err != nil {
+		return err
+	}
+	if err := wf.check(); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, cf.logLevel)

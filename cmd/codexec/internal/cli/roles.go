@@ -18,6 +18,7 @@ import (
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/worker"
+	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
 )
 
@@ -83,6 +84,13 @@ type workerFlags struct {
 	noIndex      bool
 	labels       string
 	existingEnvs string
+	// isolation
+	limits     limits.Set
+	maxLimits  limits.Set
+	sandbox    string
+	jobNetwork string
+	sandboxRO  string
+	sandboxDev string
 }
 
 func (wf *workerFlags) register(f *flags) {
@@ -105,6 +113,25 @@ func (wf *workerFlags) register(f *flags) {
 	f.boolean(&wf.noIndex, "no-index", "CODEXEC_NO_INDEX", false, "use no package index, only --find-links (air-gapped clusters)")
 	f.str(&wf.labels, "labels", "CODEXEC_LABELS", "", "comma-separated KEY=VALUE labels advertised for placement, e.g. gpu=1")
 	f.str(&wf.existingEnvs, "existing-envs", "CODEXEC_EXISTING_ENVS", "", "comma-separated environments that exist on this worker (venv paths, conda names) that sessions may select")
+	f.limitSet(&wf.limits, "limits", "CODEXEC_LIMITS", limits.Default,
+		"limits of every job that asks for nothing else, as KEY=VALUE,... over the default (keys memory, cpu, procs, fsize, disk, nofile; KEY=none: no such limit; none: no limits)")
+	f.limitSet(&wf.maxLimits, "max-limits", "CODEXEC_MAX_LIMITS", limits.DefaultMax,
+		"most a call's limits parameter may ask for, in the form of --limits (KEY=none: no maximum)")
+	f.choice(&wf.sandbox, "sandbox", "CODEXEC_SANDBOX", worker.SandboxAuto, []string{worker.SandboxAuto, worker.SandboxRequire, worker.SandboxOff},
+		"auto: bubblewrap around every job when the machine has it; require: refuse to start without it; off: no sandbox")
+	f.choice(&wf.jobNetwork, "job-network", "CODEXEC_JOB_NETWORK", worker.NetworkNone, []string{worker.NetworkNone, worker.NetworkAllow},
+		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
+	f.str(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
+	f.str(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
+}
+
+// check refuses settings that parse but do not fit together, naming the
+// flags, before anything starts.
+func (wf *workerFlags) check() error {
+	if err := wf.limits.Check(wf.maxLimits); err != nil {
+		return usageError{fmt.Errorf("--limits is not within --max-limits: %w", err)}
+	}
+	return nil
 }
 
 // commaList splits a comma-separated flag value, dropping empty items.
@@ -159,6 +186,9 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 			FindLinks: commaList(wf.findLinks), NoIndex: wf.noIndex,
 		},
 		AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
+		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
+		Sandbox: wf.sandbox, JobNetwork: wf.jobNetwork,
+		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev),
 	}
 }
 

@@ -1,0 +1,145 @@
+package cli
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/worker"
+	"github.com/codexec/codexec/worker/limits"
+)
+
+// parseWorkerFlags registers the worker flags, parses args and returns the
+// worker configuration they give.
+func parseWorkerFlags(t *testing.T, args ...string) (worker.Config, error) {
+	t.Helper()
+	f := newFlags("worker", io.Discard)
+	var ff frontendFlags
+	var wf workerFlags
+	wf.register(f)
+	if err := f.parse(args); err != nil {
+		return worker.Config{}, err
+	}
+	if err := wf.check(); err != nil {
+		return worker.Config{}, err
+	}
+	return wf.config("/data", "default", &ff, slog.New(slog.DiscardHandler)), nil
+}
+
+func TestWorkerIsolationFlags(t *testing.T) {
+	t.Parallel()
+	c, err := parseWorkerFlags(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.Limits != limits.Default || c.MaxLimits != limits.DefaultMax || !c.ExplicitLimits ||
+		c.Sandbox != worker.SandboxAuto || c.JobNetwork != worker.NetworkNone || c.SandboxReadOnly != nil || c.SandboxDevices != nil {
+		t.Errorf("defaults: %+v", c)
+	}
+
+	c, err = parseWorkerFlags(t, "--limits", "memory=2GiB,disk=none", "--max-limits", "none",
+		"--sandbox", "require", "--job-network", "allow", "--sandbox-ro", "/data/sets, /opt/models", "--sandbox-dev", "/dev/nvidia0,/dev/nvidiactl")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := limits.Default
+	want.Memory, want.Disk = 2<<30, 0
+	if c.Limits != want || !c.MaxLimits.IsZero() || c.Sandbox != worker.SandboxRequire || c.JobNetwork != worker.NetworkAllow ||
+		!slices.Equal(c.SandboxReadOnly, []string{"/data/sets", "/opt/models"}) || !slices.Equal(c.SandboxDevices, []string{"/dev/nvidia0", "/dev/nvidiactl"}) {
+		t.Errorf("from flags: %+v", c)
+	}
+	// "none" for both stays none: the worker does not put its defaults back.
+	c, err = parseWorkerFlags(t, "--limits", "none", "--max-limits", "none")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c = c.WithDefaults(); !c.Limits.IsZero() || !c.MaxLimits.IsZero() {
+		t.Errorf("none: %v, %v", c.Limits, c.MaxLimits)
+	}
+}
+
+func TestWorkerIsolationEnv(t *testing.T) {
+	t.Setenv("CODEXEC_LIMITS", "cpu=5m")
+	t.Setenv("CODEXEC_MAX_LIMITS", "procs=none")
+	t.Setenv("CODEXEC_SANDBOX", "off")
+	t.Setenv("CODEXEC_JOB_NETWORK", "allow")
+	t.Setenv("CODEXEC_SANDBOX_RO", "/srv")
+	t.Setenv("CODEXEC_SANDBOX_DEV", "/dev/fuse")
+	c, err := parseWorkerFlags(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLimits, wantMax := limits.Default, limits.DefaultMax
+	wantLimits.CPU, wantMax.Procs = 5*time.Minute, 0
+	if c.Limits != wantLimits || c.MaxLimits != wantMax || c.Sandbox != worker.SandboxOff || c.JobNetwork != worker.NetworkAllow ||
+		!slices.Equal(c.SandboxReadOnly, []string{"/srv"}) || !slices.Equal(c.SandboxDevices, []string{"/dev/fuse"}) {
+		t.Errorf("from the environment: %+v", c)
+	}
+	// The flag wins, and reads over the built-in defaults, not over the
+	// variable.
+	c, err = parseWorkerFlags(t, "--limits", "memory=2GiB", "--sandbox", "auto")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantLimits = limits.Default
+	wantLimits.Memory = 2 << 30
+	if c.Limits != wantLimits || c.Sandbox != worker.SandboxAuto {
+		t.Errorf("flag over variable: %v, sandbox %q", c.Limits, c.Sandbox)
+	}
+}
+
+func TestWorkerIsolationEnvErrors(t *testing.T) {
+	for env, want := range map[string]string{
+		"CODEXEC_LIMITS":      "$CODEXEC_LIMITS: unknown limit \"ram\"",
+		"CODEXEC_MAX_LIMITS":  "$CODEXEC_MAX_LIMITS: unknown limit \"ram\"",
+		"CODEXEC_SANDBOX":     "$CODEXEC_SANDBOX: \"ram=1\" is not one of auto, require, off",
+		"CODEXEC_JOB_NETWORK": "$CODEXEC_JOB_NETWORK: \"ram=1\" is not one of none, allow",
+	} {
+		t.Run(env, func(t *testing.T) {
+			t.Setenv(env, "ram=1")
+			_, err := parseWorkerFlags(t)
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s=ram=1: %v, want %q", env, err, want)
+			}
+		})
+	}
+}
+
+// Bad isolation flags stop worker and dev before anything starts, with a
+// usage error that names the flag.
+func TestWorkerIsolationFlagErrors(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		args []string
+		want []string
+	}{
+		{[]string{"--limits", "mem=1GiB"}, []string{`invalid value "mem=1GiB" for flag -limits`, `unknown limit "mem"`, "memory, cpu"}},
+		{[]string{"--limits", "memory=0"}, []string{"flag -limits", "memory=0: must be more than zero"}},
+		{[]string{"--max-limits", "cpu=forever"}, []string{"flag -max-limits", "cpu=forever: not a duration"}},
+		{[]string{"--sandbox", "on"}, []string{`invalid value "on" for flag -sandbox`, "auto, require, off"}},
+		{[]string{"--job-network", "host"}, []string{`invalid value "host" for flag -job-network`, "none, allow"}},
+		{[]string{"--limits", "memory=9GiB"}, []string{"--limits is not within --max-limits", "default memory=9GiB is above the maximum memory=8GiB"}},
+		{[]string{"--limits", "procs=none"}, []string{"--limits is not within --max-limits", "default procs=none"}},
+		{[]string{"--max-limits", "nofile=512"}, []string{"default nofile=1024 is above the maximum nofile=512"}},
+	}
+	for _, cmd := range []string{"worker", "dev"} {
+		for _, tc := range cases {
+			var stdout, stderr bytes.Buffer
+			args := append([]string{cmd, "--data-dir", t.TempDir()}, tc.args...)
+			rc := Main(context.Background(), args, strings.NewReader(""), &stdout, &stderr)
+			if rc != 2 {
+				t.Errorf("%v: exit code %d, want 2; stderr %s", args, rc, stderr.String())
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(stderr.String(), w) {
+					t.Errorf("%v: stderr %q lacks %q", args, stderr.String(), w)
+				}
+			}
+		}
+	}
+}
