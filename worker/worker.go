@@ -19,7 +19,10 @@ import (
 	"github.com/codexec/codexec/broker/statestore"
 	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/worker/cgroup"
+	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
+	"github.com/codexec/codexec/worker/sandbox"
 )
 
 // Worker runs jobs for one pool. Start it once; Stop it once (further calls
@@ -39,6 +42,13 @@ type Worker struct {
 	load       atomic.Int64 // jobs running
 	known      sync.Map     // ids of environments this process has used: id → true
 	targeted   *broker.Consumer
+
+	// The sandbox, when the worker has one (setupSandbox): bubblewrap, the
+	// sessions' uids, the job cgroups (nil without cgroups).
+	box        *sandbox.Sandbox
+	uids       *sandbox.UIDs
+	cgroups    *cgroup.Manager
+	sandboxCfg *runner.SandboxConfig
 
 	mu       sync.Mutex
 	consumer *broker.Consumer
@@ -75,16 +85,21 @@ func (w *Worker) Start(ctx context.Context) error {
 			return fmt.Errorf("worker: %w", err)
 		}
 	}
+	if err := w.setupSandbox(ctx); err != nil {
+		return err
+	}
 	if err := w.prepareEnv(ctx); err != nil {
+		w.closeCgroups()
 		return err
 	}
 	if err := w.openEnvCache(ctx); err != nil {
+		w.closeCgroups()
 		return err
 	}
 	if w.cfg.ExecMode == ExecZygote {
 		w.pool = runner.NewPool(runner.PoolConfig{
 			Preload: w.cfg.Preload, MaxZygotes: w.cfg.MaxZygotes, IdleTimeout: w.cfg.ZygoteIdle,
-			Logger: w.log.With("component", "zygote"),
+			Logger: w.log.With("component", "zygote"), Sandbox: w.sandboxCfg,
 		})
 		// Warm the default environment now, so that its first jobs need not
 		// start an interpreter; until it is ready they do.
@@ -195,6 +210,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	if w.cache != nil {
 		_ = w.cache.Close()
 	}
+	w.closeCgroups()
 	if w.stopBeat != nil {
 		w.stopBeat()
 		<-w.beatDone
@@ -320,12 +336,13 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		return w.result(job, attempt, wire.StatusRejected, "code is empty")
 	}
 
-	cwd := filepath.Join(w.sessionsRoot(), job.Scope)
-	scripts := filepath.Join(w.cfg.ScriptsDir, job.Scope)
-	for _, dir := range []string{cwd, scripts} {
-		if err := os.MkdirAll(dir, 0o700); err != nil {
-			return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
-		}
+	set, err := limits.Resolve(w.cfg.Limits, w.cfg.MaxLimits, job.Limits)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusRejected, err.Error())
+	}
+	cwd, scripts, uid, err := w.sessionDirs(job.Scope)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
 	}
 	script := filepath.Join(scripts, job.ID+"_"+wire.CleanFilename(job.Filename))
 	if err := writeNew(script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
@@ -359,12 +376,32 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		spec, envID = w.envSpec(env, script, cwd, cwd), env.ID
 	}
 	spec.Timeout, spec.OutputLimit = timeout, limit
-	run := runner.Run
-	if w.pool != nil {
-		run = w.pool.Run
+	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusInternal, err.Error())
 	}
+	defer jl.release(log)
+	run := runner.Run
+	switch {
+	case w.pool != nil:
+		run = w.pool.Run
+	case w.sandboxCfg != nil:
+		run = func(ctx context.Context, s runner.Spec) (runner.Outcome, error) {
+			return runner.RunSandboxed(ctx, w.sandboxCfg, s)
+		}
+	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
 	started := time.Now().UTC()
-	out, err := run(ctx, spec)
+	out, err := run(jctx, spec)
+	if ctx.Err() == nil && errors.Is(context.Cause(jctx), errDiskLimit) {
+		err = nil // the disk watch stopped it; not a failure of the run
+	}
+	var usage cgroup.Usage
+	if jl.group != nil {
+		usage = jl.group.Usage()
+	}
 	res := w.result(job, attempt, wire.StatusOK, "")
 	res.EnvID = envID
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
@@ -385,17 +422,43 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		log.Error("zygote died mid-job", "err", err)
 	case out.TimedOut:
 		res.Status, res.Message = wire.StatusTimeout, fmt.Sprintf("timed out after %s; the process group was killed", timeout)
+		if name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0); name != "" {
+			// What kept it from finishing, e.g. a thread it could not start.
+			res.Limit, res.Message = name, res.Message+"; before that: "+msg
+		}
 	case ctx.Err() != nil:
 		res.Status, res.Message = wire.StatusInternal, "interrupted: the worker is shutting down"
-	case out.Signal != "":
-		res.Status, res.Message = wire.StatusError, "killed by signal: "+out.Signal
-	case out.ExitCode != 0:
-		res.Status, res.Message = wire.StatusError, fmt.Sprintf("exit code %d", out.ExitCode)
+	case errors.Is(context.Cause(jctx), errDiskLimit):
+		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
+		res.Message = fmt.Sprintf("disk limit reached (%s in the working directory): the job was killed", mib(set.Disk))
+	case out.ExitCode != 0 || out.Signal != "":
+		if name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0); name != "" {
+			res.Status, res.Limit, res.Message = wire.StatusLimit, name, msg
+			break
+		}
+		if out.Signal != "" {
+			res.Status, res.Message = wire.StatusError, "killed by signal: "+out.Signal
+		} else {
+			res.Status, res.Message = wire.StatusError, fmt.Sprintf("exit code %d", out.ExitCode)
+		}
 	default:
 		res.Message = "exit code 0"
 	}
 	log.Info("job done", "status", res.Status, "ms", res.DurationMS)
 	return res
+}
+
+// diskWatchInterval is how often a running job's working directory is
+// measured against its disk limit.
+const diskWatchInterval = 200 * time.Millisecond
+
+func (w *Worker) closeCgroups() {
+	if w.cgroups != nil {
+		if err := w.cgroups.Close(); err != nil {
+			w.log.Warn("job cgroups not removed", "err", err)
+		}
+		w.cgroups = nil
+	}
 }
 
 // spec is the runner.Spec of a job of the default environment: script run
@@ -411,7 +474,9 @@ func (w *Worker) spec(script, dir, home string) runner.Spec {
 // writeNew creates path with content, refusing to follow or replace anything
 // already there (a redelivered job finds its own script and reuses it).
 func writeNew(path, content string) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+	// Readable: a sandboxed job reads it as its session's uid, through a
+	// directory only that uid (and root) may enter.
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
 	if err != nil {
 		return err
 	}

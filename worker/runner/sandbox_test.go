@@ -19,6 +19,7 @@ import (
 type sandboxLayout struct {
 	python            string
 	sessions, scripts string
+	shared            string // a read-only directory of the sandbox, under /tmp like the others
 	cfg               *SandboxConfig
 }
 
@@ -44,15 +45,18 @@ func newSandboxLayout(t *testing.T) *sandboxLayout {
 		t.Skipf("no python3 to run jobs with: %v", err)
 	}
 	root := t.TempDir()
-	l := &sandboxLayout{python: p, sessions: filepath.Join(root, "sessions"), scripts: filepath.Join(root, "scripts")}
-	for _, d := range []string{l.sessions, l.scripts} {
+	l := &sandboxLayout{python: p, sessions: filepath.Join(root, "sessions"), scripts: filepath.Join(root, "scripts"), shared: filepath.Join(root, "shared")}
+	for _, d := range []string{l.sessions, l.scripts, l.shared} {
 		if err := os.Mkdir(d, 0o711); err != nil {
 			t.Fatal(err)
 		}
 	}
+	if err := os.WriteFile(filepath.Join(l.shared, "kept.txt"), []byte("kept"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	l.cfg = &SandboxConfig{
 		Box:    box,
-		Mounts: []sandbox.Mount{{Path: l.sessions, Write: true}, {Path: l.scripts}},
+		Mounts: []sandbox.Mount{{Path: l.sessions, Write: true}, {Path: l.scripts}, {Path: l.shared}},
 		Hidden: []string{l.sessions, l.scripts},
 	}
 	for _, s := range []struct {
@@ -82,7 +86,7 @@ func (l *sandboxLayout) spec(t *testing.T, session string, uid int, src string) 
 	dir := filepath.Join(l.sessions, session)
 	return Spec{
 		Python: l.python, Script: script, Dir: dir,
-		Env:     ChildEnv(nil, "", dir, nil, nil),
+		Env:     ChildEnv(nil, "", dir, nil, map[string]string{"KEPT": filepath.Join(l.shared, "kept.txt")}),
 		Timeout: time.Minute,
 		Confine: &Confinement{
 			UID: uid, GID: uid,
@@ -94,6 +98,7 @@ func (l *sandboxLayout) spec(t *testing.T, session string, uid int, src string) 
 // probeJob reports what a job can see and do, as JSON.
 const probeJob = `
 import json, os, socket, sys
+import decimal, fractions, csv  # not preloaded: imported as the session uid
 r = {}
 r['uid'] = [os.getuid(), os.geteuid(), os.getgid()]
 r['groups'] = os.getgroups()
@@ -104,6 +109,7 @@ r['capeff'] = [l.split()[1] for l in status.splitlines() if l.startswith('CapEff
 r['nnp'] = [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs')][0]
 r['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
 r['tmp'] = sorted(os.listdir('/tmp'))
+r['kept'] = open(os.environ['KEPT']).read()
 open('/tmp/mine-' + str(os.getpid()), 'w').write('x')
 open('here.txt', 'w').write('written')
 def attempt(f):
@@ -138,6 +144,7 @@ type probeResult struct {
 	Shadow      string   `json:"shadow"`
 	Connect     string   `json:"connect"`
 	Loopback    string   `json:"loopback"`
+	Kept        string   `json:"kept"`
 }
 
 func checkProbe(t *testing.T, out Outcome, dir string, uid int) probeResult {
@@ -179,6 +186,9 @@ func checkProbe(t *testing.T, out Outcome, dir string, uid int) probeResult {
 		if got == "ok" {
 			t.Errorf("a confined job could %s", name)
 		}
+	}
+	if r.Kept != "kept" {
+		t.Errorf("a read-only mount under /tmp is lost in the job's fresh /tmp: %q", r.Kept)
 	}
 	if r.Loopback != "ok" {
 		t.Errorf("loopback: %s", r.Loopback)

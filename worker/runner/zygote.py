@@ -574,9 +574,15 @@ def _enter_namespaces(sandbox):
     # fresh /tmp below, when they lie under /tmp, or by _confine).
     for root in sandbox.get('hidden') or ():
         _hidden.append((root, os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+    # What the sandbox shows under /tmp (an environment, when the worker's
+    # data lives there) must survive the fresh /tmp: bound back below.
+    keep = [(path, write, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path, write in sandbox.get('keep') or ()]
     for d in ('/tmp', '/dev/shm'):
         if os.path.isdir(d):
             _mount('tmpfs', d, 'tmpfs', _MS_NOSUID | _MS_NODEV, 'mode=1777')
+    for path, write, fd in keep:
+        _bind_fd(fd, path, write)
+        os.close(fd)
     if netns:
         _loopback_up()
 
@@ -596,6 +602,19 @@ def _loopback_up():
         s.close()
 
 
+def _bind_fd(fd, path, write):
+    """Bind what the O_PATH descriptor fd names at path (made if missing:
+    directories passable by all, as the sandbox's own)."""
+    if not os.path.lexists(path):
+        os.makedirs(os.path.dirname(path), 0o755, exist_ok=True)
+        if os.path.isdir('/proc/self/fd/%d' % fd):
+            os.mkdir(path, 0o755)
+        else:
+            open(path, 'a').close()
+    _mount('/proc/self/fd/%d' % fd, path, None, _MS_BIND, None)
+    _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if write else _MS_RDONLY), None)
+
+
 def _confine(c):
     """The job's view of the file system and its cgroups (still root)."""
     for root, _ in _hidden:
@@ -610,15 +629,13 @@ def _confine(c):
             raise OSError('%s is not under a hidden root' % path)
         if not rel or rel.startswith('/') or '..' in rel.split('/'):
             raise OSError('bad bind %r' % path)
-        os.makedirs(path, 0o711, exist_ok=True)
         # The source is resolved from the hidden root's descriptor, and a
         # link planted by a job on the way is not followed.
         src = os.open(rel, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
         try:
-            _mount('/proc/self/fd/%d' % src, path, None, _MS_BIND, None)
+            _bind_fd(src, path, write)
         finally:
             os.close(src)
-        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if write else _MS_RDONLY), None)
     for f in c.get('cgroups') or ():
         with open(f, 'w') as fh:
             fh.write('0')

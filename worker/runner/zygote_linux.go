@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -87,6 +88,9 @@ type zygoteSandboxCfg struct {
 	NetNS bool `json:"netns"`
 	// Hidden are SandboxConfig.Hidden.
 	Hidden []string `json:"hidden"`
+	// Keep are the sandbox's other mounts under /tmp, as [path, write]:
+	// each child puts a fresh tmpfs on /tmp and binds them back.
+	Keep []Bind `json:"keep,omitempty"`
 }
 
 // StartZygote starts a zygote and waits until it has imported its preloads
@@ -115,6 +119,11 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 			return nil, fmt.Errorf("runner: zygote: %w", err)
 		}
 		mounts = append(im, sb.Mounts...)
+		for _, m := range mounts {
+			if strings.HasPrefix(m.Path, "/tmp/") && !slices.Contains(sb.Hidden, m.Path) {
+				zc.Sandbox.Keep = append(zc.Sandbox.Keep, Bind{Path: m.Path, Write: m.Write})
+			}
+		}
 	}
 	preload, err := json.Marshal(zc)
 	if err != nil {

@@ -141,13 +141,25 @@ func (s *Sandbox) Args(o Options, argv ...string) []string {
 		args = append(args, "--info-fd", strconv.Itoa(o.InfoFD))
 	}
 	args = append(args, s.system...)
+	mounts := dedupe(o.Mounts)
+	// bubblewrap makes the directories above a mount with the modes they
+	// have on the host, and /root is 0700: jobs, under uids of their own,
+	// could not reach an interpreter installed under it. Make them first,
+	// passable by all; they hold nothing but the way down.
+	paths := slices.Concat(s.cfg.ReadOnly, s.cfg.Devices)
+	for _, m := range mounts {
+		paths = append(paths, m.Path)
+	}
+	for _, dir := range ancestors(paths) {
+		args = append(args, "--perms", "0755", "--dir", dir)
+	}
 	for _, p := range s.cfg.ReadOnly {
 		args = append(args, "--ro-bind", p, p)
 	}
 	for _, p := range s.cfg.Devices {
 		args = append(args, "--dev-bind", p, p)
 	}
-	for _, m := range dedupe(o.Mounts) {
+	for _, m := range mounts {
 		if m.Write {
 			args = append(args, "--bind", m.Path, m.Path)
 		} else {
@@ -212,6 +224,28 @@ func dedupe(ms []Mount) []Mount {
 		}
 	}
 	return keep
+}
+
+// ancestors returns the directories above paths, parents first, but for
+// "/" and those the system mounts already show.
+func ancestors(paths []string) []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, p := range paths {
+		for dir := filepath.Dir(filepath.Clean(p)); dir != "/" && dir != "."; dir = filepath.Dir(dir) {
+			if !seen[dir] && !SystemPath(dir) {
+				seen[dir] = true
+				out = append(out, dir)
+			}
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		if c := strings.Count(a, "/") - strings.Count(b, "/"); c != 0 {
+			return c
+		}
+		return strings.Compare(a, b)
+	})
+	return out
 }
 
 // within reports whether path lies strictly under dir.

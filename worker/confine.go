@@ -1,0 +1,240 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/worker/cgroup"
+	"github.com/codexec/codexec/worker/limits"
+	"github.com/codexec/codexec/worker/runner"
+	"github.com/codexec/codexec/worker/sandbox"
+)
+
+// setupSandbox decides how this worker confines jobs (Config.Sandbox): it
+// probes bubblewrap, and finds the cgroups that give memory and process
+// limits their reach. Without a sandbox (off, or auto on a machine that
+// cannot have one) jobs run as the worker's user, and the worker says so.
+func (w *Worker) setupSandbox(ctx context.Context) error {
+	if name := strings.ToLower(w.cfg.Sandbox); name != SandboxOff {
+		box, err := w.probeSandbox(ctx)
+		switch {
+		case err == nil:
+			w.box = box
+		case name == SandboxRequire:
+			return fmt.Errorf("worker: --sandbox require: %w", err)
+		default:
+			w.log.Warn("NO SANDBOX: jobs run as the worker's own user and see what it sees; install bubblewrap and run the worker as root, or pass --sandbox off to silence this", "reason", err)
+		}
+	} else {
+		w.log.Warn("sandbox off: jobs run as the worker's own user and see what it sees")
+	}
+	if w.box != nil {
+		w.uids = sandbox.NewUIDs(filepath.Join(w.sessionsRoot(), ".uid-counter"))
+		for _, dir := range []string{w.sessionsRoot(), w.cfg.ScriptsDir} {
+			// Jobs (other uids) may pass through to their own directory but
+			// not list the others.
+			if err := os.Chmod(dir, 0o711); err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+		}
+	}
+	if w.box != nil && cgroupName(w.cfg.ID) != "" {
+		cg, err := cgroup.Detect(cgroupName(w.cfg.ID))
+		if err != nil {
+			w.log.Warn("no cgroups: memory and process limits fall back to rlimits (per process)", "reason", err)
+		} else {
+			w.cgroups = cg
+		}
+	}
+	if w.box != nil {
+		mounts := []sandbox.Mount{{Path: w.sessionsRoot(), Write: true}, {Path: w.cfg.ScriptsDir}}
+		if w.cgroups != nil {
+			for _, d := range w.cgroups.Dirs() {
+				mounts = append(mounts, sandbox.Mount{Path: d, Write: true})
+			}
+		}
+		w.sandboxCfg = &runner.SandboxConfig{Box: w.box, Mounts: mounts, Hidden: []string{w.sessionsRoot(), w.cfg.ScriptsDir}}
+		w.log.Info("sandbox ready", "bwrap", w.box.Version(), "network", w.box.Network(), "cgroups", w.cgroups != nil)
+	}
+	return nil
+}
+
+func (w *Worker) probeSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
+	if os.Geteuid() != 0 {
+		return nil, errors.New("the sandbox needs the worker to run as root: it gives each session a uid of its own")
+	}
+	return sandbox.Probe(ctx, sandbox.Config{
+		Network:  strings.ToLower(w.cfg.JobNetwork) == NetworkAllow,
+		ReadOnly: w.cfg.SandboxReadOnly, Devices: w.cfg.SandboxDevices,
+	})
+}
+
+// cgroupName is the worker's id as a cgroup name, "" if it cannot be one.
+func cgroupName(id string) string {
+	if len(id) == 0 || len(id) > 64 {
+		return ""
+	}
+	for _, r := range id {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return ""
+		}
+	}
+	return id
+}
+
+// sessionDirs makes the session's working directory and scripts directory.
+// In a sandbox both belong to the session's uid, which it returns: the
+// working directory read-write for it alone (0700), the scripts directory
+// readable (0500; the job sees it read-only, the worker writes it as root).
+func (w *Worker) sessionDirs(scope string) (cwd, scripts string, uid int, err error) {
+	cwd = filepath.Join(w.sessionsRoot(), scope)
+	scripts = filepath.Join(w.cfg.ScriptsDir, scope)
+	if w.box == nil {
+		for _, dir := range []string{cwd, scripts} {
+			if err := os.MkdirAll(dir, 0o700); err != nil {
+				return "", "", 0, err
+			}
+		}
+		return cwd, scripts, 0, nil
+	}
+	if uid, err = w.uids.Dir(cwd, 0o700); err != nil {
+		return "", "", 0, err
+	}
+	if err := os.Mkdir(scripts, 0o500); err != nil && !errors.Is(err, os.ErrExist) {
+		return "", "", 0, err
+	}
+	if err := sandbox.Own(scripts, uid, 0o500); err != nil {
+		return "", "", 0, err
+	}
+	return cwd, scripts, uid, nil
+}
+
+// jobLimits is what confines one execution job besides the sandbox: its
+// cgroup, if the worker has cgroups, and the disk watch.
+type jobLimits struct {
+	set   limits.Set
+	group *cgroup.Group
+}
+
+// prepareLimits applies the job's limits to spec: rlimits always, and in a
+// sandbox the confinement (uid, directories, cgroup).
+func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec, cwd, scripts string, uid int) (*jobLimits, error) {
+	jl := &jobLimits{set: set}
+	if w.box != nil {
+		c := &runner.Confinement{
+			UID: uid, GID: uid,
+			Binds:   []runner.Bind{{Path: cwd, Write: true}, {Path: scripts}},
+			TmpSize: set.Disk,
+		}
+		if w.cgroups != nil {
+			g, err := w.cgroups.New(cgroupJobName(job.ID), cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})
+			if err != nil {
+				return nil, fmt.Errorf("job cgroup: %w", err)
+			}
+			jl.group = g
+			c.Cgroups, c.Unmount = g.ProcsFiles(), w.cgroups.Dirs()
+		}
+		spec.Confine = c
+	}
+	spec.Rlimits = set.Rlimits(jl.group != nil && set.Memory > 0)
+	return jl, nil
+}
+
+// cgroupJobName is a job id as a cgroup name (ULIDs already are one).
+func cgroupJobName(id string) string {
+	if n := cgroupName(id); n != "" {
+		return n
+	}
+	return fmt.Sprintf("job-%x", id)[:min(64, 4+2*len(id))]
+}
+
+// release removes the job's cgroup, killing whatever is left in it.
+func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
+	if jl.group != nil {
+		if err := jl.group.Remove(); err != nil {
+			log.Warn("job cgroup not removed", "err", err)
+		}
+	}
+}
+
+// errDiskLimit is the cause of a job's cancellation by the disk watch.
+var errDiskLimit = errors.New("disk limit")
+
+// watchDisk cancels the job when its session's working directory uses
+// more than max bytes, checking every interval until ctx ends. The
+// directory is measured, not quota-limited: a job can pass the limit by
+// what it writes in one interval (bounded by the file size limit per
+// file).
+func watchDisk(ctx context.Context, cancel context.CancelCauseFunc, dir string, max int64, interval time.Duration) {
+	if max <= 0 {
+		return
+	}
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if DiskUsage(dir) > max {
+				cancel(errDiskLimit)
+				return
+			}
+		}
+	}
+}
+
+// DiskUsage is the space the files under dir take on disk (allocated
+// blocks, so sparse files count what they use), links not followed.
+func DiskUsage(dir string) int64 {
+	var total int64
+	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if info, err := d.Info(); err == nil {
+			if st, ok := info.Sys().(*syscall.Stat_t); ok {
+				total += st.Blocks * 512
+			}
+		}
+		return nil
+	})
+	return total
+}
+
+// limitHit names the limit a failed job ran into, with a message for the
+// caller, or "" when its failure was its own. What the kernel reports is
+// the evidence: the cgroup's counters, the signal of RLIMIT_CPU, the
+// errors Python raises when an rlimit refuses a request.
+func limitHit(out runner.Outcome, usage cgroup.Usage, set limits.Set, cgroupMemory bool) (name, msg string) {
+	stderr := string(out.Stderr)
+	switch {
+	case usage.OOMKills > 0:
+		return wire.LimitMemory, fmt.Sprintf("memory limit reached (%s): the job was killed", mib(set.Memory))
+	case set.CPU > 0 && out.Signal == syscall.SIGXCPU.String():
+		return wire.LimitCPU, fmt.Sprintf("CPU time limit reached (%s per process)", set.CPU)
+	case usage.PidsMaxHits > 0:
+		return wire.LimitProcesses, fmt.Sprintf("process limit reached (%d processes and threads)", set.Procs)
+	case !cgroupMemory && set.Memory > 0 && strings.Contains(stderr, "MemoryError"):
+		return wire.LimitMemory, fmt.Sprintf("memory limit reached (%s of address space per process)", mib(set.Memory))
+	case set.FileSize > 0 && strings.Contains(stderr, "[Errno 27] File too large"):
+		return wire.LimitFileSize, fmt.Sprintf("file size limit reached (%s per file)", mib(set.FileSize))
+	case set.OpenFiles > 0 && strings.Contains(stderr, "[Errno 24] Too many open files"):
+		return wire.LimitOpenFiles, fmt.Sprintf("open files limit reached (%d per process)", set.OpenFiles)
+	case set.Procs > 0 && strings.Contains(stderr, "[Errno 11] Resource temporarily unavailable") &&
+		(strings.Contains(stderr, "fork") || strings.Contains(stderr, "thread") || strings.Contains(stderr, "spawn")):
+		return wire.LimitProcesses, fmt.Sprintf("process limit reached (%d processes and threads)", set.Procs)
+	}
+	return "", ""
+}
+
+// mib writes a size in MiB, the unit of the per-call limits.
+func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }

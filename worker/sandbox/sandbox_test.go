@@ -1,0 +1,142 @@
+package sandbox
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+)
+
+func TestDedupeKeepsWritableUnderReadOnly(t *testing.T) {
+	got := dedupe([]Mount{
+		{Path: "/data/sessions", Write: true},
+		{Path: "/data"},
+		{Path: "/data/envs/a"},     // covered by /data (read-only, same access)
+		{Path: "/data/sessions/x"}, // covered by the writable /data/sessions
+		{Path: "/data/"},
+	})
+	want := []Mount{{Path: "/data"}, {Path: "/data/sessions", Write: true}}
+	if !slices.Equal(got, want) {
+		t.Fatalf("dedupe = %v, want %v", got, want)
+	}
+}
+
+func TestAncestorsParentsFirstWithoutSystemDirs(t *testing.T) {
+	got := ancestors([]string{"/root/.pyenv/versions/3.12.1", "/root/data/sessions", "/usr/lib/x", "/srv"})
+	want := []string{"/root", "/root/.pyenv", "/root/data", "/root/.pyenv/versions"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("ancestors = %v, want %v", got, want)
+	}
+}
+
+func TestArgsShape(t *testing.T) {
+	s := &Sandbox{bwrap: "/usr/bin/bwrap", cfg: Config{ReadOnly: []string{"/srv/data"}}, system: []string{"--ro-bind", "/usr", "/usr"}}
+	args := s.Args(Options{Mounts: []Mount{{Path: "/var/lib/codexec/sessions", Write: true}}, Caps: []string{"CAP_KILL"}}, "/usr/bin/python3", "-c", "pass")
+	line := strings.Join(args, " ")
+	for _, want := range []string{
+		"--unshare-pid", "--unshare-net", "--die-with-parent", "--cap-drop ALL --cap-add CAP_KILL",
+		"--perms 0755 --dir /var/lib/codexec", "--bind /var/lib/codexec/sessions /var/lib/codexec/sessions",
+		"--ro-bind /srv/data /srv/data", "-- /usr/bin/python3 -c pass",
+	} {
+		if !strings.Contains(line, want) {
+			t.Errorf("argv lacks %q:\n%s", want, line)
+		}
+	}
+	if strings.Contains(strings.Join(s.Args(Options{Network: true}, "/bin/true"), " "), "--unshare-net") {
+		t.Error("a sandbox with network still unshares it")
+	}
+}
+
+func TestProbeWithoutBwrap(t *testing.T) {
+	_, err := Probe(context.Background(), Config{Bwrap: "/nonexistent/bwrap"})
+	if !errors.Is(err, ErrUnavailable) {
+		t.Fatalf("Probe = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestInterpreterMountsOfAVenv(t *testing.T) {
+	dir := t.TempDir()
+	base := filepath.Join(dir, "base")
+	venv := filepath.Join(dir, "venv")
+	for _, d := range []string{filepath.Join(base, "bin"), filepath.Join(venv, "bin")} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(base, "bin", "python3.12"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(base, "bin", "python3.12"), filepath.Join(venv, "bin", "python")); err != nil {
+		t.Fatal(err)
+	}
+	ms, err := InterpreterMounts(filepath.Join(venv, "bin", "python"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []Mount{{Path: venv}, {Path: base}}; !slices.Equal(ms, want) {
+		t.Fatalf("mounts %v, want %v", ms, want)
+	}
+	if _, err := InterpreterMounts("python3"); err == nil {
+		t.Fatal("a relative interpreter was accepted")
+	}
+}
+
+func TestUIDsOnePerSessionForGood(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving directories away needs root")
+	}
+	root := t.TempDir()
+	u := NewUIDs(filepath.Join(root, ".uid-counter"))
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for _, name := range []string{"a", "b", "c", "a", "b", "c"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			uid, err := u.Dir(filepath.Join(root, name), 0o700)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if prev, ok := got[name]; ok && prev != uid {
+				t.Errorf("session %s got uids %d and %d", name, prev, uid)
+			}
+			got[name] = uid
+		}()
+	}
+	wg.Wait()
+	seen := map[int]bool{}
+	for name, uid := range got {
+		if !u.Owns(uid) || seen[uid] {
+			t.Errorf("session %s: uid %d not ours or shared", name, uid)
+		}
+		seen[uid] = true
+		fi, err := os.Stat(filepath.Join(root, name))
+		if err != nil || fi.Mode().Perm() != 0o700 {
+			t.Errorf("session %s: %v %v", name, fi.Mode(), err)
+		}
+	}
+	// A new allocator on the same counter (a restarted worker) keeps the
+	// uids of existing sessions and never reuses them for new ones.
+	u2 := NewUIDs(filepath.Join(root, ".uid-counter"))
+	if uid, err := u2.Dir(filepath.Join(root, "a"), 0o700); err != nil || uid != got["a"] {
+		t.Fatalf("after a restart session a has uid %d (%v), want %d", uid, err, got["a"])
+	}
+	if uid, err := u2.Dir(filepath.Join(root, "d"), 0o700); err != nil || seen[uid] {
+		t.Fatalf("a new session got uid %d (%v), already taken", uid, err)
+	}
+	// A link planted where a session directory should be is refused.
+	if err := os.Symlink("/etc", filepath.Join(root, "e")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := u2.Dir(filepath.Join(root, "e"), 0o700); err == nil {
+		t.Fatal("a symbolic link was taken for a session directory")
+	}
+}
