@@ -73,6 +73,11 @@ type Config struct {
 	Index IndexConfig
 	// AllowURLs permits "name @ https://..." packages; false refuses them.
 	AllowURLs bool
+	// Confine, when not nil, confines every command of every build (the
+	// installers and the interpreters they start, which run the packages'
+	// build scripts): see Confiner and CreateRequest.Confine. nil runs
+	// them as the worker's own processes, with all its rights.
+	Confine Confiner
 	// Logger receives builds and evictions; nil discards.
 	Logger *slog.Logger
 }
@@ -505,7 +510,7 @@ func (c *Cache) build(ctx context.Context, id string, n Spec, m Manager, out io.
 	if err := c.available(ctx, m); err != nil {
 		return fmt.Errorf("envcache: cannot build %s: %w", n.String(), err)
 	}
-	req := CreateRequest{Python: n.Python, Packages: reqs, Index: c.cfg.Index}
+	req := CreateRequest{Python: n.Python, Packages: reqs, Index: c.cfg.Index, Confine: c.cfg.Confine}
 	if n.Manager != ManagerConda {
 		py, err := c.interpreter(n.Python)
 		if err != nil {

@@ -176,6 +176,10 @@ func condaSpecs(reqs []Requirement) ([]string, error) {
 
 // Create runs <bin> create --yes --json --prefix dir python=<version>
 // specs..., Python and packages in one solve.
+//
+// With req.Confine, the command runs confined (see confinedPaths): conda
+// then creates the environment in the empty directory made for it, and
+// keeps its packages in the package cache it is configured with.
 func (c *Conda) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
 	if err := checkNewDir(dir); err != nil {
 		return err
@@ -192,7 +196,12 @@ func (c *Conda) Create(ctx context.Context, dir string, req CreateRequest, progr
 	if err != nil {
 		return err
 	}
-	if _, err := c.run(ctx, dir, args, progress); err != nil {
+	cf, err := newConfinement(req.Confine, dir)
+	if err != nil {
+		return err
+	}
+	defer cf.close()
+	if _, err := c.run(ctx, dir, cf, args, progress); err != nil {
 		return err
 	}
 	if fi, err := os.Stat(c.Python(dir)); err != nil || !fi.Mode().IsRegular() {
@@ -201,7 +210,8 @@ func (c *Conda) Create(ctx context.Context, dir string, req CreateRequest, progr
 	return nil
 }
 
-// Install runs <bin> install --yes --json --prefix dir specs....
+// Install runs <bin> install --yes --json --prefix dir specs.... It runs
+// unconfined.
 func (c *Conda) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
@@ -214,7 +224,7 @@ func (c *Conda) Install(ctx context.Context, dir string, reqs []Requirement, idx
 	if err != nil {
 		return err
 	}
-	_, err = c.run(ctx, dir, args, progress)
+	_, err = c.run(ctx, dir, nil, args, progress)
 	return err
 }
 
@@ -361,11 +371,44 @@ func (c *Conda) checkPrefix(prefix string) error {
 // object, which lists every package linked, must fit.
 const maxCondaStdout = 8 << 20
 
-// run runs a conda create or install. conda's stdout is JSON (progress
-// records separated by NUL bytes, then the result), so only its stderr goes
-// to progress. A failure is a *BuildError whose Err is a *CondaError when
-// conda explained itself.
-func (c *Conda) run(ctx context.Context, dir string, args []string, progress io.Writer) ([]byte, error) {
+// confinedPaths returns what a confined create reads besides the system
+// (the executable and the installation it belongs to, where a conda
+// script's interpreter lives) and writes besides the environment (the
+// package caches: CONDA_PKGS_DIRS, else pkgs in the root prefix, that is
+// RootPrefix or MAMBA_ROOT_PREFIX for micromamba and the installation for
+// conda and mamba; with none that exists, the build's own HOME serves).
+func (c *Conda) confinedPaths(bin string, micro bool) (readOnly, writable []string) {
+	readOnly = executablePaths(bin)
+	var root string
+	if real, err := filepath.EvalSymlinks(bin); err == nil {
+		root = filepath.Dir(filepath.Dir(real))
+		readOnly = append(readOnly, root)
+	}
+	if micro {
+		root = cmp.Or(c.RootPrefix, os.Getenv("MAMBA_ROOT_PREFIX"))
+		readOnly = append(readOnly, root)
+	}
+	if dirs := os.Getenv("CONDA_PKGS_DIRS"); dirs != "" {
+		writable = strings.Split(dirs, ",")
+	} else if root != "" {
+		writable = []string{filepath.Join(root, "pkgs")}
+	}
+	return rootless(readOnly), rootless(writable)
+}
+
+// run runs a conda create or install, confined by cf. conda's stdout is
+// JSON (progress records separated by NUL bytes, then the result), so
+// only its stderr goes to progress. A failure is a *BuildError whose Err
+// is a *CondaError when conda explained itself.
+func (c *Conda) run(ctx context.Context, dir string, cf *confinement, args []string, progress io.Writer) ([]byte, error) {
+	argv, env := args, c.env()
+	if cf != nil {
+		readOnly, writable := c.confinedPaths(args[0], isMicromamba(args[0]))
+		var err error
+		if argv, env, err = cf.command(args, env, readOnly, append([]string{dir}, writable...)); err != nil {
+			return nil, &BuildError{Dir: dir, Args: args, Err: err}
+		}
+	}
 	stdout := &tailBuffer{max: maxCondaStdout}
 	stderr := &cappedOutput{}
 	var errW io.Writer = stderr
@@ -373,9 +416,9 @@ func (c *Conda) run(ctx context.Context, dir string, args []string, progress io.
 		errW = io.MultiWriter(stderr, progress)
 		fmt.Fprintf(progress, "running %s\n", strings.Join(args, " "))
 	}
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = filepath.Dir(dir)
-	cmd.Env = c.env()
+	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = stdout, errW
 	killGroupOnCancel(cmd)
 	runErr := cmd.Run()

@@ -59,6 +59,52 @@
 // so Lookup answers for "scikit-learn" and "sklearn" alike without running
 // any package's import-time code.
 //
+// # Confined builds
+//
+// Installing a package runs its code: an sdist's build backend (setup.py)
+// runs while pip or uv builds it. Config.Confine (a Confiner, passed on
+// to each manager as CreateRequest.Confine) wraps every command of a
+// build so that it runs in a sandbox; envcache itself knows no sandbox
+// (a worker builds the Confiner from worker/sandbox, with the network,
+// since installers need the package index). Each command gets the lists
+// of what it must read and may write:
+//
+//	python -m venv DIR      reads the base interpreter's installation;
+//	                        writes DIR
+//	DIR/bin/python -m pip   reads that and the local index directories;
+//	                        writes DIR and the pip cache
+//	uv venv, uv pip install read uv, the base interpreter's installation
+//	                        and the local index directories; write DIR and
+//	                        the uv cache
+//	conda/mamba/micromamba  read the executable and its installation (or
+//	create                  micromamba's root prefix); write DIR and the
+//	                        package caches (CONDA_PKGS_DIRS, else pkgs in
+//	                        the root prefix)
+//
+// and every one of them writes a scratch directory of its build, which
+// is its HOME and TMPDIR and is removed afterwards. DIR is created empty
+// first, so that it can be bound. A confined command keeps of the worker's
+// environment only what installers need (PATH, locale, proxies,
+// certificate paths, PIP_*, UV_*, CONDA_*, MAMBA_*): the worker's secrets
+// stay out of a build's reach, and pip's and conda's per-user
+// configuration files are named by PIP_CONFIG_FILE and CONDARC instead of
+// being found in HOME. Two things change with confinement: a venv built
+// from a seed gets copies of the seed's files, not hard links (the build
+// writes DIR, and must not reach the seed's files through it), and uv
+// copies from its cache instead of hard-linking (UV_LINK_MODE=copy unless
+// UV.LinkMode says otherwise), since a hard link across the sandbox's
+// separate mounts fails even on one file system.
+//
+// Not confined: the probes of the worker's own interpreters
+// (ResolvePython runs python -E -S with a fixed script), uv and conda
+// --version, pyenv which, conda list and env list (they read metadata and
+// run no code of an environment's packages), the default venv of
+// EnsureVenv (the operator's interpreter, no user's package), and
+// Manager.Install, which the cache never calls. The package caches are
+// shared and writable by every build, so a hostile build can still put
+// bad files there for later builds to install; keeping that out needs a
+// cache per trust domain.
+//
 // # The cache
 //
 // A Cache lives in one directory, which several worker processes on a

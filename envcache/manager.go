@@ -32,7 +32,8 @@ type Manager interface {
 	// Install adds packages to the environment at dir. The cache never
 	// calls it on an environment that is in use (environments are
 	// immutable once built); it is here for tools that own their
-	// environment.
+	// environment, and runs unconfined: it is not for packages a user
+	// chose.
 	Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error
 	// Python returns the interpreter jobs run with: dir/bin/python.
 	Python(dir string) string
@@ -56,9 +57,16 @@ type CreateRequest struct {
 	Index IndexConfig
 	// Seed, when not empty, is a ready environment of the same manager
 	// and interpreter whose packages the new one may start from. venv
-	// copies it with hard links (see Venv); uv and conda ignore it, since
+	// copies it with hard links, or plain copies when confined (see
+	// Venv); uv and conda ignore it, since
 	// their own package caches already make a rebuild cheap.
 	Seed string
+	// Confine, when not nil, wraps every command of the build (the
+	// installer and the interpreters it starts) so that it runs confined,
+	// able to write only dir, the manager's package cache and a temporary
+	// directory of its own (see Confiner). dir is then created first, empty,
+	// so that it can be bound. The Cache sets it from Config.Confine.
+	Confine Confiner
 }
 
 // IndexConfig says where pip and uv find packages. For conda, only NoIndex
@@ -147,16 +155,29 @@ func (a Activation) Apply(environ []string) []string {
 // availableTimeout bounds the --version run of Available.
 const availableTimeout = 15 * time.Second
 
+// installCmd is one command of a build: its argv and environment, and
+// what it must read and may write when confined (see Confiner).
+type installCmd struct {
+	args, env          []string
+	readOnly, writable []string
+}
+
 // runInstaller runs one installer command for the environment at dir, in
-// dir's parent, and returns its stdout (capped). Its output, stdout and
-// stderr interleaved, also goes to progress. A failure is a *BuildError.
-func runInstaller(ctx context.Context, dir string, args, env []string, progress io.Writer) (*cappedOutput, error) {
+// dir's parent, confined by cf, and returns its stdout (capped). Its
+// output, stdout and stderr interleaved, also goes to progress. A failure
+// is a *BuildError, which names c.args (not the confining command line).
+func runInstaller(ctx context.Context, dir string, cf *confinement, c installCmd, progress io.Writer) (*cappedOutput, error) {
+	args := c.args
+	argv, env, err := cf.command(c.args, c.env, c.readOnly, c.writable)
+	if err != nil {
+		return nil, &BuildError{Dir: dir, Args: args, Err: err}
+	}
 	out := &cappedOutput{}
 	var w io.Writer = out
 	if progress != nil {
 		w = io.MultiWriter(out, progress)
 	}
-	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
 	cmd.Dir = filepath.Dir(dir)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = w, w
@@ -171,7 +192,10 @@ func runInstaller(ctx context.Context, dir string, args, env []string, progress 
 }
 
 // runQuiet runs a short command (a --version, a list) and returns its
-// stdout; its stderr goes into the error.
+// stdout; its stderr goes into the error. It is never confined: it runs
+// only the operator's own executables on nothing a user supplied (uv and
+// conda --version, pyenv which, conda list and env list, which read an
+// environment's metadata without running any of its code).
 func runQuiet(ctx context.Context, args, env []string) ([]byte, error) {
 	var stdout, stderr cappedOutput
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)

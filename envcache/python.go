@@ -212,7 +212,10 @@ func interpreterVersion(p string) (string, error) {
 }
 
 // probeInfo runs the interpreter at p and returns the path it reports as
-// sys.executable (p itself when it reports none) and its version.
+// sys.executable (p itself when it reports none) and its version. It is
+// not confined (see Confiner): p is one of the worker's interpreters,
+// found from the operator's configuration or a version number, and runs
+// with -E -S a fixed script that imports nothing a user installed.
 func probeInfo(p string) (exe, version string, err error) {
 	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
 	defer cancel()

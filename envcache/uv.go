@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 )
@@ -35,7 +36,8 @@ type UV struct {
 	// it on the environments' file system so that hard links work.
 	CacheDir string
 	// LinkMode is how uv puts files from its cache into an environment
-	// (UV_LINK_MODE); "" means "hardlink".
+	// (UV_LINK_MODE); "" means "hardlink", or "copy" for a confined
+	// build (see Create).
 	LinkMode string
 
 	resolveOnce sync.Once
@@ -133,6 +135,14 @@ func (u *UV) env() []string {
 }
 
 // Create runs uv venv --python <interpreter> dir, then uv pip install.
+//
+// With req.Confine, both commands run confined, reading the uv executable,
+// the base interpreter's installation and the local index directories,
+// and writing dir and CacheDir. uv then copies from its cache into dir
+// unless LinkMode says otherwise: a sandbox binds the two separately, and
+// a hard link across mounts fails (EXDEV) even on one file system; and a
+// copy keeps a build, which may write dir, from changing files that other
+// environments share through the cache.
 func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
 	if req.Interpreter == "" {
 		return errors.New("envcache: uv: no interpreter given")
@@ -140,25 +150,62 @@ func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress
 	if err := checkNewDir(dir); err != nil {
 		return err
 	}
+	cf, err := newConfinement(req.Confine, dir)
+	if err != nil {
+		return err
+	}
+	defer cf.close()
 	args := []string{u.bin(), "venv", "--no-config", "--no-project", "--no-python-downloads", "--python", req.Interpreter, dir}
-	if _, err := runInstaller(ctx, dir, args, u.env(), progress); err != nil {
+	c, err := u.command(cf, args, req.Interpreter, IndexConfig{}, dir)
+	if err != nil {
+		return err
+	}
+	if _, err := runInstaller(ctx, dir, cf, c, progress); err != nil {
 		return err
 	}
 	if _, err := ExistingVenv(dir); err != nil {
 		return &BuildError{Dir: dir, Args: args, Err: err}
 	}
-	return u.Install(ctx, dir, req.Packages, req.Index, progress)
+	return u.install(ctx, dir, cf, req.Interpreter, req.Packages, req.Index, progress)
 }
 
 // Install runs uv pip install --python dir/bin/python with idx's options
-// and the canonical requirement strings after "--".
+// and the canonical requirement strings after "--". It runs unconfined.
 func (u *UV) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+	return u.install(ctx, dir, nil, "", reqs, idx, progress)
+}
+
+func (u *UV) install(ctx context.Context, dir string, cf *confinement, interpreter string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
 	}
 	args := []string{u.bin(), "pip", "install", "--no-config", "--python", u.Python(dir)}
 	args = append(args, idx.pipArgs()...)
 	args = append(append(args, "--"), requirementArgs(reqs)...)
-	_, err := runInstaller(ctx, dir, args, u.env(), progress)
+	c, err := u.command(cf, args, interpreter, idx, dir)
+	if err != nil {
+		return err
+	}
+	_, err = runInstaller(ctx, dir, cf, c, progress)
 	return err
+}
+
+// command describes a uv command for the environment at dir: with cf, it
+// reads uv, the interpreter's installation and idx's local directories and
+// writes dir and the cache.
+func (u *UV) command(cf *confinement, args []string, interpreter string, idx IndexConfig, dir string) (installCmd, error) {
+	c := installCmd{args: args, env: u.env()}
+	if cf == nil {
+		return c, nil
+	}
+	if u.LinkMode == "" {
+		c.env = withEnv(c.env, map[string]string{"UV_LINK_MODE": "copy"})
+	}
+	caches, err := mkdirCaches(u.CacheDir)
+	if err != nil {
+		return c, err
+	}
+	c.readOnly = slices.Concat(executablePaths(u.bin()), interpreterPaths(interpreter), localIndexPaths(idx))
+	c.writable = append([]string{dir}, caches...)
+	return c, nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 )
@@ -188,6 +189,7 @@ func buildVenv(ctx context.Context, dir, python string, opt venvOptions) (string
 		args = append(args, "--without-pip")
 	}
 	args = append(args, dir) // absolute, so never taken for an option
+	// Not confined: the operator's interpreter, no package of a user's.
 	out := &cappedOutput{}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
 	cmd.Env = installerEnv(os.Environ())
@@ -363,6 +365,13 @@ func (v *Venv) env() []string {
 // Create runs python -m venv dir (or, with a usable Seed, python -m venv
 // --without-pip dir and a hard-linked copy of the seed), then pip installs
 // req.Packages.
+//
+// With req.Confine, both commands run confined: python -m venv reads the
+// base interpreter's installation and writes dir; pip reads that and the
+// local index directories and writes dir and PipCacheDir. The seed is
+// copied by this process, not by a confined command, and then with copies
+// instead of hard links: pip's build scripts may write into dir, and must
+// not reach the seed's files through it.
 func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
 	if req.Interpreter == "" {
 		return errors.New("envcache: venv: no interpreter given")
@@ -370,6 +379,11 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 	if err := checkNewDir(dir); err != nil {
 		return err
 	}
+	cf, err := newConfinement(req.Confine, dir)
+	if err != nil {
+		return err
+	}
+	defer cf.close()
 	seed := req.Seed
 	if seed != "" && !seedable(seed) {
 		seed = ""
@@ -379,11 +393,12 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 		args = append(args, "--without-pip")
 	}
 	args = append(args, dir)
-	if _, err := runInstaller(ctx, dir, args, v.env(), progress); err != nil {
+	venv := installCmd{args: args, env: v.env(), readOnly: interpreterPaths(req.Interpreter), writable: []string{dir}}
+	if _, err := runInstaller(ctx, dir, cf, venv, progress); err != nil {
 		return err
 	}
 	if seed != "" {
-		if err := copySeed(seed, dir); err != nil {
+		if err := copySeed(seed, dir, cf != nil); err != nil {
 			return &BuildError{Dir: dir, Args: []string{"copy", seed, dir}, Err: err}
 		}
 	}
@@ -393,18 +408,32 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 	if len(req.Packages) == 0 {
 		return nil
 	}
-	return v.Install(ctx, dir, req.Packages, req.Index, progress)
+	return v.install(ctx, dir, cf, interpreterPaths(req.Interpreter), req.Packages, req.Index, progress)
 }
 
 // Install runs dir/bin/python -m pip install with idx's options and the
-// canonical requirement strings after "--".
+// canonical requirement strings after "--". It runs unconfined.
 func (v *Venv) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+	return v.install(ctx, dir, nil, nil, reqs, idx, progress)
+}
+
+// install runs pip install, confined by cf, which lets it read interp
+// (the base interpreter's installation) and the local index.
+func (v *Venv) install(ctx context.Context, dir string, cf *confinement, interp []string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
 	}
 	args := []string{v.Python(dir), "-m", "pip", "install", "--disable-pip-version-check", "--no-input", "--progress-bar", "off"}
 	args = append(args, idx.pipArgs()...)
 	args = append(append(args, "--"), requirementArgs(reqs)...)
-	_, err := runInstaller(ctx, dir, args, v.env(), progress)
+	c := installCmd{args: args, env: v.env(), readOnly: append(slices.Clone(interp), localIndexPaths(idx)...), writable: []string{dir}}
+	if cf != nil {
+		caches, err := mkdirCaches(v.PipCacheDir)
+		if err != nil {
+			return err
+		}
+		c.writable = append(c.writable, caches...)
+	}
+	_, err := runInstaller(ctx, dir, cf, c, progress)
 	return err
 }

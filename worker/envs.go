@@ -42,10 +42,16 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 			return fmt.Errorf("worker: unknown environment manager %q (venv, uv or conda)", name)
 		}
 	}
+	var confine envcache.Confiner
+	if w.box != nil {
+		// Installers run code from the packages they build: they get the
+		// network, and write only the environment being built and the caches.
+		confine = w.box.Installer()
+	}
 	c, err := envcache.New(envcache.Config{
 		Dir: dir, BudgetBytes: w.cfg.EnvBudget, Managers: managers,
 		DefaultPython: w.cfg.Python, Index: w.cfg.Index, AllowURLs: w.cfg.AllowURLRequirements,
-		Logger: w.log.With("component", "envcache"),
+		Logger: w.log.With("component", "envcache"), Confine: confine,
 	})
 	if err != nil {
 		return fmt.Errorf("worker: environment cache: %w", err)

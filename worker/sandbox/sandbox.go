@@ -300,3 +300,22 @@ func InterpreterMounts(python string) ([]Mount, error) {
 	}
 	return ms, nil
 }
+
+// Installer returns what envcache.Config.Confine takes: a function that
+// wraps a build command (an installer) in a sandbox with the network (the
+// package index), readOnly paths visible and writable ones writable, and
+// nothing else of the worker's.
+func (s *Sandbox) Installer() func(argv, readOnly, writable []string) ([]string, error) {
+	return func(argv, readOnly, writable []string) ([]string, error) {
+		var ms []Mount
+		for _, p := range readOnly {
+			if !SystemPath(p) {
+				ms = append(ms, Mount{Path: p})
+			}
+		}
+		for _, p := range writable {
+			ms = append(ms, Mount{Path: p, Write: true})
+		}
+		return s.Args(Options{Mounts: ms, Network: true}, argv...), nil
+	}
+}
