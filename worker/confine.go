@@ -46,8 +46,10 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 			}
 		}
 	}
-	if w.box != nil && cgroupName(w.cfg.ID) != "" {
-		cg, err := cgroup.Detect(cgroupName(w.cfg.ID))
+	// The worker's id plus its pid: unique among the live workers of the
+	// host even when two share an id by mistake.
+	if name := cgroupName(fmt.Sprintf("%s.%d", w.cfg.ID, os.Getpid())); w.box != nil && name != "" {
+		cg, err := cgroup.Detect(name)
 		if err != nil {
 			w.log.Warn("no cgroups: memory and process limits fall back to rlimits (per process)", "reason", err)
 		} else {

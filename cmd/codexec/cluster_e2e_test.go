@@ -136,12 +136,14 @@ func TestClusterWorkerKilledMidJob(t *testing.T) {
 		worker  string
 		stdout  string
 		status  string
+		message string
+		stderr  string
 	}
 	results := make(chan out, 2)
 	for i := 0; i < 2; i++ {
 		go func() {
 			res, er := call(t, c, "execute_code", map[string]any{"code": "import time, os\nprint('start', flush=True)\ntime.sleep(4)\nprint('end')"})
-			results <- out{res.IsError, er.WorkerID, er.Stdout, er.Status}
+			results <- out{res.IsError, er.WorkerID, er.Stdout, er.Status, er.Message, er.Stderr}
 		}()
 	}
 	// Both workers (concurrency 1) are now busy or about to be: wait until

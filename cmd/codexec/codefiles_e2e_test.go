@@ -140,8 +140,10 @@ func TestCodeFilesDevRestartBetweenAppends(t *testing.T) {
 	if err := os.WriteFile(victim, []byte("untouched"), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// In the sandbox the scripts directory is read-only to jobs, so the
+	// plant itself fails; without one it succeeds and must not be followed.
 	plant := fmt.Sprintf("import os\nos.symlink(%q, %q)\nprint('planted')", victim, filepath.Join(filepath.Dir(path), "evil.py"))
-	if res, er := call(t, c, "execute_code", map[string]any{"code": plant}); res.IsError {
+	if res, er := call(t, c, "execute_code", map[string]any{"code": plant}); res.IsError && !strings.Contains(er.Stderr, "Read-only file system") && !strings.Contains(er.Stderr, "Permission denied") {
 		t.Fatalf("plant: %+v", er)
 	}
 	if err := c.Close(); err != nil {
