@@ -15,12 +15,21 @@
 // lease alive; a worker that dies mid-job stops doing so and JetStream hands
 // the job to another worker after AckWait.
 //
+// Jobs run confined (confine.go, see docs/architecture.md): in a
+// bubblewrap sandbox under a uid of their session's own, in a cgroup of
+// their own, under the limits of Config.Limits or the job's own up to
+// Config.MaxLimits. Config.Sandbox decides what happens on a machine that
+// cannot have the sandbox.
+//
 // A worker also announces itself in the state store's presence set every
 // HeartbeatInterval, so frontends can tell "no live worker" from "busy".
 //
 // Layout on the worker's disk, under DataDir:
 //
 //	envs/default-<hash>/      the default venv, built once per interpreter
-//	sessions/<scope>/         a session's working directory (mode 0700)
-//	scripts/<scope>/<id>_<name>.py   every script that ran (ScriptsDir)
+//	sessions/                 mode 0711: jobs pass through, cannot list
+//	sessions/.uid-counter     the next session uid (sandbox)
+//	sessions/<scope>/         a session's working directory (mode 0700, owned by its uid)
+//	scripts/<scope>/<id>_<name>.py   every script that ran (ScriptsDir; the
+//	                          directory 0500, owned by the session's uid, read-only in the sandbox)
 package worker

@@ -43,6 +43,10 @@
 //     that writes gigabytes costs the worker at most OutputLimit bytes per
 //     stream, and never blocks on a full pipe.
 //   - Spec.Rlimits are set before the script runs.
+//   - With Spec.Confine, the job runs only in a sandboxed zygote (a Pool
+//     with a SandboxConfig, or RunSandboxed for a one-shot one), confined
+//     to its session's directories and uid before any of its code runs;
+//     see zygote.py and docs/architecture.md.
 //
 // A zygote whose imports started threads is unsafe to fork (a thread may
 // hold a lock the child would inherit held): StartZygote refuses it with

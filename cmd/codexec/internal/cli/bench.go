@@ -53,6 +53,7 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.StringVar(&o.venv, "venv", "", "use this existing venv (default: one built once and kept in the user's cache directory)")
 	f.StringVar(&o.cluster, "cluster", "auto", "multi-process scenarios: auto (when nats-server and redis-server are found), on or off")
 	f.StringVar(&o.modes, "modes", "zygote,spawn", "exec modes to measure, comma-separated")
+	f.StringVar(&o.sandboxes, "sandbox", "off,on", "measure each exec mode without the sandbox (off), with it (on), or both, side by side")
 	f.BoolVar(&o.baselines, "baselines", true, "measure plain interpreter starts for reference")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory (the servers' data directories)")
 	if err := f.parse(args); err != nil {
@@ -69,6 +70,12 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 			return usageError{fmt.Errorf("-modes: unknown exec mode %q (zygote, spawn)", m)}
 		}
 		o.modeList = append(o.modeList, m)
+	}
+	for _, s := range strings.Split(o.sandboxes, ",") {
+		if s = strings.TrimSpace(s); s != "off" && s != "on" {
+			return usageError{fmt.Errorf("-sandbox: %q: off, on, or off,on", s)}
+		}
+		o.sandboxList = append(o.sandboxList, s == "on")
 	}
 	exe, err := os.Executable()
 	if err != nil {
@@ -96,8 +103,9 @@ type benchOptions struct {
 	n, nSlow, concurrency, cold int
 	duration                    time.Duration
 	python, venv, cluster       string
-	modes                       string
+	modes, sandboxes            string
 	modeList                    []string
+	sandboxList                 []bool
 	keep, baselines             bool
 }
 
@@ -182,8 +190,10 @@ func (b *bench) run(ctx context.Context) error {
 	}
 
 	for _, mode := range b.modeList {
-		if err := b.devScenarios(ctx, mode); err != nil {
-			return err
+		for _, sandboxed := range b.sandboxList {
+			if err := b.devScenarios(ctx, mode, sandboxed); err != nil {
+				return err
+			}
 		}
 	}
 	if err := b.coldScenarios(ctx); err != nil {
@@ -214,9 +224,17 @@ func (b *bench) pythonC(ctx context.Context, code string) func() error {
 
 func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
 
+// devEnv is the environment of a codexec dev. mode is an exec mode,
+// "+sandbox" appended when jobs run in the sandbox (which must then work:
+// --sandbox require), or not (--sandbox off).
 func (b *bench) devEnv(dataDir, mode string) []string {
 	env := benchEnv()
-	return append(env, "CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+mode)
+	base, sandboxed := strings.CutSuffix(mode, "+sandbox")
+	sb := "off"
+	if sandboxed {
+		sb = "require"
+	}
+	return append(env, "CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_SANDBOX="+sb)
 }
 
 // startDev starts `codexec dev` over stdio through mcp-go's client.
@@ -243,7 +261,11 @@ func (b *bench) startDev(ctx context.Context, name, mode string) (*client.Client
 	return c, p, nil
 }
 
-func (b *bench) devScenarios(ctx context.Context, mode string) error {
+func (b *bench) devScenarios(ctx context.Context, base string, sandboxed bool) error {
+	mode := base
+	if sandboxed {
+		mode += "+sandbox"
+	}
 	b.logf("codexec dev, exec mode %s", mode)
 	c, p, err := b.startDev(ctx, "dev-"+mode, mode)
 	if err != nil {
@@ -251,7 +273,7 @@ func (b *bench) devScenarios(ctx context.Context, mode string) error {
 	}
 	defer p.stop()
 	var zygotePID int
-	if mode == "zygote" {
+	if base == "zygote" {
 		if zygotePID, err = p.zygotePID(ctx); err != nil {
 			return err
 		}
@@ -259,7 +281,7 @@ func (b *bench) devScenarios(ctx context.Context, mode string) error {
 	b.scenarios(ctx, c, "dev", mode, []int{p.cmd.Process.Pid, zygotePID})
 	b.rss["dev_process_"+mode] = runner.ProcessRSS(p.cmd.Process.Pid)
 	if zygotePID > 0 {
-		b.rss["zygote"] = runner.ProcessRSS(zygotePID)
+		b.rss["zygote"+strings.TrimPrefix(mode, "zygote")] = runner.ProcessRSS(zygotePID)
 	}
 	return nil
 }
@@ -267,13 +289,13 @@ func (b *bench) devScenarios(ctx context.Context, mode string) error {
 // scenarios runs the latency and throughput scenarios on one server.
 func (b *bench) scenarios(ctx context.Context, c *client.Client, topology, mode string, server []int) {
 	slow := b.n
-	if mode == "spawn" {
+	if strings.HasPrefix(mode, "spawn") {
 		slow = b.nSlow
 	}
 	// In spawn mode every call is paired with a plain `python -c`, so that
 	// the two interpreter starts are compared under the same conditions.
 	var pair func() error
-	if mode == "spawn" && b.baselines {
+	if strings.HasPrefix(mode, "spawn") && b.baselines {
 		pair = b.pythonC(ctx, "print(1)")
 	}
 	b.sequential(ctx, c, benchResult{Name: "print(1)", Topology: topology, Mode: mode, Code: "print(1)"}, b.n, pair)
@@ -357,11 +379,15 @@ func (b *bench) coldScenarios(ctx context.Context) error {
 		return nil
 	}
 	b.logf("cold: the first call of %d fresh codexec dev processes, per job", b.cold)
+	mode := "zygote"
+	if b.sandboxList[len(b.sandboxList)-1] {
+		mode += "+sandbox" // as deployed
+	}
 	for _, job := range []struct{ name, code string }{{"print(1)", "print(1)"}, {"preloaded imports", benchImports}} {
 		var ds, runs []time.Duration
 		errs := 0
 		for i := range b.cold {
-			c, p, err := b.startDev(ctx, fmt.Sprintf("cold-%d-%s", i, strings.Fields(job.name)[0]), "zygote")
+			c, p, err := b.startDev(ctx, fmt.Sprintf("cold-%d-%s", i, strings.Fields(job.name)[0]), mode)
 			if err != nil {
 				return err
 			}
@@ -375,7 +401,7 @@ func (b *bench) coldScenarios(ctx context.Context) error {
 			}
 			p.stop()
 		}
-		b.add(benchResult{Name: job.name + ", first call (cold)", Topology: "dev", Mode: "zygote", Code: job.code,
+		b.add(benchResult{Name: job.name + ", first call (cold)", Topology: "dev", Mode: mode, Code: job.code,
 			Concurrency: 1, Errors: errs}, ds, runs, 0)
 	}
 	return nil
@@ -427,9 +453,15 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, mode := range b.modeList {
-		env := append(slices.Clone(common), "CODEXEC_DATA_DIR="+filepath.Join(b.tmp, "worker-"+mode),
-			"CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+mode, "CODEXEC_WORKER_ID=bench-"+mode)
+	// The cluster runs as deployed: sandboxed when -sandbox includes on.
+	sandboxed := b.sandboxList[len(b.sandboxList)-1]
+	for _, base := range b.modeList {
+		mode, sb := base, "off"
+		if sandboxed {
+			mode, sb = base+"+sandbox", "require"
+		}
+		env := append(slices.Clone(common), "CODEXEC_DATA_DIR="+filepath.Join(b.tmp, "worker-"+base),
+			"CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_WORKER_ID=bench-"+base, "CODEXEC_SANDBOX="+sb)
 		w, err := b.startProc(ctx, "worker-"+mode, env, b.exe, "worker")
 		if err != nil {
 			return err
@@ -438,7 +470,7 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 			return err
 		}
 		var zygotePID int
-		if mode == "zygote" {
+		if base == "zygote" {
 			if zygotePID, err = w.zygotePID(ctx); err != nil {
 				return err
 			}
@@ -570,6 +602,42 @@ func (b *bench) targets() []benchTarget {
 	return ts
 }
 
+// benchCost compares one scenario of one exec mode without and with the
+// sandbox, measured in the same run.
+type benchCost struct {
+	Mode     string  `json:"mode"`
+	Scenario string  `json:"scenario"`
+	Metric   string  `json:"metric"` // "p50 ms", "run p50 ms" or "jobs/s"
+	Off      float64 `json:"off"`
+	On       float64 `json:"on"`
+	Ratio    float64 `json:"ratio"`
+}
+
+func (b *bench) sandboxCosts() []benchCost {
+	var out []benchCost
+	for _, off := range b.results {
+		if off.Topology != "dev" || strings.HasSuffix(off.Mode, "+sandbox") || off.N == 0 {
+			continue
+		}
+		on := b.find("dev", off.Mode+"+sandbox", off.Name)
+		if on == nil || on.N == 0 {
+			continue
+		}
+		add := func(metric string, a, b float64) {
+			if a > 0 && b > 0 {
+				out = append(out, benchCost{Mode: off.Mode, Scenario: off.Name, Metric: metric, Off: a, On: b, Ratio: round2(b / a)})
+			}
+		}
+		if off.JobsPerSec > 0 {
+			add("jobs/s", off.JobsPerSec, on.JobsPerSec)
+			continue
+		}
+		add("p50 ms", off.P50, on.P50)
+		add("run p50 ms", off.RunP50, on.RunP50)
+	}
+	return out
+}
+
 func (b *bench) report(w io.Writer) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
 	fmt.Fprintln(tw, "topology\tmode\tscenario\tn\tp50 ms\tp90 ms\tp99 ms\trun p50 ms\tjobs/s\tCPU ms/job\terrors\t")
@@ -606,9 +674,14 @@ func (b *bench) report(w io.Writer) {
 		}
 		fmt.Fprintf(w, "target %-40s %-6s %8.2f  %s\n", t.Name, t.Want, t.Value, verdict)
 	}
+	costs := b.sandboxCosts()
+	for _, c := range costs {
+		fmt.Fprintf(w, "sandbox cost %-7s %-28s %-8s off %8.2f  on %8.2f  delta %+8.2f  ratio %.2f\n",
+			c.Mode, c.Scenario, c.Metric, c.Off, c.On, c.On-c.Off, c.Ratio)
+	}
 	line, _ := json.Marshal(map[string]any{
 		"cpus": runtime.NumCPU(), "concurrency": b.concurrency, "results": b.results, "rss_bytes": b.rss,
-		"targets": ts, "skipped": b.skipped,
+		"targets": ts, "skipped": b.skipped, "sandbox_costs": costs,
 	})
 	fmt.Fprintf(w, "\n%s\n", line)
 }
