@@ -380,7 +380,11 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	if err != nil {
 		return w.result(job, attempt, wire.StatusInternal, err.Error())
 	}
-	defer jl.release(log)
+	// The job's processes are gone when the run returns (its process group
+	// killed, its leftovers swept by uid); removing the cgroup waits for
+	// their teardown (address space, namespaces), which the result need
+	// not wait for. Whatever might still be in it is killed there.
+	defer func() { go jl.release(log) }()
 	run := runner.Run
 	switch {
 	case w.pool != nil:
