@@ -280,7 +280,7 @@ func TestConfinedBuildContainsHostileSdist(t *testing.T) {
 			hostileSdist(t, house, targets)
 
 			rc := &recordingConfiner{sb: conf.sb}
-			req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: wheelhouseIndex(house), Confine: rc.confine}
+			req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: sourceIndex(house), Confine: rc.confine}
 			var progress strings.Builder
 			err := m.Create(context.Background(), dir, req, &syncWriter{w: &progress})
 
@@ -375,7 +375,7 @@ func TestConfinedSeededVenvCannotChangeItsSeed(t *testing.T) {
 	hostileSdist(t, house, []string{filepath.Join(child, rel)})
 
 	rc := &recordingConfiner{sb: conf.sb}
-	req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "alpha", "evil"), Index: wheelhouseIndex(house), Seed: parent, Confine: rc.confine}
+	req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "alpha", "evil"), Index: sourceIndex(house), Seed: parent, Confine: rc.confine}
 	if err := v.Create(context.Background(), child, req, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -416,5 +416,38 @@ func TestCondaCreateIsConfined(t *testing.T) {
 	}
 	if len(c.writable) != 3 || c.writable[0] != dir || c.writable[1] != pkgs || !strings.Contains(c.writable[2], "envcache-build-") {
 		t.Errorf("writable = %v, want the prefix, the package cache and the scratch directory", c.writable)
+	}
+}
+
+// sourceIndex is the wheelhouse with source builds allowed, so that the
+// hostile sdists' build code runs (confined).
+func sourceIndex(house string) IndexConfig {
+	idx := wheelhouseIndex(house)
+	idx.SourceBuilds = true
+	return idx
+}
+
+// By default installers take wheels only: a source distribution's build
+// code never runs, confined or not.
+func TestWheelsOnlyByDefault(t *testing.T) {
+	py := setupPython(t)
+	for _, name := range []string{ManagerUV, ManagerVenv} {
+		t.Run(name, func(t *testing.T) {
+			if name == ManagerUV {
+				setupUV(t)
+			}
+			tmp := t.TempDir()
+			m := confinedManagers(tmp)[name]
+			house := setupWheelhouse(t)
+			marker := filepath.Join(t.TempDir(), "the-build-ran")
+			hostileSdist(t, house, []string{marker})
+			err := m.Create(context.Background(), filepath.Join(tmp, "env"), CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: wheelhouseIndex(house)}, nil)
+			if err == nil {
+				t.Fatal("a package with no wheel was installed without source builds")
+			}
+			if _, serr := os.Lstat(marker); serr == nil {
+				t.Fatal("the package's build code ran")
+			}
+		})
 	}
 }

@@ -83,6 +83,12 @@ type IndexConfig struct {
 	FindLinks []string `json:"find_links,omitempty"`
 	// NoIndex searches no index at all (--no-index): only FindLinks.
 	NoIndex bool `json:"no_index,omitempty"`
+	// SourceBuilds lets pip and uv build packages from source
+	// distributions. Off, they install wheels only (--only-binary :all:):
+	// building runs the package's own code at install time, which can
+	// write the shared package caches (and so plant code in other
+	// sessions' environments) and reach the worker's network.
+	SourceBuilds bool `json:"source_builds,omitempty"`
 }
 
 // pipArgs returns the options pip and uv pip share for idx.
@@ -99,6 +105,9 @@ func (idx IndexConfig) pipArgs() []string {
 	}
 	for _, f := range idx.FindLinks {
 		args = append(args, "--find-links", f)
+	}
+	if !idx.SourceBuilds {
+		args = append(args, "--only-binary", ":all:")
 	}
 	return args
 }

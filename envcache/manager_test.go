@@ -263,12 +263,14 @@ func TestActivationApply(t *testing.T) {
 
 func TestIndexConfigArgs(t *testing.T) {
 	t.Parallel()
-	idx := IndexConfig{IndexURL: "https://mirror/simple", ExtraIndexURLs: []string{"https://a", "https://b"}, FindLinks: []string{"/w"}, NoIndex: true}
+	idx := IndexConfig{IndexURL: "https://mirror/simple", ExtraIndexURLs: []string{"https://a", "https://b"}, FindLinks: []string{"/w"}, NoIndex: true, SourceBuilds: true}
 	want := []string{"--no-index", "--index-url", "https://mirror/simple", "--extra-index-url", "https://a", "--extra-index-url", "https://b", "--find-links", "/w"}
 	if got := idx.pipArgs(); !slices.Equal(got, want) {
 		t.Errorf("pipArgs = %q, want %q", got, want)
 	}
-	if got := (IndexConfig{}).pipArgs(); len(got) != 0 {
+	// Wheels only unless source builds are allowed: building runs the
+	// package's code at install time.
+	if got := (IndexConfig{}).pipArgs(); !slices.Equal(got, []string{"--only-binary", ":all:"}) {
 		t.Errorf("zero IndexConfig gives %q", got)
 	}
 }

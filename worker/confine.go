@@ -146,7 +146,13 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 		}
 		spec.Confine = c
 	}
-	spec.Rlimits = set.Rlimits(jl.group != nil && set.Memory > 0)
+	rl := set
+	if set.Disk > 0 && (set.FileSize == 0 || set.Disk < set.FileSize) {
+		// No single file may outgrow the working directory's limit: the
+		// disk watch only samples, a file size limit stops the write.
+		rl.FileSize = set.Disk
+	}
+	spec.Rlimits = rl.Rlimits(jl.group != nil && set.Memory > 0)
 	return jl, nil
 }
 
@@ -227,6 +233,8 @@ func limitHit(out runner.Outcome, usage cgroup.Usage, set limits.Set, cgroupMemo
 		return wire.LimitProcesses, fmt.Sprintf("process limit reached (%d processes and threads)", set.Procs)
 	case !cgroupMemory && set.Memory > 0 && strings.Contains(stderr, "MemoryError"):
 		return wire.LimitMemory, fmt.Sprintf("memory limit reached (%s of address space per process)", mib(set.Memory))
+	case set.Disk > 0 && (set.FileSize == 0 || set.Disk < set.FileSize) && strings.Contains(stderr, "[Errno 27] File too large"):
+		return wire.LimitDisk, fmt.Sprintf("disk limit reached (%s in the working directory): a file reached it", mib(set.Disk))
 	case set.FileSize > 0 && strings.Contains(stderr, "[Errno 27] File too large"):
 		return wire.LimitFileSize, fmt.Sprintf("file size limit reached (%s per file)", mib(set.FileSize))
 	case set.OpenFiles > 0 && strings.Contains(stderr, "[Errno 24] Too many open files"):

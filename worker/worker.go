@@ -432,9 +432,16 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		}
 	case ctx.Err() != nil:
 		res.Status, res.Message = wire.StatusInternal, "interrupted: the worker is shutting down"
-	case errors.Is(context.Cause(jctx), errDiskLimit):
+	case errors.Is(context.Cause(jctx), errDiskLimit) || (set.Disk > 0 && DiskUsage(cwd) > set.Disk):
+		// Measured during the run, and once more after it: a job that
+		// wrote past the limit between two samples is named too.
 		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
-		res.Message = fmt.Sprintf("disk limit reached (%s in the working directory): the job was killed", mib(set.Disk))
+		res.Message = fmt.Sprintf("disk limit reached (%s in the working directory): the job was killed or its files are over it", mib(set.Disk))
+	case usage.OOMKills > 0 || usage.PidsMaxHits > 0:
+		// The kernel refused the job (or killed one of its processes) at
+		// a limit, even if its main process carried on and exited 0.
+		name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0)
+		res.Status, res.Limit, res.Message = wire.StatusLimit, name, msg
 	case out.ExitCode != 0 || out.Signal != "":
 		if name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0); name != "" {
 			res.Status, res.Limit, res.Message = wire.StatusLimit, name, msg
@@ -454,7 +461,7 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 
 // diskWatchInterval is how often a running job's working directory is
 // measured against its disk limit.
-const diskWatchInterval = 200 * time.Millisecond
+const diskWatchInterval = 100 * time.Millisecond
 
 func (w *Worker) closeCgroups() {
 	if w.cgroups != nil {

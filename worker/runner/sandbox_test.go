@@ -105,7 +105,7 @@ r['groups'] = os.getgroups()
 r['cwd'] = os.getcwd()
 r['sessions'] = sorted(os.listdir(os.path.dirname(os.getcwd())))
 status = open('/proc/self/status').read()
-r['capeff'] = [l.split()[1] for l in status.splitlines() if l.startswith('CapEff')][0]
+r['capeff'] = ''.join(l.split()[1] for l in status.splitlines() if l.split()[0] in ('CapInh:', 'CapPrm:', 'CapEff:', 'CapAmb:'))
 r['nnp'] = [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs')][0]
 r['pids'] = sorted(int(p) for p in os.listdir('/proc') if p.isdigit())
 r['tmp'] = sorted(os.listdir('/tmp'))
@@ -165,7 +165,7 @@ func checkProbe(t *testing.T, out Outcome, dir string, uid int) probeResult {
 	if want := filepath.Base(dir); len(r.Sessions) != 1 || r.Sessions[0] != want {
 		t.Errorf("the job sees sessions %v, want only its own %q", r.Sessions, want)
 	}
-	if r.CapEff != "0000000000000000" || r.NNP != "1" {
+	if r.CapEff != strings.Repeat("0", 64) || r.NNP != "1" {
 		t.Errorf("CapEff %s NoNewPrivs %s, want no capabilities and no_new_privs", r.CapEff, r.NNP)
 	}
 	// A private /tmp, empty but for the way to the job's own directories

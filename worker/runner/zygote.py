@@ -660,6 +660,11 @@ def _drop_privileges(c):
     if os.getppid() != ppid:
         os._exit(126)
     _prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0)
+    # setresuid emptied the effective and permitted sets; the inheritable
+    # one still holds the zygote's: empty it too (capset, version 3).
+    hdr = (ctypes.c_uint32 * 2)(0x20080522, 0)
+    data = (ctypes.c_uint32 * 6)()
+    _libc_call('capset', hdr, data)
     if _prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0:
         raise OSError(ctypes.get_errno(), 'no_new_privs')
     if os.getuid() != uid or os.geteuid() != uid:

@@ -82,6 +82,7 @@ type workerFlags struct {
 	extraIndex   string
 	findLinks    string
 	noIndex      bool
+	sourceBuilds bool
 	labels       string
 	existingEnvs string
 	// isolation
@@ -110,6 +111,7 @@ func (wf *workerFlags) register(f *flags) {
 	f.str(&wf.indexURL, "index-url", "CODEXEC_INDEX_URL", "", "package index pip and uv install from (default PyPI)")
 	f.str(&wf.extraIndex, "extra-index-url", "CODEXEC_EXTRA_INDEX_URL", "", "comma-separated extra package indexes")
 	f.str(&wf.findLinks, "find-links", "CODEXEC_FIND_LINKS", "", "comma-separated directories or pages of wheels and archives to install from")
+	f.boolean(&wf.sourceBuilds, "source-builds", "CODEXEC_SOURCE_BUILDS", false, "let installs build packages from source distributions (runs the package's build code at install time; by default wheels only)")
 	f.boolean(&wf.noIndex, "no-index", "CODEXEC_NO_INDEX", false, "use no package index, only --find-links (air-gapped clusters)")
 	f.str(&wf.labels, "labels", "CODEXEC_LABELS", "", "comma-separated KEY=VALUE labels advertised for placement, e.g. gpu=1")
 	f.str(&wf.existingEnvs, "existing-envs", "CODEXEC_EXISTING_ENVS", "", "comma-separated environments that exist on this worker (venv paths, conda names) that sessions may select")
@@ -183,7 +185,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		EnvBudget: wf.envBudget, Managers: commaList(wf.managers), Pythons: commaList(wf.pythons),
 		Index: envcache.IndexConfig{
 			IndexURL: strings.TrimSpace(wf.indexURL), ExtraIndexURLs: commaList(wf.extraIndex),
-			FindLinks: commaList(wf.findLinks), NoIndex: wf.noIndex,
+			FindLinks: commaList(wf.findLinks), NoIndex: wf.noIndex, SourceBuilds: wf.sourceBuilds,
 		},
 		AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
 		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
