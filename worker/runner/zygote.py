@@ -674,24 +674,26 @@ def _drop_privileges(c):
 def _sweep(uid):
     """Kill every process of uid in the zygote's namespace: what a job left
     behind after it left its process group (setsid, double fork). The
-    zygote is the namespace's PID 1, so such orphans are its children."""
-    for _ in range(50):
+    zygote is the namespace's PID 1, so such orphans are its children.
+    It does not wait for them to die (SIGKILL cannot be refused), only
+    until a pass finds no process it has not killed yet, so that one
+    forked meanwhile is killed too."""
+    killed = set()
+    for _ in range(100):
         found = False
         for name in os.listdir('/proc'):
-            if not name.isdigit():
+            if not name.isdigit() or name in killed:
                 continue
             try:
                 with open('/proc/%s/status' % name, 'rb') as f:
                     status = f.read()
             except OSError:
                 continue
-            zombie = False
             for line in status.split(b'\n'):
-                if line.startswith(b'State:'):
-                    zombie = line.split()[1:2] in ([b'Z'], [b'X'])
-                elif line.startswith(b'Uid:'):
-                    if not zombie and uid in [int(x) for x in line.split()[1:]]:
+                if line.startswith(b'Uid:'):
+                    if uid in [int(x) for x in line.split()[1:]]:
                         found = True
+                        killed.add(name)
                         try:
                             os.kill(int(name), signal.SIGKILL)
                         except OSError:
@@ -699,7 +701,6 @@ def _sweep(uid):
                     break
         if not found:
             return
-        time.sleep(0.001)
 
 
 def _close_fds(keep):
