@@ -7,9 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/worker/cgroup"
@@ -36,8 +39,13 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 	} else {
 		w.log.Warn("sandbox off: jobs run as the worker's own user and see what it sees")
 	}
-	if w.box != nil {
+	if w.box != nil && w.box.Rootless() {
+		w.log.Warn("sandbox without root: every job runs as the worker's own uid, so sessions are apart in files, network and /tmp but not in signals and /proc, and processes are not limited without cgroups; run the worker as root to give each session a uid of its own")
+	}
+	if w.box != nil && !w.box.Rootless() {
 		w.uids = sandbox.NewUIDs(filepath.Join(w.sessionsRoot(), ".uid-counter"))
+	}
+	if w.box != nil {
 		for _, dir := range []string{w.sessionsRoot(), w.cfg.ScriptsDir} {
 			// Jobs (other uids) may pass through to their own directory but
 			// not list the others.
@@ -70,9 +78,6 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 }
 
 func (w *Worker) probeSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
-	if os.Geteuid() != 0 {
-		return nil, errors.New("the sandbox needs the worker to run as root: it gives each session a uid of its own")
-	}
 	return sandbox.Probe(ctx, sandbox.Config{
 		Network:  strings.ToLower(w.cfg.JobNetwork) == NetworkAllow,
 		ReadOnly: w.cfg.SandboxReadOnly, Devices: w.cfg.SandboxDevices,
@@ -99,13 +104,13 @@ func cgroupName(id string) string {
 func (w *Worker) sessionDirs(scope string) (cwd, scripts string, uid int, err error) {
 	cwd = filepath.Join(w.sessionsRoot(), scope)
 	scripts = filepath.Join(w.cfg.ScriptsDir, scope)
-	if w.box == nil {
+	if w.box == nil || w.box.Rootless() {
 		for _, dir := range []string{cwd, scripts} {
 			if err := os.MkdirAll(dir, 0o700); err != nil {
 				return "", "", 0, err
 			}
 		}
-		return cwd, scripts, 0, nil
+		return cwd, scripts, os.Getuid(), nil
 	}
 	if uid, err = w.uids.Dir(cwd, 0o700); err != nil {
 		return "", "", 0, err
@@ -131,8 +136,12 @@ type jobLimits struct {
 func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec, cwd, scripts string, uid int) (*jobLimits, error) {
 	jl := &jobLimits{set: set}
 	if w.box != nil {
+		gid := uid
+		if w.box.Rootless() {
+			gid = os.Getgid()
+		}
 		c := &runner.Confinement{
-			UID: uid, GID: uid,
+			UID: uid, GID: gid,
 			Binds:   []runner.Bind{{Path: cwd, Write: true}, {Path: scripts}},
 			TmpSize: set.Disk,
 		}
@@ -153,6 +162,11 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 		rl.FileSize = set.Disk
 	}
 	spec.Rlimits = rl.Rlimits(jl.group != nil && set.Memory > 0)
+	if w.box == nil || w.box.Rootless() {
+		// RLIMIT_NPROC counts every process of the uid on the host: the
+		// worker's, and its user's, not the job's alone.
+		spec.Rlimits = slices.DeleteFunc(spec.Rlimits, func(r runner.Rlimit) bool { return r.Resource == unix.RLIMIT_NPROC })
+	}
 	return jl, nil
 }
 

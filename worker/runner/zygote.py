@@ -325,7 +325,12 @@ class _Zygote:
         """Kill what the job left behind and tell the worker how it ended."""
         _kill_group(pid)
         job.done = True
-        if job.uid is not None:
+        if job.uid is not None and self.sandbox.get('rootless'):
+            # Every job has the zygote's uid: what is left can only be told
+            # apart when nothing else runs.
+            if self.idle():
+                _sweep(None, keep={str(os.getpid())} | ({str(self.spare[0])} if self.spare else set()))
+        elif job.uid is not None:
             for other in self.jobs.values():
                 if other.uid == job.uid and not other.done:
                     break  # the session has another job running here
@@ -651,9 +656,12 @@ def _confine(c):
 def _drop_privileges(c):
     uid, gid = c['uid'], c['gid']
     ppid = os.getppid()
-    os.setgroups([])
-    os.setresgid(gid, gid, gid)
-    os.setresuid(uid, uid, uid)
+    if os.getuid() != uid:
+        os.setgroups([])
+        os.setresgid(gid, gid, gid)
+        os.setresuid(uid, uid, uid)
+    # (Rootless, the job keeps the zygote's uid; emptying the capability
+    # sets below takes the user namespace's capabilities away.)
     # Changing uid cleared the parent-death signal and made the process
     # undumpable (its /proc files root's): set both back.
     _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
@@ -671,7 +679,7 @@ def _drop_privileges(c):
         raise OSError('the privilege drop did not take')
 
 
-def _sweep(uid):
+def _sweep(uid, keep=()):
     """Kill every process of uid in the zygote's namespace: what a job left
     behind after it left its process group (setsid, double fork). The
     zygote is the namespace's PID 1, so such orphans are its children.
@@ -682,7 +690,7 @@ def _sweep(uid):
     for _ in range(100):
         found = False
         for name in os.listdir('/proc'):
-            if not name.isdigit() or name in killed:
+            if not name.isdigit() or name in killed or name in keep:
                 continue
             try:
                 with open('/proc/%s/status' % name, 'rb') as f:
@@ -691,7 +699,7 @@ def _sweep(uid):
                 continue
             for line in status.split(b'\n'):
                 if line.startswith(b'Uid:'):
-                    if uid in [int(x) for x in line.split()[1:]]:
+                    if uid is None or uid in [int(x) for x in line.split()[1:]]:
                         found = True
                         killed.add(name)
                         try:
@@ -859,7 +867,7 @@ def _main():
     if sys.path and sys.path[0] == '':
         del sys.path[0]
     sandbox = cfg.get('sandbox')
-    if sandbox is not None:
+    if sandbox is not None and not sandbox.get('rootless'):
         # Root inside the sandbox sees every process of the namespace; a
         # job, with a uid of its session's own, sees only its session's.
         _mount('proc', '/proc', 'proc', _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')

@@ -91,6 +91,10 @@ type zygoteSandboxCfg struct {
 	// Keep are the sandbox's other mounts under /tmp, as [path, write]:
 	// each child puts a fresh tmpfs on /tmp and binds them back.
 	Keep []Bind `json:"keep,omitempty"`
+	// Rootless says the zygote is not root, but its user namespace's: its
+	// jobs keep its uid (they drop the namespace's capabilities), /proc
+	// cannot be remounted, and leftovers are not told apart by uid.
+	Rootless bool `json:"rootless,omitempty"`
 }
 
 // StartZygote starts a zygote and waits until it has imported its preloads
@@ -113,7 +117,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	zc := zygoteConfig{Preload: nonNil(cfg.Preload)}
 	var mounts []sandbox.Mount
 	if sb := cfg.Sandbox; sb != nil {
-		zc.Sandbox = &zygoteSandboxCfg{NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden)}
+		zc.Sandbox = &zygoteSandboxCfg{NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden), Rootless: sb.Box.Rootless()}
 		im, err := sandbox.InterpreterMounts(cfg.Python)
 		if err != nil {
 			return nil, fmt.Errorf("runner: zygote: %w", err)

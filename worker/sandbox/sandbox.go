@@ -32,10 +32,11 @@ type Config struct {
 // Sandbox builds bubblewrap command lines. Its zero value is not usable:
 // get one from Probe.
 type Sandbox struct {
-	bwrap   string
-	cfg     Config
-	version string
-	system  []string // the arguments every sandbox starts with
+	bwrap    string
+	cfg      Config
+	version  string
+	system   []string // the arguments every sandbox starts with
+	rootless bool     // not root: every sandbox has a user namespace of its own
 }
 
 // ErrUnavailable is wrapped by Probe's error when bubblewrap is missing or
@@ -65,7 +66,7 @@ func Probe(ctx context.Context, cfg Config) (*Sandbox, error) {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	}
-	s := &Sandbox{bwrap: path, cfg: cfg}
+	s := &Sandbox{bwrap: path, cfg: cfg, rootless: os.Geteuid() != 0}
 	s.system = systemArgs()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
@@ -90,6 +91,12 @@ func (s *Sandbox) Version() string { return s.version }
 
 // Network reports whether jobs may use the worker's network.
 func (s *Sandbox) Network() bool { return s.cfg.Network }
+
+// Rootless reports that the worker is not root: its sandboxes live in user
+// namespaces of their own (which the kernel must allow unprivileged
+// users), where the capabilities a sandbox keeps are the namespace's only,
+// and every job runs as the worker's own uid.
+func (s *Sandbox) Rootless() bool { return s.rootless }
 
 // Mount is one host path made visible in a sandbox, at the same path.
 type Mount struct {
@@ -130,6 +137,9 @@ func (s *Sandbox) Args(o Options, argv ...string) []string {
 	args := []string{s.bwrap,
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--hostname", "codexec",
+	}
+	if s.rootless {
+		args = append(args, "--unshare-user")
 	}
 	if !o.Network {
 		args = append(args, "--unshare-net")

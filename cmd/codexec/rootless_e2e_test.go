@@ -1,0 +1,224 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// nobody is the unprivileged user the rootless test runs codexec as.
+const nobody = 65534
+
+// A person who runs `codexec dev` as themselves, not root, still gets the
+// sandbox: jobs in user namespaces of their own that see a read-only
+// system, their environment and their session's directory, and nothing
+// else of the machine (here: a file the user may read on the host), with no
+// network and nothing left behind. Jobs keep the user's uid.
+func TestRootlessDevSandbox(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts codexec dev as another user")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("starting codexec as an unprivileged user needs root")
+	}
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		requireOrSkip(t, "setpriv (util-linux)", err)
+	}
+	probe := exec.Command(setpriv, "--reuid", fmt.Sprint(nobody), "--regid", fmt.Sprint(nobody), "--clear-groups", "--",
+		"bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "/bin/true")
+	if out, err := probe.CombinedOutput(); err != nil {
+		requireOrSkip(t, "bubblewrap for unprivileged users (user namespaces)", fmt.Errorf("%v: %s", err, out))
+	}
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		requireOrSkip(t, "/usr/bin/python3 (an interpreter an unprivileged user can run)", err)
+	}
+
+	// Everything nobody needs, in a directory nobody may enter: the test
+	// binary, acting as codexec, and the data directory.
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe := filepath.Join(dir, "codexec")
+	copyFile(t, os.Args[0], exe, 0o755)
+	data := filepath.Join(dir, "data")
+	if err := os.Mkdir(data, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(data, nobody, nobody); err != nil {
+		t.Fatal(err)
+	}
+	// A file the user may read on the host, outside anything a job sees.
+	secret := "rootless-secret-" + fmt.Sprint(time.Now().UnixNano())
+	secretPath := filepath.Join(dir, "secret.txt")
+	if err := os.WriteFile(secretPath, []byte(secret), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// A service on the host's loopback.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			conn, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(conn, secret)
+			conn.Close()
+		}
+	}()
+
+	stderr := &syncBuffer{}
+	env := []string{"CODEXEC_E2E_MAIN=1", "PATH=/usr/bin:/bin", "HOME=" + data, "CODEXEC_DATA_DIR=" + data}
+	args := []string{"--reuid", fmt.Sprint(nobody), "--regid", fmt.Sprint(nobody), "--clear-groups", "--",
+		exe, "dev", "--sandbox", "require", "--python", "/usr/bin/python3", "--managers", "venv"}
+	c, err := client.NewStdioMCPClientWithOptions(setpriv, env, args, transport.WithCommandStderrWriter(stderr))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = c.Close()
+		if t.Failed() {
+			t.Logf("codexec dev (as nobody) stderr:\n%s", stderr.String())
+		}
+	})
+	initialize(t, c, mcp.LATEST_PROTOCOL_VERSION)
+
+	probeCode := fmt.Sprintf(`
+import json, os, socket, sys
+r = {'uid': os.getuid()}
+status = open('/proc/self/status').read()
+r['caps'] = ''.join(l.split()[1] for l in status.splitlines() if l.split()[0] in ('CapInh:', 'CapPrm:', 'CapEff:', 'CapAmb:'))
+r['nnp'] = [l.split()[1] for l in status.splitlines() if l.startswith('NoNewPrivs')][0]
+def attempt(f):
+    try:
+        return 'ok: %%r' %% (f(),)
+    except Exception as e:
+        return type(e).__name__
+r['secret'] = attempt(lambda: open(%q).read())
+r['loopback'] = attempt(lambda: socket.create_connection(('127.0.0.1', %d), timeout=3).recv(100))
+r['write_python'] = attempt(lambda: open(sys.executable, 'ab'))
+r['home'] = sorted(os.listdir('/')) 
+open('/tmp/rootless-was-here', 'w').write('x')
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        import time
+        while True:
+            with open('beat', 'a') as f:
+                f.write('.')
+            time.sleep(0.01)
+    os._exit(0)
+import time
+time.sleep(0.3)
+print(json.dumps(r))
+`, secretPath, ln.Addr().(*net.TCPAddr).Port)
+	res, er := call(t, c, "execute_code", map[string]any{"code": probeCode})
+	if res.IsError {
+		t.Fatalf("probe: %+v", er)
+	}
+	var r struct {
+		UID                           int
+		Caps, NNP                     string
+		Secret, Loopback, WritePython string
+		Home                          []string
+	}
+	var raw map[string]any
+	if err := json.Unmarshal([]byte(er.Stdout), &raw); err != nil {
+		t.Fatalf("probe output %q: %v", er.Stdout, err)
+	}
+	b, _ := json.Marshal(raw)
+	_ = json.Unmarshal(b, &r)
+	r.WritePython, _ = raw["write_python"].(string)
+	if r.UID != nobody {
+		t.Errorf("the job runs as uid %d, want the worker's (%d)", r.UID, nobody)
+	}
+	if r.Caps != strings.Repeat("0", 64) || r.NNP != "1" {
+		t.Errorf("capabilities %s, no_new_privs %s: want none, and no_new_privs", r.Caps, r.NNP)
+	}
+	for what, got := range map[string]string{"read a host file the user may read": r.Secret, "reach the host's loopback": r.Loopback, "write the interpreter": r.WritePython} {
+		if strings.HasPrefix(got, "ok") || strings.Contains(got, secret) {
+			t.Errorf("a rootless job could %s: %s", what, got)
+		}
+	}
+	if strings.Contains(er.Stdout+er.Stderr, secret) {
+		t.Errorf("the secret reached the job's output")
+	}
+	if _, err := os.Stat("/tmp/rootless-was-here"); err == nil {
+		os.Remove("/tmp/rootless-was-here")
+		t.Errorf("the job's /tmp is the host's")
+	}
+	// The daemon it left went with it.
+	beat := ""
+	_ = filepathWalk(data, func(p string) {
+		if filepath.Base(p) == "beat" {
+			beat = p
+		}
+	})
+	if beat == "" {
+		t.Fatal("the job's daemon never wrote")
+	}
+	time.Sleep(200 * time.Millisecond)
+	fi1, _ := os.Stat(beat)
+	time.Sleep(500 * time.Millisecond)
+	fi2, _ := os.Stat(beat)
+	if fi1 == nil || fi2 == nil || fi1.Size() != fi2.Size() {
+		t.Errorf("the job's daemon outlived it")
+	}
+	if !strings.Contains(stderr.String(), "sandbox without root") {
+		t.Errorf("codexec dev as a user did not say what its sandbox lacks")
+	}
+}
+
+func requireOrSkip(t *testing.T, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI needs %s: %v", what, err)
+	}
+	t.Skipf("no %s: %v", what, err)
+}
+
+func copyFile(t *testing.T, from, to string, mode os.FileMode) {
+	t.Helper()
+	in, err := os.Open(from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	out, err := os.OpenFile(to, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := out.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func filepathWalk(root string, fn func(string)) error {
+	return filepath.Walk(root, func(p string, _ os.FileInfo, err error) error {
+		if err == nil {
+			fn(p)
+		}
+		return nil
+	})
+}
