@@ -191,31 +191,40 @@ func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 var errDiskLimit = errors.New("disk limit")
 
 // watchDisk cancels the job when its session's working directory uses
-// more than max bytes, checking every interval until ctx ends. The
+// more than limit bytes, checking every interval until ctx ends. The
 // directory is measured, not quota-limited: a job can pass the limit by
 // what it writes in one interval (bounded by the file size limit per
-// file).
-func watchDisk(ctx context.Context, cancel context.CancelCauseFunc, dir string, max int64, interval time.Duration) {
-	if max <= 0 {
+// file). A directory that takes long to measure (many files) is measured
+// less often, at most a tenth of the time.
+func watchDisk(ctx context.Context, cancel context.CancelCauseFunc, dir string, limit int64, interval time.Duration) {
+	if limit <= 0 {
 		return
 	}
-	t := time.NewTicker(interval)
+	t := time.NewTimer(interval)
 	defer t.Stop()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if DiskUsage(dir) > max {
+			start := time.Now()
+			if DiskUsage(dir) > limit {
 				cancel(errDiskLimit)
 				return
 			}
+			t.Reset(max(interval, 10*time.Since(start)))
 		}
 	}
 }
 
+// minFileUsage is what every file and directory counts for at least: a
+// job that makes millions of empty files uses the file system's inodes,
+// not its blocks.
+const minFileUsage = 4096
+
 // DiskUsage is the space the files under dir take on disk (allocated
-// blocks, so sparse files count what they use), links not followed.
+// blocks, so sparse files count what they use, and at least minFileUsage
+// each), links not followed.
 func DiskUsage(dir string) int64 {
 	var total int64
 	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
@@ -224,7 +233,7 @@ func DiskUsage(dir string) int64 {
 		}
 		if info, err := d.Info(); err == nil {
 			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				total += st.Blocks * 512
+				total += max(st.Blocks*512, minFileUsage)
 			}
 		}
 		return nil
