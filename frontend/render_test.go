@@ -32,6 +32,8 @@ func TestToolResultRendering(t *testing.T) {
 			[]string{"[rejected: code is empty]"}},
 		{"limit", wire.Result{JobID: "J", Status: wire.StatusLimit, ExitCode: -1, Limit: wire.LimitMemory, Message: "killed at 1GiB"}, true,
 			[]string{"[limit: memory limit: killed at 1GiB | "}},
+		{"limit named by its message", wire.Result{JobID: "J", Status: wire.StatusLimit, ExitCode: -1, Limit: wire.LimitMemory, Message: "memory limit reached (100 MiB)"}, true,
+			[]string{"[limit: memory limit reached (100 MiB) | "}},
 		{"limit without message", wire.Result{JobID: "J", Status: wire.StatusLimit, ExitCode: -1, Limit: wire.LimitProcesses}, true,
 			[]string{"[limit: processes limit | "}},
 	}

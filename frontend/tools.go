@@ -273,7 +273,9 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		}
 	}
 	fmt.Fprintf(&b, "[%s", r.Status)
-	if r.Limit != "" {
+	if r.Limit != "" && !strings.Contains(r.Message, "limit") {
+		// The worker's messages name the limit already ("memory limit
+		// reached (256 MiB)"); say it here only when one does not.
 		fmt.Fprintf(&b, ": %s limit", r.Limit)
 	}
 	if r.Message != "" {
