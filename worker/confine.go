@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,6 +63,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 			w.log.Warn("no cgroups: memory and process limits fall back to rlimits (per process)", "reason", err)
 		} else {
 			w.cgroups = cg
+			w.cgroupPool = &cgroupPool{m: cg, max: 2 * w.cfg.Concurrency}
 		}
 	}
 	if w.box != nil {
@@ -128,7 +130,63 @@ func (w *Worker) sessionDirs(scope string) (cwd, scripts string, uid int, err er
 // cgroup, if the worker has cgroups, and the disk watch.
 type jobLimits struct {
 	set   limits.Set
+	pool  *cgroupPool
 	group *cgroup.Group
+	base  cgroup.Usage // the group's counters when the job started
+}
+
+// usage is what the kernel counted for this job in its cgroup.
+func (jl *jobLimits) usage() cgroup.Usage {
+	if jl.group == nil {
+		return cgroup.Usage{}
+	}
+	return jl.group.Usage().Sub(jl.base)
+}
+
+// cgroupPool keeps the job cgroups of a worker for reuse: creating and
+// removing a group (a v1 memory group above all) costs about as much CPU as
+// a small job. A group goes back to the pool only once it is empty, and
+// gets the next job's limits before that job joins it.
+type cgroupPool struct {
+	m    *cgroup.Manager
+	max  int
+	mu   sync.Mutex
+	free []*cgroup.Group
+	made int
+}
+
+func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, error) {
+	p.mu.Lock()
+	var g *cgroup.Group
+	if n := len(p.free); n > 0 {
+		g, p.free = p.free[n-1], p.free[:n-1]
+	}
+	p.made++
+	name := fmt.Sprintf("job-%d", p.made)
+	p.mu.Unlock()
+	if g != nil {
+		if err := g.Reset(l); err == nil {
+			return g, nil
+		}
+		_ = g.Remove()
+	}
+	return p.m.New(name, l)
+}
+
+// put takes g back after its job, killing what is left in it; a group that
+// cannot be emptied, or one too many, is removed.
+func (p *cgroupPool) put(g *cgroup.Group) error {
+	if err := g.Kill(); err != nil {
+		return errors.Join(err, g.Remove())
+	}
+	p.mu.Lock()
+	if len(p.free) < p.max {
+		p.free = append(p.free, g)
+		p.mu.Unlock()
+		return nil
+	}
+	p.mu.Unlock()
+	return g.Remove()
 }
 
 // prepareLimits applies the job's limits to spec: rlimits always, and in a
@@ -146,11 +204,11 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 			TmpSize: set.Disk,
 		}
 		if w.cgroups != nil {
-			g, err := w.cgroups.New(cgroupJobName(job.ID), cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})
+			g, err := w.cgroupPool.get(cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})
 			if err != nil {
 				return nil, fmt.Errorf("job cgroup: %w", err)
 			}
-			jl.group = g
+			jl.pool, jl.group, jl.base = w.cgroupPool, g, g.Usage()
 			c.Cgroups, c.Unmount = g.ProcsFiles(), w.cgroups.Dirs()
 		}
 		spec.Confine = c
@@ -170,19 +228,11 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 	return jl, nil
 }
 
-// cgroupJobName is a job id as a cgroup name (ULIDs already are one).
-func cgroupJobName(id string) string {
-	if n := cgroupName(id); n != "" {
-		return n
-	}
-	return fmt.Sprintf("job-%x", id)[:min(64, 4+2*len(id))]
-}
-
-// release removes the job's cgroup, killing whatever is left in it.
+// release gives the job's cgroup back, killing whatever is left in it.
 func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 	if jl.group != nil {
-		if err := jl.group.Remove(); err != nil {
-			log.Warn("job cgroup not removed", "err", err)
+		if err := jl.pool.put(jl.group); err != nil {
+			log.Warn("job cgroup not emptied", "err", err)
 		}
 	}
 }

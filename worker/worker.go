@@ -48,6 +48,7 @@ type Worker struct {
 	box        *sandbox.Sandbox
 	uids       *sandbox.UIDs
 	cgroups    *cgroup.Manager
+	cgroupPool *cgroupPool
 	sandboxCfg *runner.SandboxConfig
 
 	mu       sync.Mutex
@@ -402,10 +403,7 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	if ctx.Err() == nil && errors.Is(context.Cause(jctx), errDiskLimit) {
 		err = nil // the disk watch stopped it; not a failure of the run
 	}
-	var usage cgroup.Usage
-	if jl.group != nil {
-		usage = jl.group.Usage()
-	}
+	usage := jl.usage()
 	res := w.result(job, attempt, wire.StatusOK, "")
 	res.EnvID = envID
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()

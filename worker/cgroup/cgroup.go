@@ -97,6 +97,26 @@ func (m *Manager) New(job string, l Limits) (*Group, error) {
 	return g, nil
 }
 
+// Reset makes an empty group ready for another job: it kills anything
+// left in it and writes l, a zero field lifting that limit. A worker
+// reuses groups because creating and removing one (above all a v1 memory
+// group) costs more CPU than a small job. Counters (Usage) keep counting:
+// compare them with their value at the job's start.
+func (g *Group) Reset(l Limits) error {
+	if l.MemoryBytes < 0 || l.Pids < 0 {
+		return fmt.Errorf("cgroup: negative limit in %+v", l)
+	}
+	if err := g.l.kill(); err != nil {
+		return err
+	}
+	return g.l.resetLimits(l)
+}
+
+// Sub returns u less base, counter by counter (MemoryPeak is u's).
+func (u Usage) Sub(base Usage) Usage {
+	return Usage{OOMKills: u.OOMKills - base.OOMKills, MemoryPeak: u.MemoryPeak, PidsMaxHits: u.PidsMaxHits - base.PidsMaxHits}
+}
+
 // Close kills whatever is left in the worker's groups and removes them and
 // the parent groups. Calling it again does nothing.
 func (m *Manager) Close() error {
@@ -200,6 +220,44 @@ func (l layout) setLimits(lim Limits) error {
 		}
 	}
 	return nil
+}
+
+// resetLimits writes every limit of l, "no limit" for a zero field. On v1
+// the memory and memory+swap limits must stay ordered (memsw >= limit):
+// memsw is lifted first, then both are written.
+func (l layout) resetLimits(lim Limits) error {
+	mem, pids := "max", "max"
+	if lim.MemoryBytes > 0 {
+		mem = strconv.FormatInt(lim.MemoryBytes, 10)
+	}
+	if lim.Pids > 0 {
+		pids = strconv.FormatInt(lim.Pids, 10)
+	}
+	if l.version == 2 {
+		if err := write(l.mem, "memory.max", mem); err != nil {
+			return err
+		}
+	} else {
+		if mem == "max" {
+			mem = "-1"
+		}
+		memsw := func(v string) error {
+			if err := write(l.mem, "memory.memsw.limit_in_bytes", v); err != nil && !errors.Is(err, fs.ErrNotExist) {
+				return err
+			}
+			return nil
+		}
+		if err := memsw("-1"); err != nil {
+			return err
+		}
+		if err := write(l.mem, "memory.limit_in_bytes", mem); err != nil {
+			return err
+		}
+		if err := memsw(mem); err != nil {
+			return err
+		}
+	}
+	return write(l.pids, "pids.max", pids)
 }
 
 func (l layout) usage() Usage {

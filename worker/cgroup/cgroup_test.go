@@ -517,3 +517,42 @@ func TestV2WithoutControllers(t *testing.T) {
 	}
 	killAll(t, g)
 }
+
+// A group reused for another job gets that job's limits, lifted ones
+// included, and its counters compared from the job's start.
+func TestResetForAnotherJob(t *testing.T) {
+	t.Parallel()
+	py := python(t)
+	m := newManager(t)
+	g := newGroup(t, m, Limits{MemoryBytes: 64 << 20, Pids: 8})
+	cmd, out := startIn(t, g, py, "-c", "chunks = []\nfor _ in range(200):\n    chunks.append(b'x' * (1 << 20))")
+	_ = cmd.Wait()
+	if sig := signalOf(cmd); sig != syscall.SIGKILL {
+		t.Fatalf("first job ended with %v (%q), want the OOM kill", sig, out)
+	}
+	base := g.Usage()
+	if base.OOMKills < 1 {
+		t.Fatalf("first job: %+v", base)
+	}
+	// The next job may use 256 MiB and any number of processes.
+	if err := g.Reset(Limits{MemoryBytes: 256 << 20}); err != nil {
+		t.Fatal(err)
+	}
+	cmd, out = startIn(t, g, py, "-c", "import os\nchunks = [b'x' * (1 << 20) for _ in range(128)]\npids = [os.fork() for _ in range(3)]\nprint('fine')")
+	if err := cmd.Wait(); err != nil || !bytes.Contains(out.Bytes(), []byte("fine")) {
+		t.Fatalf("second job: %v %q", err, out)
+	}
+	if u := g.Usage().Sub(base); u.OOMKills != 0 || u.PidsMaxHits != 0 {
+		t.Fatalf("second job's own counters %+v, want none", u)
+	}
+	// And back to a tight limit.
+	if err := g.Reset(Limits{MemoryBytes: 32 << 20, Pids: 4}); err != nil {
+		t.Fatal(err)
+	}
+	base = g.Usage()
+	cmd, out = startIn(t, g, py, "-c", "chunks = []\nfor _ in range(200):\n    chunks.append(b'x' * (1 << 20))")
+	_ = cmd.Wait()
+	if sig := signalOf(cmd); sig != syscall.SIGKILL || g.Usage().Sub(base).OOMKills < 1 {
+		t.Fatalf("third job ended with %v (%q), usage %+v", sig, out, g.Usage().Sub(base))
+	}
+}
