@@ -41,7 +41,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 		w.log.Warn("sandbox off: jobs run as the worker's own user and see what it sees")
 	}
 	if w.box != nil && w.box.Rootless() {
-		w.log.Warn("sandbox without root: every job runs as the worker's own uid, so sessions are apart in files, network and /tmp but not in signals and /proc, and processes are not limited without cgroups; run the worker as root to give each session a uid of its own")
+		w.log.Warn("sandbox without root: every job runs as the worker's own uid, so sessions are apart in files, network and /tmp but not in signals and /proc; run the worker as root to give each session a uid of its own")
 	}
 	if w.box != nil && !w.box.Rootless() {
 		w.uids = sandbox.NewUIDs(filepath.Join(w.sessionsRoot(), ".uid-counter"))
@@ -220,12 +220,42 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 		rl.FileSize = set.Disk
 	}
 	spec.Rlimits = rl.Rlimits(jl.group != nil && set.Memory > 0)
-	if w.box == nil || w.box.Rootless() {
+	if (w.box == nil || w.box.Rootless()) && os.Geteuid() != 0 {
 		// RLIMIT_NPROC counts every process of the uid on the host: the
-		// worker's, and its user's, not the job's alone.
+		// worker's, and its user's, not the job's alone. Without a cgroup
+		// it is still the only brake on a fork bomb, so it gets the job's
+		// limit on top of what the uid runs now. (Root ignores it.)
 		spec.Rlimits = slices.DeleteFunc(spec.Rlimits, func(r runner.Rlimit) bool { return r.Resource == unix.RLIMIT_NPROC })
+		if jl.group == nil && set.Procs > 0 {
+			n := uint64(set.Procs + int64(uidProcesses(os.Getuid())))
+			spec.Rlimits = append(spec.Rlimits, runner.Rlimit{Resource: unix.RLIMIT_NPROC, Cur: n, Max: n})
+		}
 	}
 	return jl, nil
+}
+
+// uidProcesses counts the processes and threads of uid on the host, as
+// RLIMIT_NPROC counts them.
+func uidProcesses(uid int) int {
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for _, e := range entries {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		var st syscall.Stat_t
+		if syscall.Stat("/proc/"+e.Name(), &st) == nil && int(st.Uid) == uid {
+			if tasks, err := os.ReadDir("/proc/" + e.Name() + "/task"); err == nil {
+				n += len(tasks)
+			} else {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // release gives the job's cgroup back, killing whatever is left in it.

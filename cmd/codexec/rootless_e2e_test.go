@@ -182,6 +182,17 @@ print(json.dumps(r))
 	if fi1 == nil || fi2 == nil || fi1.Size() != fi2.Size() {
 		t.Errorf("the job's daemon outlived it")
 	}
+	// Without cgroups a fork bomb meets RLIMIT_NPROC, set to what the
+	// user runs plus the job's limit: the job fails, the worker goes on.
+	res, er = call(t, c, "execute_code", map[string]any{
+		"code": "import os\nwhile True:\n    os.fork()", "limits": map[string]any{"processes": 20}, "timeout_seconds": 60,
+	})
+	if !res.IsError || er.Limit != "processes" {
+		t.Errorf("fork bomb as a user: isError=%v limit %q status %q: %s", res.IsError, er.Limit, er.Status, er.Message)
+	}
+	if res, er := call(t, c, "execute_code", map[string]any{"code": "print('still here')"}); res.IsError || er.Stdout != "still here\n" {
+		t.Errorf("after the fork bomb: %+v", er)
+	}
 	if !strings.Contains(stderr.String(), "sandbox without root") {
 		t.Errorf("codexec dev as a user did not say what its sandbox lacks")
 	}
