@@ -49,6 +49,7 @@ type Worker struct {
 	uids       *sandbox.UIDs
 	cgroups    *cgroup.Manager
 	cgroupPool *cgroupPool
+	fresh      *runner.Fresh // spawn mode in a sandbox: interpreters started ahead of time
 	sandboxCfg *runner.SandboxConfig
 
 	mu       sync.Mutex
@@ -105,6 +106,8 @@ func (w *Worker) Start(ctx context.Context) error {
 		// Warm the default environment now, so that its first jobs need not
 		// start an interpreter; until it is ready they do.
 		go func() { _ = w.pool.Warm(context.WithoutCancel(ctx), w.spec("", "", "")) }()
+	} else if w.sandboxCfg != nil {
+		w.fresh = runner.NewFresh(w.sandboxCfg, w.log.With("component", "sandbox"))
 	}
 	if err := w.heartbeat(ctx); err != nil {
 		return fmt.Errorf("worker: announce presence: %w", err)
@@ -120,7 +123,11 @@ func (w *Worker) Start(ctx context.Context) error {
 		if w.pool != nil {
 			w.pool.Close()
 		}
+		if w.fresh != nil {
+			w.fresh.Close()
+		}
 		_ = w.cache.Close()
+		w.closeCgroups()
 		return fmt.Errorf("worker: consume: %w", err)
 	}
 	// The worker's own subject, for jobs placement sent to it because it
@@ -207,6 +214,9 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	if w.pool != nil {
 		w.pool.Close()
+	}
+	if w.fresh != nil {
+		w.fresh.Close()
 	}
 	if w.cache != nil {
 		_ = w.cache.Close()
@@ -390,10 +400,8 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	switch {
 	case w.pool != nil:
 		run = w.pool.Run
-	case w.sandboxCfg != nil:
-		run = func(ctx context.Context, s runner.Spec) (runner.Outcome, error) {
-			return runner.RunSandboxed(ctx, w.sandboxCfg, s)
-		}
+	case w.fresh != nil:
+		run = w.fresh.Run
 	}
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)

@@ -273,3 +273,29 @@ func TestRunSandboxed(t *testing.T) {
 		t.Fatalf("exit %d stderr %q", out.ExitCode, out.Stderr)
 	}
 }
+
+// Fresh runs each job in a sandboxed interpreter of its own, started
+// ahead of time: a second job finds one ready, and no job sees another's
+// interpreter (what it put in sys.modules).
+func TestFreshStartsTheNextInterpreterAhead(t *testing.T) {
+	l := newSandboxLayout(t)
+	f := NewFresh(l.cfg, nil)
+	defer f.Close()
+	const job = "import sys\nprint('polluted' in sys.modules)\nsys.modules['polluted'] = sys"
+	for i := range 3 {
+		out, err := f.Run(context.Background(), l.spec(t, "a", testUIDA, job))
+		if err != nil || out.ExitCode != 0 {
+			t.Fatalf("job %d: %v %s", i, err, out.Stderr)
+		}
+		if string(out.Stdout) != "False\n" {
+			t.Fatalf("job %d saw another job's interpreter: %q", i, out.Stdout)
+		}
+		time.Sleep(300 * time.Millisecond) // the next one starts meanwhile
+	}
+	f.mu.Lock()
+	waiting := len(f.ready)
+	f.mu.Unlock()
+	if waiting != 1 {
+		t.Fatalf("%d interpreters wait for the next job, want 1", waiting)
+	}
+}

@@ -31,7 +31,8 @@ type PoolConfig struct {
 	// Logger receives the pool's logs. Default slog.Default().
 	Logger *slog.Logger
 	// Sandbox, when set, starts every zygote in a sandbox, and jobs that
-	// cannot use one run with RunSandboxed instead of Run.
+	// cannot use one run in a Fresh (a sandboxed interpreter of their own,
+	// started ahead of time) instead of with Run.
 	Sandbox *SandboxConfig
 }
 
@@ -73,6 +74,8 @@ type Pool struct {
 	baseCtx context.Context
 	cancel  context.CancelFunc
 	starts  sync.WaitGroup
+
+	fresh *Fresh // sandboxed interpreters for the jobs no zygote runs; nil without a sandbox
 
 	mu      sync.Mutex
 	entries map[string]*poolEntry
@@ -119,6 +122,9 @@ func NewPool(cfg PoolConfig) *Pool {
 		entries: make(map[string]*poolEntry),
 		janitor: make(chan struct{}), jdone: make(chan struct{}),
 	}
+	if cfg.Sandbox != nil {
+		p.fresh = NewFresh(cfg.Sandbox, cfg.Logger)
+	}
 	go p.janitorLoop()
 	return p
 }
@@ -135,8 +141,8 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Outcome, error) {
 		}
 		p.log.Warn("job not started by its zygote; running it with spawn", "python", s.Python, "err", err)
 	}
-	if p.cfg.Sandbox != nil {
-		return RunSandboxed(ctx, p.cfg.Sandbox, s)
+	if p.fresh != nil {
+		return p.fresh.Run(ctx, s)
 	}
 	return Run(ctx, s)
 }
@@ -434,6 +440,9 @@ func (p *Pool) Close() error {
 	p.starts.Wait()
 	for _, z := range zs {
 		z.Close()
+	}
+	if p.fresh != nil {
+		p.fresh.Close()
 	}
 	return nil
 }
