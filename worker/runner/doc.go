@@ -44,7 +44,7 @@
 //     stream, and never blocks on a full pipe.
 //   - Spec.Rlimits are set before the script runs.
 //   - With Spec.Confine, the job runs only in a sandboxed zygote (a Pool
-//     with a SandboxConfig, or RunSandboxed for a one-shot one), confined
+//     with a SandboxConfig, or RunSandboxed and Fresh for one-shot ones), confined
 //     to its session's directories and uid before any of its code runs;
 //     see zygote.py and docs/architecture.md.
 //
