@@ -41,7 +41,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 		w.log.Warn("sandbox off: jobs run as the worker's own user and see what it sees")
 	}
 	if w.box != nil && w.box.Rootless() {
-		w.log.Warn("sandbox without root: every job runs as the worker's own uid, so sessions are apart in files, network and /tmp but not in signals and /proc; run the worker as root to give each session a uid of its own")
+		w.log.Warn("sandbox without root: every job runs as the worker's own uid (in namespaces of its own); run the worker as root to give each session a uid of its own")
 	}
 	if w.box != nil && !w.box.Rootless() {
 		w.uids = sandbox.NewUIDs(filepath.Join(w.sessionsRoot(), ".uid-counter"))

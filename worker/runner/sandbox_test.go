@@ -205,10 +205,11 @@ func TestSandboxedZygoteConfinesEachSession(t *testing.T) {
 	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
 	ra := checkProbe(t, zrun(t, z, l.spec(t, "a", testUIDA, probeJob)), filepath.Join(l.sessions, "a"), testUIDA)
 	rb := checkProbe(t, zrun(t, z, l.spec(t, "b", testUIDB, probeJob)), filepath.Join(l.sessions, "b"), testUIDB)
-	// hidepid: a job sees its own session's processes only.
+	// A PID namespace and /proc of its own: a job sees itself, pid 2 (its
+	// namespace's PID 1, root, is hidden from it).
 	for _, r := range []probeResult{ra, rb} {
-		if len(r.Pids) != 1 {
-			t.Errorf("a job sees pids %v, want only itself", r.Pids)
+		if len(r.Pids) != 1 || r.Pids[0] != 2 {
+			t.Errorf("a job sees pids %v, want only itself, pid 2", r.Pids)
 		}
 	}
 
@@ -297,5 +298,20 @@ func TestFreshStartsTheNextInterpreterAhead(t *testing.T) {
 	f.mu.Unlock()
 	if waiting != 1 {
 		t.Fatalf("%d interpreters wait for the next job, want 1", waiting)
+	}
+}
+
+// A sandboxed job's process (pid 2 of a namespace of its own) ends the way
+// `python job.py` would, signals included: its namespace's init passes the
+// wait status on.
+func TestSandboxedZygoteOutcomes(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
+	for _, tt := range outcomeCases {
+		t.Run(tt.name, func(t *testing.T) {
+			s := l.spec(t, "a", testUIDA, tt.src)
+			out := zrun(t, z, s)
+			checkOutcome(t, out, tt.exitCode, tt.signal, tt.stdout, tt.stderrHas)
+		})
 	}
 }

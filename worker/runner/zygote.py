@@ -81,6 +81,7 @@ _PR_SET_NO_NEW_PRIVS = 38
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
+_CLONE_NEWPID = 0x20000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
 _MNT_DETACH = 2
@@ -325,17 +326,6 @@ class _Zygote:
         """Kill what the job left behind and tell the worker how it ended."""
         _kill_group(pid)
         job.done = True
-        if job.uid is not None and self.sandbox.get('rootless'):
-            # Every job has the zygote's uid: what is left can only be told
-            # apart when nothing else runs.
-            if self.idle():
-                _sweep(None, keep={str(os.getpid())} | ({str(self.spare[0])} if self.spare else set()))
-        elif job.uid is not None:
-            for other in self.jobs.values():
-                if other.uid == job.uid and not other.done:
-                    break  # the session has another job running here
-            else:
-                _sweep(job.uid)
         _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})
 
     def close_report(self, job):
@@ -481,6 +471,7 @@ def _prepare_child(z, sock):
     _close_fds(keep=high)
     if z.sandbox is not None:
         _enter_namespaces(z.sandbox)
+        _enter_pid_namespace(report)  # returns in the job's process only
     gc.enable()
     return report
 
@@ -679,36 +670,76 @@ def _drop_privileges(c):
         raise OSError('the privilege drop did not take')
 
 
-def _sweep(uid, keep=()):
-    """Kill every process of uid in the zygote's namespace: what a job left
-    behind after it left its process group (setsid, double fork). The
-    zygote is the namespace's PID 1, so such orphans are its children.
-    It does not wait for them to die (SIGKILL cannot be refused), only
-    until a pass finds no process it has not killed yet, so that one
-    forked meanwhile is killed too."""
-    killed = set()
-    for _ in range(100):
-        found = False
-        for name in os.listdir('/proc'):
-            if not name.isdigit() or name in killed or name in keep:
-                continue
-            try:
-                with open('/proc/%s/status' % name, 'rb') as f:
-                    status = f.read()
-            except OSError:
-                continue
-            for line in status.split(b'\n'):
-                if line.startswith(b'Uid:'):
-                    if uid is None or uid in [int(x) for x in line.split()[1:]]:
-                        found = True
-                        killed.add(name)
-                        try:
-                            os.kill(int(name), signal.SIGKILL)
-                        except OSError:
-                            pass
+def _enter_pid_namespace(report):
+    """Give the job a PID namespace of its own, with the spare as the
+    zygote's handle on it.
+
+    The spare (S) makes the namespace and forks its first process (A), the
+    namespace's PID 1, which forks the job's process (B, pid 2) and reaps
+    what is orphaned there. Everything the job starts lives in that
+    namespace, and nothing can leave it: when A dies the kernel kills every
+    process in it. A dies with S (its parent-death signal), so the zygote
+    ends a job, and everything it started, by killing S. B gets its own
+    /proc, which shows only the namespace's processes.
+
+    The job's exit status reaches the zygote as before: on the report
+    socket, or, when the job dies without reporting, as S's own wait
+    status, which S copies from B's (A passes it on a pipe). Returns in B
+    only."""
+    r, w = os.pipe()
+    _libc_call('unshare', _CLONE_NEWPID)
+    a = os.fork()
+    if a != 0:  # S
+        try:
+            report.close()
+            os.close(w)
+            data = b''
+            while True:
+                chunk = os.read(r, 64)
+                if not chunk:
                     break
-        if not found:
-            return
+                data += chunk
+            _, st = os.waitpid(a, 0)
+            _exit_like(int(data) if data else st)
+        except BaseException:
+            os._exit(125)
+    try:  # A, PID 1
+        os.close(r)
+        if _prctl is not None:
+            _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        b = os.fork()
+        if b != 0:
+            report.close()
+            while True:
+                pid, st = os.wait()
+                if pid == b:
+                    os.write(w, b'%d' % st)
+                    os._exit(0)
+    except BaseException:
+        os._exit(125)
+    # B: the job's process.
+    os.close(w)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    if os.getppid() != 1:
+        os._exit(126)
+    os.setsid()  # as before: the job leads a session of its own
+    # hidepid: A runs as root (but without root, as the job's uid).
+    _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+
+
+def _exit_like(st):
+    """End this process the way the wait status st says another ended."""
+    if os.WIFSIGNALED(st):
+        sig = os.WTERMSIG(st)
+        try:
+            signal.signal(sig, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
+        except (OSError, ValueError):
+            pass
+        os.kill(os.getpid(), sig)
+        os._exit(128 + sig)
+    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 125)
 
 
 def _close_fds(keep):
@@ -868,8 +899,8 @@ def _main():
         del sys.path[0]
     sandbox = cfg.get('sandbox')
     if sandbox is not None and not sandbox.get('rootless'):
-        # Root inside the sandbox sees every process of the namespace; a
-        # job, with a uid of its session's own, sees only its session's.
+        # Each job mounts a /proc of its own PID namespace; this one is the
+        # zygote's, hidden from other uids all the same.
         _mount('proc', '/proc', 'proc', _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
     z = _Zygote(ctl, sandbox)
     t0 = time.monotonic()

@@ -177,41 +177,51 @@ func pythonMinor(z *Zygote) int {
 var addrRe = regexp.MustCompile(`0x[0-9a-f]{6,}`)
 
 // A few cases where the outcome itself (not just parity) is worth stating.
+// outcomeCases are jobs whose outcome must be what `python job.py` gives,
+// however the job's process comes to life (plain or sandboxed zygote).
+var outcomeCases = []struct {
+	name      string
+	src       string
+	exitCode  int
+	signal    string
+	stdout    string
+	stderrHas string
+}{
+	{name: "traceback names the script", src: "print('before')\nx = 1\nraise ValueError('bad value')\n",
+		exitCode: 1, stdout: "before\n", stderrHas: "job.py\", line 3, in <module>\n    raise ValueError('bad value')\nValueError: bad value\n"},
+	{name: "sys.exit message", src: "import sys\nsys.exit('no input')\n", exitCode: 1, stderrHas: "no input\n"},
+	{name: "os._exit", src: "import os\nos._exit(7)\n", exitCode: 7},
+	{name: "self-signal", src: "import os\nos.kill(os.getpid(), 9)\n", exitCode: -1, signal: "killed"},
+	{name: "self-SIGTERM, default action", src: "import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\nimport time\ntime.sleep(5)\n", exitCode: -1, signal: "terminated"},
+	{name: "KeyboardInterrupt ends by SIGINT", src: "raise KeyboardInterrupt\n", exitCode: -1, signal: "interrupt", stderrHas: "KeyboardInterrupt"},
+	{name: "input at EOF", src: "input('name? ')\n", exitCode: 1, stdout: "name? ", stderrHas: "EOFError"},
+	{name: "flushed at exit", src: "import sys\nsys.stdout.write('partial')\n", stdout: "partial"},
+	{name: "atexit", src: "import atexit\natexit.register(print, 'bye')\n", stdout: "bye\n"},
+	{name: "thread joined", src: "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.1), print('late'))).start()\n", stdout: "late\n"},
+	{name: "leads its own session", src: "import os\nprint(os.getsid(0) == os.getpid() == os.getpgid(0))\n", stdout: "True\n"},
+}
+
+func checkOutcome(t *testing.T, out Outcome, exitCode int, signal, stdout, stderrHas string) {
+	t.Helper()
+	if out.ExitCode != exitCode || out.Signal != signal {
+		t.Errorf("exit code %d, signal %q; want %d, %q (stderr %s)", out.ExitCode, out.Signal, exitCode, signal, out.Stderr)
+	}
+	if string(out.Stdout) != stdout {
+		t.Errorf("stdout = %q, want %q", out.Stdout, stdout)
+	}
+	if !bytes.Contains(out.Stderr, []byte(stderrHas)) {
+		t.Errorf("stderr = %q, want it to contain %q", out.Stderr, stderrHas)
+	}
+}
+
 func TestZygoteOutcomes(t *testing.T) {
 	t.Parallel()
-	tests := []struct {
-		name      string
-		src       string
-		exitCode  int
-		signal    string
-		stdout    string
-		stderrHas string
-	}{
-		{name: "traceback names the script", src: "print('before')\nx = 1\nraise ValueError('bad value')\n",
-			exitCode: 1, stdout: "before\n", stderrHas: "job.py\", line 3, in <module>\n    raise ValueError('bad value')\nValueError: bad value\n"},
-		{name: "sys.exit message", src: "import sys\nsys.exit('no input')\n", exitCode: 1, stderrHas: "no input\n"},
-		{name: "os._exit", src: "import os\nos._exit(7)\n", exitCode: 7},
-		{name: "self-signal", src: "import os\nos.kill(os.getpid(), 9)\n", exitCode: -1, signal: "killed"},
-		{name: "KeyboardInterrupt ends by SIGINT", src: "raise KeyboardInterrupt\n", exitCode: -1, signal: "interrupt", stderrHas: "KeyboardInterrupt"},
-		{name: "input at EOF", src: "input('name? ')\n", exitCode: 1, stdout: "name? ", stderrHas: "EOFError"},
-		{name: "flushed at exit", src: "import sys\nsys.stdout.write('partial')\n", stdout: "partial"},
-		{name: "atexit", src: "import atexit\natexit.register(print, 'bye')\n", stdout: "bye\n"},
-		{name: "thread joined", src: "import threading, time\nthreading.Thread(target=lambda: (time.sleep(0.1), print('late'))).start()\n", stdout: "late\n"},
-	}
-	for _, tt := range tests {
+	for _, tt := range outcomeCases {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
 			out := zrun(t, zygote(t), b.spec(t, tt.src))
-			if out.ExitCode != tt.exitCode || out.Signal != tt.signal {
-				t.Errorf("exit code %d, signal %q; want %d, %q (stderr %s)", out.ExitCode, out.Signal, tt.exitCode, tt.signal, out.Stderr)
-			}
-			if string(out.Stdout) != tt.stdout {
-				t.Errorf("stdout = %q, want %q", out.Stdout, tt.stdout)
-			}
-			if !bytes.Contains(out.Stderr, []byte(tt.stderrHas)) {
-				t.Errorf("stderr = %q, want it to contain %q", out.Stderr, tt.stderrHas)
-			}
+			checkOutcome(t, out, tt.exitCode, tt.signal, tt.stdout, tt.stderrHas)
 		})
 	}
 }
