@@ -94,6 +94,13 @@ func (f *Fresh) Run(ctx context.Context, s Spec) (Outcome, error) {
 	return out, err
 }
 
+// Prestart starts a one-shot zygote for s's interpreter and environment
+// ahead of its first job, unless one waits already.
+func (f *Fresh) Prestart(s Spec) {
+	env := zygoteEnv(s.Env)
+	f.prestart(zygoteKey(s.Python, env, nil), s.Python, env)
+}
+
 // prestart starts the next one-shot zygote of key in the background. When
 // FreshMaxReady wait already, the oldest makes room; one that waits
 // FreshIdle is stopped.

@@ -191,6 +191,11 @@ func (p *Pool) Warm(ctx context.Context, s Spec) error {
 	}
 	ready := e.ready
 	p.mu.Unlock()
+	if p.fresh != nil && e.state == stateStarting {
+		// The jobs that come while the zygote starts run in fresh
+		// sandboxed interpreters: have the first one ready too.
+		p.fresh.Prestart(s)
+	}
 	select {
 	case <-ready:
 	case <-ctx.Done():
