@@ -391,10 +391,10 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	if err != nil {
 		return w.result(job, attempt, wire.StatusInternal, err.Error())
 	}
-	// The job's processes are gone when the run returns (its process group
-	// killed, its leftovers swept by uid); removing the cgroup waits for
-	// their teardown (address space, namespaces), which the result need
-	// not wait for. Whatever might still be in it is killed there.
+	// The job's processes are gone when the run returns (in a sandbox its
+	// PID namespace dies with it); emptying the cgroup for the next job
+	// waits for their teardown (address space, namespaces), which the
+	// result need not wait for. Whatever might still be in it is killed.
 	defer func() { go jl.release(log) }()
 	run := runner.Run
 	switch {
