@@ -21,8 +21,8 @@ var probeSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
 	return sandbox.Probe(context.Background(), sandbox.Config{})
 })
 
-// recordingConfiner is a Confiner built from worker/sandbox as a worker
-// builds one for installs (with the network), which records its calls.
+// recordingConfiner is the Confiner a worker uses for installs
+// (worker/sandbox's Installer, with the network), recording its calls.
 type recordingConfiner struct {
 	sb    *sandbox.Sandbox
 	mu    sync.Mutex
@@ -44,16 +44,7 @@ func (r *recordingConfiner) confine(argv, readOnly, writable []string) ([]string
 	r.mu.Lock()
 	r.calls = append(r.calls, confineCall{argv: slices.Clone(argv), readOnly: slices.Clone(readOnly), writable: slices.Clone(writable)})
 	r.mu.Unlock()
-	var ms []sandbox.Mount
-	for _, p := range readOnly {
-		if !sandbox.SystemPath(p) {
-			ms = append(ms, sandbox.Mount{Path: p})
-		}
-	}
-	for _, p := range writable {
-		ms = append(ms, sandbox.Mount{Path: p, Write: true})
-	}
-	return r.sb.Args(sandbox.Options{Mounts: ms, Network: true}, argv...), nil
+	return r.sb.Installer()(argv, readOnly, writable)
 }
 
 // commands returns the base names of the commands confined so far, with

@@ -426,15 +426,18 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000
+	// Which limit the kernel's evidence names, if any; used below only
+	// when the job failed, or when the cgroup counted a limit it hit.
+	hit, hitMsg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0)
 	switch {
 	case errors.Is(err, runner.ErrZygoteDied):
 		res.Status, res.Message = wire.StatusInternal, "the job was killed: the warm interpreter it ran in died; run it again"
 		log.Error("zygote died mid-job", "err", err)
 	case out.TimedOut:
 		res.Status, res.Message = wire.StatusTimeout, fmt.Sprintf("timed out after %s; the process group was killed", timeout)
-		if name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0); name != "" {
+		if hit != "" {
 			// What kept it from finishing, e.g. a thread it could not start.
-			res.Limit, res.Message = name, res.Message+"; before that: "+msg
+			res.Limit, res.Message = hit, res.Message+"; before that: "+hitMsg
 		}
 	case ctx.Err() != nil:
 		res.Status, res.Message = wire.StatusInternal, "interrupted: the worker is shutting down"
@@ -446,11 +449,10 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	case usage.OOMKills > 0 || usage.PidsMaxHits > 0:
 		// The kernel refused the job (or killed one of its processes) at
 		// a limit, even if its main process carried on and exited 0.
-		name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0)
-		res.Status, res.Limit, res.Message = wire.StatusLimit, name, msg
+		res.Status, res.Limit, res.Message = wire.StatusLimit, hit, hitMsg
 	case out.ExitCode != 0 || out.Signal != "":
-		if name, msg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0); name != "" {
-			res.Status, res.Limit, res.Message = wire.StatusLimit, name, msg
+		if hit != "" {
+			res.Status, res.Limit, res.Message = wire.StatusLimit, hit, hitMsg
 			break
 		}
 		if out.Signal != "" {

@@ -276,13 +276,25 @@ func TestRunSandboxed(t *testing.T) {
 }
 
 // Fresh runs each job in a sandboxed interpreter of its own, started
-// ahead of time: a second job finds one ready, and no job sees another's
-// interpreter (what it put in sys.modules).
+// ahead of time: the next job runs in the one started after the previous
+// job, and no job sees another's interpreter (what it put in sys.modules).
 func TestFreshStartsTheNextInterpreterAhead(t *testing.T) {
 	l := newSandboxLayout(t)
 	f := NewFresh(l.cfg, nil)
 	defer f.Close()
 	const job = "import sys\nprint('polluted' in sys.modules)\nsys.modules['polluted'] = sys"
+	waiting := func() *freshEntry {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		if len(f.ready) != 1 {
+			t.Fatalf("%d interpreters wait for the next job, want 1", len(f.ready))
+		}
+		for _, e := range f.ready {
+			return e
+		}
+		return nil
+	}
+	var prev *freshEntry
 	for i := range 3 {
 		out, err := f.Run(context.Background(), l.spec(t, "a", testUIDA, job))
 		if err != nil || out.ExitCode != 0 {
@@ -291,13 +303,14 @@ func TestFreshStartsTheNextInterpreterAhead(t *testing.T) {
 		if string(out.Stdout) != "False\n" {
 			t.Fatalf("job %d saw another job's interpreter: %q", i, out.Stdout)
 		}
-		time.Sleep(300 * time.Millisecond) // the next one starts meanwhile
-	}
-	f.mu.Lock()
-	waiting := len(f.ready)
-	f.mu.Unlock()
-	if waiting != 1 {
-		t.Fatalf("%d interpreters wait for the next job, want 1", waiting)
+		if prev != nil && (prev.z == nil || prev.z.Jobs() != 1) {
+			t.Fatalf("job %d did not run in the interpreter started ahead for it", i)
+		}
+		prev = waiting()
+		<-prev.done // started before the next job comes
+		if prev.err != nil {
+			t.Fatalf("the next interpreter: %v", prev.err)
+		}
 	}
 }
 

@@ -161,13 +161,12 @@ def _threads():
 
 
 class _Job:
-    __slots__ = ('id', 'sock', 'done', 'uid')
+    __slots__ = ('id', 'sock', 'done')
 
-    def __init__(self, jid, sock, uid):
+    def __init__(self, jid, sock):
         self.id = jid
         self.sock = sock  # the job process's report socket, until it closes
         self.done = False  # the worker was told how it ended
-        self.uid = uid  # the uid it runs as when sandboxed, else None
 
 
 class _Zygote:
@@ -262,7 +261,7 @@ class _Zygote:
                 if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
                     _send(self.ctl, {'op': 'failed', 'id': req.get('id'), 'error': 'malformed run request'})
                 else:
-                    self.run(req['id'], msg, fds, (req.get('confine') or {}).get('uid'))
+                    self.run(req['id'], msg, fds)
             elif op == 'kill':
                 self.kill(req.get('id'))
         finally:
@@ -288,7 +287,7 @@ class _Zygote:
         theirs.close()
         return pid, ours
 
-    def run(self, jid, msg, fds, uid):
+    def run(self, jid, msg, fds):
         for _ in range(2):
             spare, self.spare = self.spare, None
             if spare is None:
@@ -313,7 +312,7 @@ class _Zygote:
             _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
             return
         sock.setblocking(False)
-        self.jobs[pid] = _Job(jid, sock, uid)
+        self.jobs[pid] = _Job(jid, sock)
         self.by_fd[sock.fileno()] = pid
         self.poller.register(sock.fileno(), select.POLLIN)
 

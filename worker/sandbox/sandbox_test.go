@@ -8,7 +8,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestDedupeKeepsWritableUnderReadOnly(t *testing.T) {
@@ -138,5 +140,44 @@ func TestUIDsOnePerSessionForGood(t *testing.T) {
 	}
 	if _, err := u2.Dir(filepath.Join(root, "e"), 0o700); err == nil {
 		t.Fatal("a symbolic link was taken for a session directory")
+	}
+}
+
+// Own, on every job's path, touches a directory that is already right not
+// at all (its ctime stays), and refuses a link.
+func TestOwnChangesOnlyWhatIsWrong(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving directories away needs root")
+	}
+	dir := filepath.Join(t.TempDir(), "d")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := Own(dir, DefaultUIDBase+7, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	var before, after syscall.Stat_t
+	if err := syscall.Stat(dir, &before); err != nil {
+		t.Fatal(err)
+	}
+	if before.Uid != DefaultUIDBase+7 || before.Mode&0o7777 != 0o500 {
+		t.Fatalf("owner %d mode %o", before.Uid, before.Mode&0o7777)
+	}
+	time.Sleep(10 * time.Millisecond) // a ctime change would show
+	if err := Own(dir, DefaultUIDBase+7, 0o500); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Stat(dir, &after); err != nil {
+		t.Fatal(err)
+	}
+	if after.Ctim != before.Ctim {
+		t.Fatal("Own changed a directory that was already right")
+	}
+	link := filepath.Join(t.TempDir(), "link")
+	if err := os.Symlink(dir, link); err != nil {
+		t.Fatal(err)
+	}
+	if err := Own(link, DefaultUIDBase+8, 0o700); err == nil {
+		t.Fatal("Own followed a link")
 	}
 }

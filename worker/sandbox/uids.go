@@ -52,9 +52,6 @@ func (u *UIDs) Dir(dir string, mode os.FileMode) (int, error) {
 	if err := unix.Lstat(dir, &st); err != nil {
 		return 0, err
 	}
-	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
-		return 0, fmt.Errorf("sandbox: %s is not a directory", dir)
-	}
 	uid := int(st.Uid)
 	if !u.Owns(uid) {
 		var err error
@@ -62,18 +59,35 @@ func (u *UIDs) Dir(dir string, mode os.FileMode) (int, error) {
 			return 0, err
 		}
 	}
-	if err := Own(dir, uid, mode); err != nil {
+	if err := own(dir, &st, uid, mode); err != nil {
 		return 0, err
 	}
 	return uid, nil
 }
 
-// Own gives dir (not followed if a link) to uid and its group, with mode.
+// Own gives the directory dir to uid and its group, with mode. A link or
+// anything else that is not a directory is refused.
 func Own(dir string, uid int, mode os.FileMode) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	return own(dir, &st, uid, mode)
+}
+
+// own is Own of a directory already stat'ed: it changes nothing (and
+// costs nothing more, on every job's path) when dir is as it should be.
+func own(dir string, st *unix.Stat_t, uid int, mode os.FileMode) error {
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("sandbox: %s is not a directory", dir)
+	}
+	if int(st.Uid) == uid && int(st.Gid) == uid && os.FileMode(st.Mode&0o7777) == mode {
+		return nil
+	}
 	if err := os.Lchown(dir, uid, uid); err != nil {
 		return err
 	}
-	// chmod follows links; dir was just checked not to be one, and only
+	// chmod follows links; dir was just seen to be a directory, and only
 	// root writes its parent.
 	return os.Chmod(dir, mode)
 }
