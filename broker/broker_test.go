@@ -449,7 +449,7 @@ func TestJobTooLarge(t *testing.T) {
 
 func TestInProgressHeartbeats(t *testing.T) {
 	t.Parallel()
-	const ackWait = time.Second
+	const ackWait = 2 * time.Second // heartbeats every 667 ms: room for a loaded CI machine under -race
 	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{AckWait: ackWait})
 	ctx := testCtx(t)
 
@@ -478,7 +478,7 @@ func TestInProgressHeartbeats(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopConsumer(t, c)
-	if err := tb.b.PublishJob(ctx, newJob("import time; time.sleep(2.5)")); err != nil {
+	if err := tb.b.PublishJob(ctx, newJob("import time; time.sleep(5)")); err != nil {
 		t.Fatal(err)
 	}
 	recv(t, ctx, done)
