@@ -8,7 +8,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/broker/brokertest"
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 // BenchmarkRoundTrip measures one job's way through the broker: publish,

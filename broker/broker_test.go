@@ -17,7 +17,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/broker/brokertest"
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 // testTimeout bounds every test; it is far below any AckWait that a test

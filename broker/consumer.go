@@ -13,7 +13,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 const (

@@ -11,7 +11,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 // A frontend publishes a job and waits for its result; a worker consumes

@@ -6,7 +6,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 // A job sent to one worker reaches that worker's consumer only; the same job

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"io/fs"
 	"log/slog"
@@ -95,9 +96,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Managers == nil && c.Dir != "" {
 		c.Managers = map[string]Manager{
-			ManagerVenv:  &Venv{PipCacheDir: filepath.Join(c.Dir, "pip-cache")},
-			ManagerUV:    &UV{CacheDir: filepath.Join(c.Dir, "uv-cache")},
-			ManagerConda: &Conda{},
+			envspec.ManagerVenv:  &Venv{PipCacheDir: filepath.Join(c.Dir, "pip-cache")},
+			envspec.ManagerUV:    &UV{CacheDir: filepath.Join(c.Dir, "uv-cache")},
+			envspec.ManagerConda: &Conda{},
 		}
 	}
 	if c.Logger == nil {
@@ -156,11 +157,11 @@ type flight struct {
 	cancel   context.CancelFunc
 	waiters  int // callers still waiting; at 0 the build is cancelled
 	out      *fanout
-	finished bool    // under Cache.mu; then meta and err are set
-	meta     envMeta // on success
-	err      error   // on failure
-	spec     Spec    // the spec that started it
-	manager  Manager // its manager
+	finished bool         // under Cache.mu; then meta and err are set
+	meta     envMeta      // on success
+	err      error        // on failure
+	spec     envspec.Spec // the spec that started it
+	manager  Manager      // its manager
 }
 
 // holder counts this process's users of a ready environment; while there
@@ -183,15 +184,15 @@ type pyVersion struct{ path, version string }
 // envMeta is the metadata file of a ready environment. Written last by a
 // build, its presence is what makes the environment ready.
 type envMeta struct {
-	V           int       `json:"v"`
-	ID          string    `json:"id"`
-	Spec        Spec      `json:"spec"`
-	Interpreter string    `json:"interpreter,omitempty"`
-	SizeBytes   int64     `json:"size_bytes"`
-	BuiltAt     time.Time `json:"built_at"`
-	BuildMillis int64     `json:"build_ms"`
-	LastUsed    time.Time `json:"last_used"`
-	Seed        string    `json:"seed,omitempty"`
+	V           int          `json:"v"`
+	ID          string       `json:"id"`
+	Spec        envspec.Spec `json:"spec"`
+	Interpreter string       `json:"interpreter,omitempty"`
+	SizeBytes   int64        `json:"size_bytes"`
+	BuiltAt     time.Time    `json:"built_at"`
+	BuildMillis int64        `json:"build_ms"`
+	LastUsed    time.Time    `json:"last_used"`
+	Seed        string       `json:"seed,omitempty"`
 }
 
 // New checks cfg, creates its directories and returns the cache. It starts
@@ -251,8 +252,8 @@ func (c *Cache) Close() error {
 type Env struct {
 	// ID is the spec's ID.
 	ID string
-	// Spec is the normalised spec.
-	Spec Spec
+	// envspec.Spec is the normalised spec.
+	Spec envspec.Spec
 	// Dir is the environment's directory (the prefix, for conda).
 	Dir string
 	// Python is the interpreter jobs run with.
@@ -297,21 +298,21 @@ func (e *Env) Release() {
 // same manager and interpreter, is built from the parent's files where the
 // manager can (venv; see Venv). A spec naming an Existing environment is
 // resolved, not built: a venv path is checked, a conda name is looked up.
-func (c *Cache) Ensure(ctx context.Context, spec Spec, progress io.Writer) (*Env, error) {
+func (c *Cache) Ensure(ctx context.Context, spec envspec.Spec, progress io.Writer) (*Env, error) {
 	n, err := spec.Normalize()
 	if err != nil {
 		return nil, err
 	}
 	if !c.cfg.AllowURLs {
 		if _, err := n.Requirements(false); err != nil {
-			return nil, fmt.Errorf("%w: %w", ErrBadSpec, err)
+			return nil, fmt.Errorf("%w: %w", envspec.ErrBadSpec, err)
 		}
 	}
 	m := c.cfg.Managers[n.Manager]
 	if m == nil {
 		return nil, fmt.Errorf("envcache: the %s manager is not configured on this worker", n.Manager)
 	}
-	id := n.id()
+	id := n.ID()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -436,7 +437,7 @@ func (c *Cache) fly(ctx context.Context, id string, fl *flight) {
 
 // acquire returns the ready environment id with a shared lock on it,
 // building it first under the exclusive lock when it is not ready.
-func (c *Cache) acquire(ctx context.Context, id string, n Spec, m Manager, out io.Writer) (envMeta, *fileLock, bool, error) {
+func (c *Cache) acquire(ctx context.Context, id string, n envspec.Spec, m Manager, out io.Writer) (envMeta, *fileLock, bool, error) {
 	lk, err := openLock(c.lockPath(id))
 	if err != nil {
 		return envMeta{}, nil, false, err
@@ -493,7 +494,7 @@ func (c *Cache) readyMeta(id string, m Manager) (envMeta, bool) {
 
 // build builds id under its exclusive lock and writes its metadata, which
 // makes it ready.
-func (c *Cache) build(ctx context.Context, id string, n Spec, m Manager, out io.Writer) error {
+func (c *Cache) build(ctx context.Context, id string, n envspec.Spec, m Manager, out io.Writer) error {
 	dir := c.envDir(id)
 	// Whatever is here is the remains of an interrupted build or a broken
 	// environment, and nobody uses it: we hold the exclusive lock.
@@ -505,13 +506,13 @@ func (c *Cache) build(ctx context.Context, id string, n Spec, m Manager, out io.
 	}
 	reqs, err := n.Requirements(c.cfg.AllowURLs)
 	if err != nil {
-		return fmt.Errorf("%w: %w", ErrBadSpec, err)
+		return fmt.Errorf("%w: %w", envspec.ErrBadSpec, err)
 	}
 	if err := c.available(ctx, m); err != nil {
 		return fmt.Errorf("envcache: cannot build %s: %w", n.String(), err)
 	}
 	req := CreateRequest{Python: n.Python, Packages: reqs, Index: c.cfg.Index, Confine: c.cfg.Confine}
-	if n.Manager != ManagerConda {
+	if n.Manager != envspec.ManagerConda {
 		py, err := c.interpreter(n.Python)
 		if err != nil {
 			return fmt.Errorf("envcache: cannot build %s: %w", n.String(), err)
@@ -635,7 +636,7 @@ func (c *Cache) release(id string) {
 	}
 }
 
-func (c *Cache) newEnv(id string, n Spec, m Manager, meta envMeta) *Env {
+func (c *Cache) newEnv(id string, n envspec.Spec, m Manager, meta envMeta) *Env {
 	dir := c.envDir(id)
 	return &Env{ID: id, Spec: n, Dir: dir, Python: m.Python(dir), Activation: m.Activation(dir),
 		SizeBytes: meta.SizeBytes, release: func() { c.release(id) }}
@@ -648,12 +649,12 @@ type envResolver interface {
 }
 
 // ensureExisting resolves a spec naming an existing environment.
-func (c *Cache) ensureExisting(ctx context.Context, id string, n Spec, m Manager) (*Env, error) {
+func (c *Cache) ensureExisting(ctx context.Context, id string, n envspec.Spec, m Manager) (*Env, error) {
 	c.mu.Lock()
 	dir, known := c.existing[id]
 	c.mu.Unlock()
 	check := func(dir string) error {
-		if n.Manager == ManagerConda {
+		if n.Manager == envspec.ManagerConda {
 			return (&Conda{}).checkPrefix(dir)
 		}
 		_, err := ExistingVenv(dir)
@@ -662,7 +663,7 @@ func (c *Cache) ensureExisting(ctx context.Context, id string, n Spec, m Manager
 	if !known || check(dir) != nil {
 		var err error
 		switch r, ok := m.(envResolver); {
-		case n.Manager == ManagerConda && ok:
+		case n.Manager == envspec.ManagerConda && ok:
 			dir, err = r.ResolveEnv(ctx, n.Existing)
 		case filepath.IsAbs(n.Existing):
 			dir, err = n.Existing, check(n.Existing)
@@ -698,12 +699,12 @@ func (c *Cache) Held() []string {
 
 // Entry describes one environment in the cache.
 type Entry struct {
-	ID        string    `json:"id"`
-	Spec      Spec      `json:"spec"`
-	Dir       string    `json:"dir"`
-	SizeBytes int64     `json:"size_bytes"`
-	BuiltAt   time.Time `json:"built_at"`
-	LastUsed  time.Time `json:"last_used"`
+	ID        string       `json:"id"`
+	Spec      envspec.Spec `json:"spec"`
+	Dir       string       `json:"dir"`
+	SizeBytes int64        `json:"size_bytes"`
+	BuiltAt   time.Time    `json:"built_at"`
+	LastUsed  time.Time    `json:"last_used"`
 	// InUse counts this process's holders (other processes' are not
 	// known).
 	InUse int `json:"in_use"`
@@ -736,7 +737,7 @@ func (c *Cache) readAllMeta() []envMeta {
 	var out []envMeta
 	for _, e := range entries {
 		id, ok := strings.CutSuffix(e.Name(), ".json")
-		if !ok || !specIDRe.MatchString(id) {
+		if !ok || !envspec.IsID(id) {
 			continue
 		}
 		data, err := os.ReadFile(filepath.Join(c.metaDir, e.Name()))
@@ -930,7 +931,7 @@ func (c *Cache) sweep() {
 		}
 	}
 	for id := range ids {
-		if !specIDRe.MatchString(id) {
+		if !envspec.IsID(id) {
 			continue
 		}
 		_, metaErr := os.Stat(c.metaPath(id))
@@ -1016,15 +1017,15 @@ func (f *fanout) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-// probedVersions are the versions Capabilities looks for when given none.
+// probedVersions are the versions envspec.Capabilities looks for when given none.
 var probedVersions = []string{"3.8", "3.9", "3.10", "3.11", "3.12", "3.13", "3.14"}
 
-// Capabilities reports what this cache can build: the configured managers
+// envspec.Capabilities reports what this cache can build: the configured managers
 // that are available, sorted, and the full versions of the interpreters
 // found for versions (nil means 3.8 to 3.14) and of DefaultPython. Pool,
 // Labels and Existing are the caller's to fill in.
-func (c *Cache) Capabilities(ctx context.Context, versions []string) Capabilities {
-	var caps Capabilities
+func (c *Cache) Capabilities(ctx context.Context, versions []string) envspec.Capabilities {
+	var caps envspec.Capabilities
 	for name, m := range c.cfg.Managers {
 		if err := m.Available(ctx); err == nil {
 			caps.Managers = append(caps.Managers, name)

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"net/http"
 	"os"
@@ -49,12 +50,12 @@ type fakeManager struct {
 	mu      sync.Mutex
 }
 
-func (f *fakeManager) Name() string                                 { return cmpOr(f.name, ManagerVenv) }
-func (f *fakeManager) Available(context.Context) error              { return nil }
-func (f *fakeManager) Python(dir string) string                     { return filepath.Join(dir, "bin", "python") }
-func (f *fakeManager) Activation(dir string) Activation             { return venvActivation(dir) }
-func (f *fakeManager) List(context.Context, string) ([]Dist, error) { return nil, nil }
-func (f *fakeManager) Install(context.Context, string, []Requirement, IndexConfig, io.Writer) error {
+func (f *fakeManager) Name() string                                         { return cmpOr(f.name, envspec.ManagerVenv) }
+func (f *fakeManager) Available(context.Context) error                      { return nil }
+func (f *fakeManager) Python(dir string) string                             { return filepath.Join(dir, "bin", "python") }
+func (f *fakeManager) Activation(dir string) Activation                     { return venvActivation(dir) }
+func (f *fakeManager) List(context.Context, string) ([]envspec.Dist, error) { return nil, nil }
+func (f *fakeManager) Install(context.Context, string, []envspec.Requirement, IndexConfig, io.Writer) error {
 	return errors.New("fake: no Install")
 }
 
@@ -144,12 +145,12 @@ func setupCache(tb testing.TB, cfg Config) (*Cache, *testClock) {
 func realManagers(dir string) (*countingManager, *countingManager, map[string]Manager) {
 	uv := &countingManager{Manager: &UV{CacheDir: filepath.Join(dir, "uv-cache")}}
 	venv := &countingManager{Manager: &Venv{PipCacheDir: filepath.Join(dir, "pip-cache")}}
-	return uv, venv, map[string]Manager{ManagerUV: uv, ManagerVenv: venv}
+	return uv, venv, map[string]Manager{envspec.ManagerUV: uv, envspec.ManagerVenv: venv}
 }
 
 func fakeManagers(f *fakeManager) map[string]Manager { return map[string]Manager{f.Name(): f} }
 
-func ensure(tb testing.TB, c *Cache, spec Spec) *Env {
+func ensure(tb testing.TB, c *Cache, spec envspec.Spec) *Env {
 	tb.Helper()
 	env, err := c.Ensure(context.Background(), spec, nil)
 	if err != nil {
@@ -187,7 +188,7 @@ func TestCacheEnsureBuildsOnceUnderConcurrency(t *testing.T) {
 	dir := t.TempDir()
 	uv, _, managers := realManagers(dir)
 	c, _ := setupCache(t, Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(setupWheelhouse(t))})
-	spec := Spec{Manager: "uv", Packages: []string{"alpha"}}
+	spec := envspec.Spec{Manager: "uv", Packages: []string{"alpha"}}
 
 	const n = 8
 	envs := make([]*Env, n)
@@ -260,7 +261,7 @@ func cacheHelper(dir, house string) int {
 		return 1
 	}
 	defer c.Close()
-	env, err := c.Ensure(context.Background(), Spec{Manager: "uv", Packages: []string{"alpha"}}, nil)
+	env, err := c.Ensure(context.Background(), envspec.Spec{Manager: "uv", Packages: []string{"alpha"}}, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -301,7 +302,7 @@ func TestCacheEnsureBuildsOnceAcrossProcesses(t *testing.T) {
 		w.Close()
 	}
 	builds := 0
-	want := filepath.Join(dir, "envs", Spec{Manager: "uv", Packages: []string{"alpha"}}.ID(), "bin", "python")
+	want := filepath.Join(dir, "envs", envspec.Spec{Manager: "uv", Packages: []string{"alpha"}}.ID(), "bin", "python")
 	for i, cmd := range cmds {
 		if err := cmd.Wait(); err != nil {
 			t.Errorf("helper %d: %v\n%s", i, err, outs[i].String())
@@ -326,7 +327,7 @@ func TestCacheRemembersFailure(t *testing.T) {
 	dir := t.TempDir()
 	uv, _, managers := realManagers(dir)
 	c, clock := setupCache(t, Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(setupWheelhouse(t)), FailureTTL: time.Minute})
-	spec := Spec{Manager: "uv", Packages: []string{"alpha", "not-in-the-wheelhouse"}}
+	spec := envspec.Spec{Manager: "uv", Packages: []string{"alpha", "not-in-the-wheelhouse"}}
 
 	var progress bytes.Buffer
 	_, first := c.Ensure(context.Background(), spec, &syncWriter{w: &progress})
@@ -369,7 +370,7 @@ func TestCacheWaitersLeaveAndJoin(t *testing.T) {
 	c, _ := setupCache(t, Config{Managers: fakeManagers(f)})
 	joined := make(chan string, 16)
 	c.onJoin = func(id string) { joined <- id }
-	spec := Spec{Manager: "venv", Packages: []string{"alpha"}}
+	spec := envspec.Spec{Manager: "venv", Packages: []string{"alpha"}}
 
 	type result struct {
 		env *Env
@@ -418,7 +419,7 @@ func TestCacheBuildStopsWhenEveryWaiterLeaves(t *testing.T) {
 	t.Parallel()
 	f := &fakeManager{gate: make(chan struct{}), started: make(chan string, 4), ended: make(chan error, 4)}
 	c, _ := setupCache(t, Config{Managers: fakeManagers(f)})
-	spec := Spec{Manager: "venv", Packages: []string{"alpha"}}
+	spec := envspec.Spec{Manager: "venv", Packages: []string{"alpha"}}
 
 	ctx, cancel := context.WithCancel(context.Background())
 	errc := make(chan error, 1)
@@ -449,9 +450,9 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	f := &fakeManager{payload: 100 << 10}
 	// Measure one environment to size a budget of two.
 	probe, _ := setupCache(t, Config{Managers: fakeManagers(f)})
-	one := ensure(t, probe, Spec{Manager: "venv"}).SizeBytes
+	one := ensure(t, probe, envspec.Spec{Manager: "venv"}).SizeBytes
 	c, clock := setupCache(t, Config{Managers: fakeManagers(f), BudgetBytes: 2*one + one/2})
-	spec := func(pkg string) Spec { return Spec{Manager: "venv", Packages: []string{pkg}} }
+	spec := func(pkg string) envspec.Spec { return envspec.Spec{Manager: "venv", Packages: []string{pkg}} }
 
 	a := ensure(t, c, spec("a"))
 	clock.Advance(2 * time.Minute)
@@ -510,7 +511,7 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	}
 }
 
-func sortedIDs(specs ...Spec) []string {
+func sortedIDs(specs ...envspec.Spec) []string {
 	var ids []string
 	for _, s := range specs {
 		ids = append(ids, s.ID())
@@ -527,8 +528,8 @@ func TestCacheEvictsRealEnvironments(t *testing.T) {
 	dir := t.TempDir()
 	uv, _, managers := realManagers(dir)
 	c, _ := setupCache(t, Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(setupWheelhouse(t)), BudgetBytes: 1})
-	a := ensure(t, c, Spec{Manager: "uv", Packages: []string{"alpha"}})
-	b := ensure(t, c, Spec{Manager: "uv", Packages: []string{"beta"}})
+	a := ensure(t, c, envspec.Spec{Manager: "uv", Packages: []string{"alpha"}})
+	b := ensure(t, c, envspec.Spec{Manager: "uv", Packages: []string{"beta"}})
 	a.Release()
 	if _, err := c.Trim(context.Background()); err != nil {
 		t.Fatal(err)
@@ -543,7 +544,7 @@ func TestCacheEvictsRealEnvironments(t *testing.T) {
 		t.Errorf("b prints %q", got)
 	}
 	// An evicted environment is rebuilt on demand.
-	a = ensure(t, c, Spec{Manager: "uv", Packages: []string{"alpha"}})
+	a = ensure(t, c, envspec.Spec{Manager: "uv", Packages: []string{"alpha"}})
 	defer a.Release()
 	defer b.Release()
 	if got := runPython(t, a.Python, "import alpha; print(alpha.VALUE)"); got != "alpha 1.0" || uv.creates.Load() != 3 {
@@ -557,11 +558,11 @@ func TestCacheDeriveUVLinksFromTheSharedCache(t *testing.T) {
 	dir := t.TempDir()
 	uv, _, managers := realManagers(dir)
 	c, _ := setupCache(t, Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(setupWheelhouse(t))})
-	parentSpec := Spec{Manager: "uv", Packages: []string{"alpha", "beta==1.0"}}
+	parentSpec := envspec.Spec{Manager: "uv", Packages: []string{"alpha", "beta==1.0"}}
 	parent := ensure(t, c, parentSpec)
 	defer parent.Release()
 
-	childSpec, err := Derive(parentSpec, []string{"beta==2.0", "scikit-fake"})
+	childSpec, err := envspec.Derive(parentSpec, []string{"beta==2.0", "scikit-fake"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -594,9 +595,9 @@ func TestCacheDeriveVenvFromSeed(t *testing.T) {
 	dir := t.TempDir()
 	_, venv, managers := realManagers(dir)
 	c, _ := setupCache(t, Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(setupWheelhouse(t))})
-	parentSpec := Spec{Manager: "venv", Packages: []string{"alpha"}}
+	parentSpec := envspec.Spec{Manager: "venv", Packages: []string{"alpha"}}
 	parent := ensure(t, c, parentSpec)
-	childSpec, err := Derive(parentSpec, []string{"beta"})
+	childSpec, err := envspec.Derive(parentSpec, []string{"beta"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -644,15 +645,15 @@ func TestCacheSeedsOnlyFromAMatchingParent(t *testing.T) {
 	t.Parallel()
 	f := &fakeManager{}
 	c, _ := setupCache(t, Config{Managers: fakeManagers(f)})
-	parentSpec := Spec{Manager: "venv", Packages: []string{"alpha"}}
+	parentSpec := envspec.Spec{Manager: "venv", Packages: []string{"alpha"}}
 	ensure(t, c, parentSpec).Release()
-	child, err := Derive(parentSpec, []string{"beta"})
+	child, err := envspec.Derive(parentSpec, []string{"beta"})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ensure(t, c, child).Release()
 	// A parent that is not here: built from scratch.
-	orphan := Spec{Manager: "venv", Packages: []string{"gamma"}, Parent: Spec{Manager: "venv", Packages: []string{"zeta"}}.ID()}
+	orphan := envspec.Spec{Manager: "venv", Packages: []string{"gamma"}, Parent: envspec.Spec{Manager: "venv", Packages: []string{"zeta"}}.ID()}
 	ensure(t, c, orphan).Release()
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -666,12 +667,12 @@ func TestCacheRebuildsABrokenEnvironment(t *testing.T) {
 	t.Parallel()
 	f := &fakeManager{}
 	c, _ := setupCache(t, Config{Managers: fakeManagers(f)})
-	env := ensure(t, c, Spec{Manager: "venv"})
+	env := ensure(t, c, envspec.Spec{Manager: "venv"})
 	env.Release()
 	if err := os.Remove(env.Python); err != nil {
 		t.Fatal(err)
 	}
-	again := ensure(t, c, Spec{Manager: "venv"})
+	again := ensure(t, c, envspec.Spec{Manager: "venv"})
 	defer again.Release()
 	if _, err := os.Stat(again.Python); err != nil || f.creates.Load() != 2 {
 		t.Errorf("after its interpreter went: %v, %d builds", err, f.creates.Load())
@@ -682,13 +683,13 @@ func TestCacheExistingEnvironments(t *testing.T) {
 	t.Parallel()
 	py := setupPython(t)
 	f := &fakeManager{}
-	c, _ := setupCache(t, Config{Managers: map[string]Manager{ManagerVenv: &Venv{}, ManagerUV: &UV{}}})
+	c, _ := setupCache(t, Config{Managers: map[string]Manager{envspec.ManagerVenv: &Venv{}, envspec.ManagerUV: &UV{}}})
 	venvDir := filepath.Join(t.TempDir(), "operators-venv")
 	var builds atomic.Int32
 	if _, err := ensureVenv(context.Background(), venvDir, py, fastBuild(&builds)); err != nil {
 		t.Fatal(err)
 	}
-	spec := Spec{Manager: "uv", Existing: venvDir}
+	spec := envspec.Spec{Manager: "uv", Existing: venvDir}
 	env := ensure(t, c, spec)
 	env.Release()
 	if !env.Existing || env.Dir != venvDir || env.Python != filepath.Join(venvDir, "bin", "python") || env.Activation.Vars["VIRTUAL_ENV"] != venvDir {
@@ -697,12 +698,12 @@ func TestCacheExistingEnvironments(t *testing.T) {
 	if held := c.Held(); !slices.Equal(held, []string{spec.ID()}) {
 		t.Errorf("Held = %v, want the existing environment", held)
 	}
-	_, err := c.Ensure(context.Background(), Spec{Manager: "venv", Existing: filepath.Join(venvDir, "missing")}, nil)
+	_, err := c.Ensure(context.Background(), envspec.Spec{Manager: "venv", Existing: filepath.Join(venvDir, "missing")}, nil)
 	if !errors.Is(err, ErrNotVenv) {
 		t.Errorf("a missing existing venv: %v", err)
 	}
-	_, err = c.Ensure(context.Background(), Spec{Manager: "venv", Existing: venvDir, Packages: []string{"six"}}, nil)
-	if !errors.Is(err, ErrExistingEnv) {
+	_, err = c.Ensure(context.Background(), envspec.Spec{Manager: "venv", Existing: venvDir, Packages: []string{"six"}}, nil)
+	if !errors.Is(err, envspec.ErrExistingEnv) {
 		t.Errorf("packages on an existing venv: %v", err)
 	}
 	if f.creates.Load() != 0 || builds.Load() != 1 {
@@ -715,14 +716,14 @@ func TestCacheRefusals(t *testing.T) {
 	f := &fakeManager{}
 	c, _ := setupCache(t, Config{Managers: fakeManagers(f)})
 	for _, tt := range []struct {
-		spec Spec
+		spec envspec.Spec
 		is   error
 		says string
 	}{
-		{Spec{Manager: "venv", Packages: []string{"pkg @ https://example.com/p.whl"}}, ErrBadRequirement, "not allowed here"},
-		{Spec{Manager: "venv", Packages: []string{"--index-url=https://evil"}}, ErrBadRequirement, "options"},
-		{Spec{Manager: "conda"}, nil, "the conda manager is not configured"},
-		{Spec{Manager: "pip"}, ErrBadSpec, "unknown manager"},
+		{envspec.Spec{Manager: "venv", Packages: []string{"pkg @ https://example.com/p.whl"}}, envspec.ErrBadRequirement, "not allowed here"},
+		{envspec.Spec{Manager: "venv", Packages: []string{"--index-url=https://evil"}}, envspec.ErrBadRequirement, "options"},
+		{envspec.Spec{Manager: "conda"}, nil, "the conda manager is not configured"},
+		{envspec.Spec{Manager: "pip"}, envspec.ErrBadSpec, "unknown manager"},
 	} {
 		_, err := c.Ensure(context.Background(), tt.spec, nil)
 		if err == nil || (tt.is != nil && !errors.Is(err, tt.is)) || !strings.Contains(err.Error(), tt.says) {
@@ -733,7 +734,7 @@ func TestCacheRefusals(t *testing.T) {
 		t.Error("a refused spec was built")
 	}
 	c.Close()
-	if _, err := c.Ensure(context.Background(), Spec{Manager: "venv"}, nil); !errors.Is(err, ErrClosed) {
+	if _, err := c.Ensure(context.Background(), envspec.Spec{Manager: "venv"}, nil); !errors.Is(err, ErrClosed) {
 		t.Errorf("Ensure after Close: %v", err)
 	}
 	if _, err := New(Config{Dir: "relative"}); err == nil {
@@ -777,11 +778,11 @@ func TestCacheDefaults(t *testing.T) {
 	if cfg.BudgetBytes != 20<<30 || cfg.FailureTTL != 2*time.Minute || cfg.DefaultPython != "python3" || cfg.Logger == nil {
 		t.Errorf("WithDefaults = %+v", cfg)
 	}
-	uv, ok := cfg.Managers[ManagerUV].(*UV)
+	uv, ok := cfg.Managers[envspec.ManagerUV].(*UV)
 	if !ok || uv.CacheDir != filepath.Join(dir, "uv-cache") {
-		t.Errorf("default uv manager = %+v", cfg.Managers[ManagerUV])
+		t.Errorf("default uv manager = %+v", cfg.Managers[envspec.ManagerUV])
 	}
-	if _, ok := cfg.Managers[ManagerConda].(*Conda); !ok {
+	if _, ok := cfg.Managers[envspec.ManagerConda].(*Conda); !ok {
 		t.Error("no default conda manager")
 	}
 }
@@ -794,10 +795,10 @@ func TestCacheCapabilities(t *testing.T) {
 		t.Fatal(err)
 	}
 	missing := &Conda{Bin: "/nonexistent/conda"}
-	c, _ := setupCache(t, Config{DefaultPython: py, Managers: map[string]Manager{ManagerVenv: &Venv{}, ManagerConda: missing}})
+	c, _ := setupCache(t, Config{DefaultPython: py, Managers: map[string]Manager{envspec.ManagerVenv: &Venv{}, envspec.ManagerConda: missing}})
 	caps := c.Capabilities(context.Background(), []string{"9.99"})
 	if !slices.Equal(caps.Managers, []string{"venv"}) || !slices.Equal(caps.Pythons, []string{want}) {
-		t.Errorf("Capabilities = %+v, want venv and Python %s", caps, want)
+		t.Errorf("envspec.Capabilities = %+v, want venv and Python %s", caps, want)
 	}
 	if got := compareVersions("3.10.1", "3.9.18"); got <= 0 {
 		t.Errorf("compareVersions(3.10.1, 3.9.18) = %d", got)
@@ -841,7 +842,7 @@ func TestCachePyPI(t *testing.T) {
 	dir := t.TempDir()
 	_, _, managers := realManagers(dir)
 	c, _ := setupCache(t, Config{Dir: dir, Managers: managers})
-	env, err := c.Ensure(context.Background(), Spec{Manager: "uv", Packages: []string{"iniconfig>=1"}}, nil)
+	env, err := c.Ensure(context.Background(), envspec.Spec{Manager: "uv", Packages: []string{"iniconfig>=1"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -853,7 +854,7 @@ func TestCachePyPI(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := Lookup(dists, "iniconfig"); !ok || d.Version == "" {
-		t.Errorf("Lookup(iniconfig) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "iniconfig"); !ok || d.Version == "" {
+		t.Errorf("envspec.Lookup(iniconfig) = %+v, %v", d, ok)
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"os"
 	"os/exec"
@@ -17,7 +18,7 @@ import (
 // Conda is the Manager for conda environments, built by prefix with conda,
 // mamba or micromamba: `<bin> create --yes --json --prefix DIR python=3.12
 // pkgs...`. Packages come from conda channels (conda package names, conda
-// match specs: see Requirement.CondaString), in the same solve as Python.
+// match specs: see envspec.Requirement.CondaString), in the same solve as Python.
 // Jobs run with DIR/bin/python and the variables of Activation, not with
 // `conda run`; activation scripts (etc/conda/activate.d) are not run.
 //
@@ -67,7 +68,7 @@ func (e *CondaError) Error() string {
 }
 
 // Name returns "conda".
-func (*Conda) Name() string { return ManagerConda }
+func (*Conda) Name() string { return envspec.ManagerConda }
 
 // Python returns dir/bin/python.
 func (*Conda) Python(dir string) string { return filepath.Join(dir, "bin", "python") }
@@ -162,7 +163,7 @@ func (c *Conda) solveArgs(verb, dir string, idx IndexConfig, specs []string) ([]
 }
 
 // condaSpecs converts requirements to conda match specs.
-func condaSpecs(reqs []Requirement) ([]string, error) {
+func condaSpecs(reqs []envspec.Requirement) ([]string, error) {
 	out := make([]string, 0, len(reqs))
 	for _, r := range reqs {
 		s, err := r.CondaString()
@@ -212,7 +213,7 @@ func (c *Conda) Create(ctx context.Context, dir string, req CreateRequest, progr
 
 // Install runs <bin> install --yes --json --prefix dir specs.... It runs
 // unconfined.
-func (c *Conda) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+func (c *Conda) Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
 	}
@@ -239,7 +240,7 @@ type condaListEntry struct {
 // List runs <bin> list --json --prefix dir and adds the import names read
 // from the prefix's site-packages (see Installed), matched by normalised
 // name. It lists every conda package, Python or not (openssl, libgcc).
-func (c *Conda) List(ctx context.Context, dir string) ([]Dist, error) {
+func (c *Conda) List(ctx context.Context, dir string) ([]envspec.Dist, error) {
 	bin, micro, err := c.binary()
 	if err != nil {
 		return nil, err
@@ -260,7 +261,7 @@ func (c *Conda) List(ctx context.Context, dir string) ([]Dist, error) {
 
 // parseCondaList decodes `conda list --json` and adds import names from the
 // site-packages of dir, when it has one.
-func parseCondaList(out []byte, dir string) ([]Dist, error) {
+func parseCondaList(out []byte, dir string) ([]envspec.Dist, error) {
 	var entries []condaListEntry
 	if err := json.Unmarshal(lastJSON(out), &entries); err != nil {
 		return nil, fmt.Errorf("conda: list: cannot decode its output: %w", err)
@@ -268,18 +269,18 @@ func parseCondaList(out []byte, dir string) ([]Dist, error) {
 	imports := map[string][]string{}
 	if dists, err := Installed(dir); err == nil {
 		for _, d := range dists {
-			imports[NormalizeName(d.Name)] = d.ImportNames
+			imports[envspec.NormalizeName(d.Name)] = d.Imports
 		}
 	}
-	dists := make([]Dist, 0, len(entries))
+	dists := make([]envspec.Dist, 0, len(entries))
 	for _, e := range entries {
 		if e.Name == "" {
 			continue
 		}
-		dists = append(dists, Dist{Name: e.Name, Version: e.Version, Channel: e.Channel,
-			ImportNames: imports[NormalizeName(e.Name)]})
+		dists = append(dists, envspec.Dist{Name: e.Name, Version: e.Version, Channel: e.Channel,
+			Imports: imports[envspec.NormalizeName(e.Name)]})
 	}
-	slices.SortStableFunc(dists, func(a, b Dist) int { return cmp.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name)) })
+	slices.SortStableFunc(dists, func(a, b envspec.Dist) int { return cmp.Compare(strings.ToLower(a.Name), strings.ToLower(b.Name)) })
 	return dists, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"net/http"
 	"os"
 	"os/exec"
@@ -146,7 +147,7 @@ func TestCondaCommandShape(t *testing.T) {
 	// What conda cannot express is refused before conda runs.
 	for _, bad := range []string{"requests[socks]", "tomli; python_version < '3.11'"} {
 		err := c.Create(ctx, filepath.Join(t.TempDir(), "x"), CreateRequest{Packages: mustReqs(t, bad)}, nil)
-		if !errors.Is(err, ErrBadRequirement) {
+		if !errors.Is(err, envspec.ErrBadRequirement) {
 			t.Errorf("Create with %q: %v", bad, err)
 		}
 	}
@@ -177,11 +178,11 @@ func TestCondaListAndEnvironments(t *testing.T) {
 	if got, want := distNames(dists), []string{"_libgcc_mutex==0.1", "iniconfig==2.0.0", "python==3.12.4", "pyyaml==6.0.1", "tomli==2.0.1"}; !slices.Equal(got, want) {
 		t.Errorf("List = %v, want %v", got, want)
 	}
-	if d, ok := Lookup(dists, "yaml"); !ok || d.Name != "pyyaml" || d.Channel != "conda-forge" {
-		t.Errorf("Lookup(yaml) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "yaml"); !ok || d.Name != "pyyaml" || d.Channel != "conda-forge" {
+		t.Errorf("envspec.Lookup(yaml) = %+v, %v", d, ok)
 	}
-	if d, ok := Lookup(dists, "iniconfig"); !ok || d.Channel != "pypi" {
-		t.Errorf("Lookup(iniconfig) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "iniconfig"); !ok || d.Channel != "pypi" {
+		t.Errorf("envspec.Lookup(iniconfig) = %+v, %v", d, ok)
 	}
 
 	envs, err := c.EnvList(ctx)
@@ -342,7 +343,7 @@ func TestParseCondaSamples(t *testing.T) {
 	}
 
 	dists, err := parseCondaList(fixture(t, "conda-list.json"), t.TempDir())
-	if err != nil || len(dists) != 5 || dists[3].Name != "pyyaml" || dists[3].ImportNames != nil {
+	if err != nil || len(dists) != 5 || dists[3].Name != "pyyaml" || dists[3].Imports != nil {
 		t.Errorf("parseCondaList = %+v, %v", dists, err)
 	}
 }
@@ -350,8 +351,8 @@ func TestParseCondaSamples(t *testing.T) {
 func TestCacheWithFakeConda(t *testing.T) {
 	t.Parallel()
 	fake := writeFakeConda(t, "conda", "")
-	c, _ := setupCache(t, Config{Managers: map[string]Manager{ManagerConda: &Conda{Bin: fake.bin}}})
-	env := ensure(t, c, Spec{Manager: "conda", Python: "3.11", Packages: []string{"tomli>=2"}})
+	c, _ := setupCache(t, Config{Managers: map[string]Manager{envspec.ManagerConda: &Conda{Bin: fake.bin}}})
+	env := ensure(t, c, envspec.Spec{Manager: "conda", Python: "3.11", Packages: []string{"tomli>=2"}})
 	defer env.Release()
 	if env.Python != filepath.Join(env.Dir, "bin", "python") || env.Activation.Vars["CONDA_PREFIX"] != env.Dir {
 		t.Errorf("Env = %+v", env)
@@ -361,14 +362,14 @@ func TestCacheWithFakeConda(t *testing.T) {
 		t.Errorf("conda calls = %q, want --version then %q", calls, want)
 	}
 
-	existing := ensure(t, c, Spec{Manager: "conda", Existing: "ds"})
+	existing := ensure(t, c, envspec.Spec{Manager: "conda", Existing: "ds"})
 	if !existing.Existing || existing.Dir != filepath.Join(fake.envsRoot, "envs", "ds") || existing.Activation.Vars["CONDA_DEFAULT_ENV"] != "ds" {
 		t.Errorf("existing Env = %+v", existing)
 	}
 	if held := c.Held(); !slices.Contains(held, existing.ID) || !slices.Contains(held, env.ID) {
 		t.Errorf("Held = %v", held)
 	}
-	if _, err := c.Ensure(context.Background(), Spec{Manager: "conda", Packages: []string{"requests[socks]"}}, nil); !errors.Is(err, ErrBadRequirement) {
+	if _, err := c.Ensure(context.Background(), envspec.Spec{Manager: "conda", Packages: []string{"requests[socks]"}}, nil); !errors.Is(err, envspec.ErrBadRequirement) {
 		t.Errorf("a conda spec with extras: %v", err)
 	}
 }
@@ -399,8 +400,8 @@ func TestCondaEndToEnd(t *testing.T) {
 
 	ctx, cancel = context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
-	cache, _ := setupCache(t, Config{Managers: map[string]Manager{ManagerConda: c}})
-	env, err := cache.Ensure(ctx, Spec{Manager: "conda", Python: "3.12", Packages: []string{"tomli"}}, nil)
+	cache, _ := setupCache(t, Config{Managers: map[string]Manager{envspec.ManagerConda: c}})
+	env, err := cache.Ensure(ctx, envspec.Spec{Manager: "conda", Python: "3.12", Packages: []string{"tomli"}}, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -412,10 +413,10 @@ func TestCondaEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if d, ok := Lookup(dists, "tomli"); !ok || d.Channel != "conda-forge" || !slices.Contains(d.ImportNames, "tomli") {
-		t.Errorf("Lookup(tomli) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "tomli"); !ok || d.Channel != "conda-forge" || !slices.Contains(d.Imports, "tomli") {
+		t.Errorf("envspec.Lookup(tomli) = %+v, %v", d, ok)
 	}
-	_, err = cache.Ensure(ctx, Spec{Manager: "conda", Packages: []string{"no-such-package-in-conda-forge-xyz"}}, nil)
+	_, err = cache.Ensure(ctx, envspec.Spec{Manager: "conda", Packages: []string{"no-such-package-in-conda-forge-xyz"}}, nil)
 	var ce *CondaError
 	if !errors.As(err, &ce) {
 		t.Errorf("a missing package: %v, want a *CondaError", err)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"os"
 	"path/filepath"
 	"slices"
@@ -62,8 +63,8 @@ func (r *recordingConfiner) commands() []string {
 // confinedManagers are the managers the sandbox tests build with.
 func confinedManagers(tmp string) map[string]Manager {
 	return map[string]Manager{
-		ManagerUV:   &UV{CacheDir: filepath.Join(tmp, "uv-cache")},
-		ManagerVenv: &Venv{PipCacheDir: filepath.Join(tmp, "pip-cache")},
+		envspec.ManagerUV:   &UV{CacheDir: filepath.Join(tmp, "uv-cache")},
+		envspec.ManagerVenv: &Venv{PipCacheDir: filepath.Join(tmp, "pip-cache")},
 	}
 }
 
@@ -72,10 +73,10 @@ func TestConfinedBuildFromLocalWheels(t *testing.T) {
 	conf := setupConfiner(t)
 	py := setupPython(t)
 	house := setupWheelhouse(t)
-	for _, name := range []string{ManagerUV, ManagerVenv} {
+	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			if name == ManagerUV {
+			if name == envspec.ManagerUV {
 				setupUV(t)
 			}
 			tmp := t.TempDir()
@@ -97,7 +98,7 @@ func TestConfinedBuildFromLocalWheels(t *testing.T) {
 			// Both commands of the build went through the confiner, each
 			// able to write the environment and nothing of the cache's
 			// directory but the environment and the package cache.
-			want := map[string][]string{ManagerUV: {"uv venv", "uv pip"}, ManagerVenv: {filepath.Base(py) + " -m", "python -m"}}[name]
+			want := map[string][]string{envspec.ManagerUV: {"uv venv", "uv pip"}, envspec.ManagerVenv: {filepath.Base(py) + " -m", "python -m"}}[name]
 			if got := rc.commands(); !slices.Equal(got, want) {
 				t.Errorf("confined commands = %v, want %v", got, want)
 			}
@@ -127,7 +128,7 @@ func TestCacheConfinesBuilds(t *testing.T) {
 	setupUV(t)
 	dir := t.TempDir()
 	c, _ := setupCache(t, Config{Dir: dir, Managers: confinedManagers(dir), Index: wheelhouseIndex(setupWheelhouse(t)), Confine: conf.confine})
-	env := ensure(t, c, Spec{Manager: "uv", Packages: []string{"alpha"}})
+	env := ensure(t, c, envspec.Spec{Manager: "uv", Packages: []string{"alpha"}})
 	defer env.Release()
 	if got := runPython(t, env.Python, "import alpha; print(alpha.VALUE)"); got != "alpha 1.0" {
 		t.Errorf("import alpha printed %q", got)
@@ -232,9 +233,9 @@ func TestConfinedBuildContainsHostileSdist(t *testing.T) {
 	t.Setenv(secretVar, "hunter2")
 	conf := setupConfiner(t)
 	py := setupPython(t)
-	for _, name := range []string{ManagerUV, ManagerVenv} {
+	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
 		t.Run(name, func(t *testing.T) {
-			if name == ManagerUV {
+			if name == envspec.ManagerUV {
 				setupUV(t)
 			}
 			tmp := t.TempDir()
@@ -422,9 +423,9 @@ func sourceIndex(house string) IndexConfig {
 // code never runs, confined or not.
 func TestWheelsOnlyByDefault(t *testing.T) {
 	py := setupPython(t)
-	for _, name := range []string{ManagerUV, ManagerVenv} {
+	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
 		t.Run(name, func(t *testing.T) {
-			if name == ManagerUV {
+			if name == envspec.ManagerUV {
 				setupUV(t)
 			}
 			tmp := t.TempDir()

@@ -1,5 +1,5 @@
 // Package envcache owns the Python environments that jobs run in: what an
-// environment is (Spec) and its identity, the managers that build one
+// environment is (envspec.Spec) and its identity, the managers that build one
 // (venv, uv, conda), the on-disk cache of a worker that builds each at most
 // once and evicts the least recently used within a disk budget, and the
 // placement records that tell a frontend which worker holds or can build
@@ -8,22 +8,22 @@
 //
 // # Specs and identity
 //
-// A Spec names a manager, a Python version ("" for the worker's default),
+// A envspec.Spec names a manager, a Python version ("" for the worker's default),
 // and a package set; or an environment that already exists on the workers
-// (Existing: a venv path, a conda name or prefix). Spec.Normalize turns it
+// (Existing: a venv path, a conda name or prefix). envspec.Spec.Normalize turns it
 // into its canonical form: the manager in lower case, every package parsed
-// by ParseRequirement and rewritten canonically (PEP 503 names, sorted
+// by envspec.ParseRequirement and rewritten canonically (PEP 503 names, sorted
 // extras, specifiers without whitespace), duplicates removed, sorted.
-// Spec.Canonical encodes that as compact JSON with a format version, and
-// Spec.ID hashes it ("env-" and 16 hex digits of SHA-256): two specs with
-// the same ID are the same environment, on every worker. Spec.Parent is
+// envspec.Spec.Canonical encodes that as compact JSON with a format version, and
+// envspec.Spec.ID hashes it ("env-" and 16 hex digits of SHA-256): two specs with
+// the same ID are the same environment, on every worker. envspec.Spec.Parent is
 // informational and not part of the identity.
 //
 // Environments are never modified. Installing packages into a session's
-// environment is Derive(parent, extra): a new spec with the parent's
+// environment is envspec.Derive(parent, extra): a new spec with the parent's
 // packages and the extra ones (a requirement in extra replaces the parent's
-// for the same name), which the cache builds like any other. Derive refuses
-// an Existing parent (ErrExistingEnv): codexec does not install into an
+// for the same name), which the cache builds like any other. envspec.Derive refuses
+// an Existing parent (envspec.ErrExistingEnv): codexec does not install into an
 // environment the operator made, and there is no honest way to layer a new
 // environment over one (a venv made with --system-site-packages sees its
 // base interpreter's packages, not a parent venv's).
@@ -32,10 +32,10 @@
 //
 // No user string reaches a shell: every command runs from an argv list,
 // requirements come after "--" for pip and uv, and installers run in the
-// cache's own directory. ParseRequirement accepts only a PEP 508 subset
+// cache's own directory. envspec.ParseRequirement accepts only a PEP 508 subset
 // (name, extras, version specifiers, an environment marker, and "name @
 // https://..." when URLs are allowed) and refuses everything else with a
-// *RequirementError that names the input and the reason: options such as
+// *envspec.RequirementError that names the input and the reason: options such as
 // --index-url or -e, local paths and file names, other URLs, shell
 // metacharacters, a second whitespace-separated item, over-long or
 // non-ASCII input. FuzzParseRequirement checks that what it accepts never
@@ -56,7 +56,7 @@
 // Installed lists the distributions in an environment by reading their
 // metadata in site-packages (dist-info or egg-info: name, version, and
 // top_level.txt or RECORD for the import names), without starting Python,
-// so Lookup answers for "scikit-learn" and "sklearn" alike without running
+// so envspec.Lookup answers for "scikit-learn" and "sklearn" alike without running
 // any package's import-time code.
 //
 // # Confined builds
@@ -156,12 +156,12 @@
 //
 // # Placement
 //
-// A worker publishes an Advert (its capabilities, held environments and
-// load) in its presence record; DecodeAdverts reads a presence set's
-// members. Choose picks a worker for a spec: the least loaded live worker
+// A worker publishes an envspec.Advert (its capabilities, held environments and
+// load) in its presence record; envspec.DecodeAdverts reads a presence set's
+// members. envspec.Choose picks a worker for a spec: the least loaded live worker
 // holding it, else the least loaded one able to build it (the manager, and
 // for venv and uv an interpreter of the version), else an error wrapping
-// ErrNoWorker that says what is missing on which worker. An existing
+// envspec.ErrNoWorker that says what is missing on which worker. An existing
 // environment goes only to workers that hold or advertise it.
 //
 // # The default environment

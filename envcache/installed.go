@@ -6,6 +6,7 @@ import (
 	"encoding/csv"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"os"
 	"path/filepath"
@@ -13,21 +14,6 @@ import (
 	"slices"
 	"strings"
 )
-
-// Dist is one installed distribution.
-type Dist struct {
-	// Name is the distribution name as its metadata gives it
-	// ("scikit-learn").
-	Name string `json:"name"`
-	// Version is its version ("1.5.2").
-	Version string `json:"version"`
-	// ImportNames are the top-level modules and packages it provides
-	// ("sklearn"), sorted; empty when its metadata does not say.
-	ImportNames []string `json:"import_names,omitempty"`
-	// Channel is where conda got it ("conda-forge", "pypi"); "" for venv
-	// and uv.
-	Channel string `json:"channel,omitempty"`
-}
 
 // identifierRe matches a Python identifier in ASCII.
 var identifierRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
@@ -70,21 +56,21 @@ func sitePackagesDirs(dir string) []string {
 // without running Python: *.dist-info/METADATA (or *.egg-info/PKG-INFO) for
 // the name and version, and top_level.txt, or else RECORD, for the import
 // names. It answers for distribution names and import names alike
-// (see Lookup) without running any package's import-time code. The result
+// (see envspec.Lookup) without running any package's import-time code. The result
 // is sorted by normalised name.
-func Installed(dir string) ([]Dist, error) {
+func Installed(dir string) ([]envspec.Dist, error) {
 	sps := sitePackagesDirs(dir)
 	if len(sps) == 0 {
 		return nil, fmt.Errorf("envcache: %s has no lib/python*/site-packages", dir)
 	}
-	var dists []Dist
+	var dists []envspec.Dist
 	for _, sp := range sps {
 		entries, err := os.ReadDir(sp)
 		if err != nil {
 			return nil, fmt.Errorf("envcache: %w", err)
 		}
 		for _, e := range entries {
-			var d Dist
+			var d envspec.Dist
 			var ok bool
 			switch name := e.Name(); {
 			case strings.HasSuffix(name, ".dist-info") && e.IsDir():
@@ -99,8 +85,8 @@ func Installed(dir string) ([]Dist, error) {
 			}
 		}
 	}
-	slices.SortFunc(dists, func(a, b Dist) int {
-		return cmp.Or(cmp.Compare(NormalizeName(a.Name), NormalizeName(b.Name)), cmp.Compare(a.Version, b.Version))
+	slices.SortFunc(dists, func(a, b envspec.Dist) int {
+		return cmp.Or(cmp.Compare(envspec.NormalizeName(a.Name), envspec.NormalizeName(b.Name)), cmp.Compare(a.Version, b.Version))
 	})
 	return dists, nil
 }
@@ -108,35 +94,35 @@ func Installed(dir string) ([]Dist, error) {
 // readDistInfo reads one .dist-info or .egg-info directory. A directory
 // without a readable name is skipped: it is the remains of something, not
 // a distribution.
-func readDistInfo(info, metadataFile string) (Dist, bool) {
+func readDistInfo(info, metadataFile string) (envspec.Dist, bool) {
 	f, err := os.Open(filepath.Join(info, metadataFile))
 	if err != nil {
-		return Dist{}, false
+		return envspec.Dist{}, false
 	}
 	name, version := readMetadataHeaders(f)
 	f.Close()
 	if name == "" {
-		return Dist{}, false
+		return envspec.Dist{}, false
 	}
-	d := Dist{Name: name, Version: version}
+	d := envspec.Dist{Name: name, Version: version}
 	if data, err := os.ReadFile(filepath.Join(info, "top_level.txt")); err == nil {
-		d.ImportNames = topLevelNames(string(data))
+		d.Imports = topLevelNames(string(data))
 	} else if f, err := os.Open(filepath.Join(info, "RECORD")); err == nil {
-		d.ImportNames = recordImportNames(f)
+		d.Imports = recordImports(f)
 		f.Close()
 	}
 	return d, true
 }
 
 // readEggInfoFile reads an .egg-info that is a single PKG-INFO file.
-func readEggInfoFile(path string) (Dist, bool) {
+func readEggInfoFile(path string) (envspec.Dist, bool) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Dist{}, false
+		return envspec.Dist{}, false
 	}
 	defer f.Close()
 	name, version := readMetadataHeaders(f)
-	return Dist{Name: name, Version: version}, name != ""
+	return envspec.Dist{Name: name, Version: version}, name != ""
 }
 
 // readMetadataHeaders reads the Name and Version headers of a core
@@ -184,10 +170,10 @@ func topLevelNames(data string) []string {
 	return slices.Compact(out)
 }
 
-// recordImportNames derives import names from a RECORD (CSV of paths
+// recordImports derives import names from a RECORD (CSV of paths
 // relative to site-packages): the first component of every path inside a
 // directory, and the module name of every top-level .py or extension file.
-func recordImportNames(r io.Reader) []string {
+func recordImports(r io.Reader) []string {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
@@ -230,38 +216,6 @@ func recordImportNames(r io.Reader) []string {
 	}
 	slices.Sort(out)
 	return slices.Compact(out)
-}
-
-// Lookup finds the distribution that nameOrImport names: first by
-// distribution name (normalised, so "Scikit_Learn" finds scikit-learn),
-// then by import name ("sklearn" finds scikit-learn; "yaml" finds PyYAML),
-// then, for a dotted module name ("google.protobuf"), by its top-level name
-// (the first distribution providing "google"). It reports false when none
-// does.
-func Lookup(dists []Dist, nameOrImport string) (Dist, bool) {
-	q := strings.TrimSpace(nameOrImport)
-	if q == "" {
-		return Dist{}, false
-	}
-	norm := NormalizeName(q)
-	for _, d := range dists {
-		if NormalizeName(d.Name) == norm {
-			return d, true
-		}
-	}
-	for _, d := range dists {
-		if slices.Contains(d.ImportNames, q) {
-			return d, true
-		}
-	}
-	if top, _, dotted := strings.Cut(q, "."); dotted {
-		for _, d := range dists {
-			if slices.Contains(d.ImportNames, top) {
-				return d, true
-			}
-		}
-	}
-	return Dist{}, false
 }
 
 // dirExists reports whether path is a directory.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"os"
 	"os/exec"
@@ -34,13 +35,13 @@ type Manager interface {
 	// immutable once built); it is here for tools that own their
 	// environment, and runs unconfined: it is not for packages a user
 	// chose.
-	Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error
+	Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error
 	// Python returns the interpreter jobs run with: dir/bin/python.
 	Python(dir string) string
 	// Activation returns what activating the environment would set.
 	Activation(dir string) Activation
 	// List returns the distributions installed in the environment.
-	List(ctx context.Context, dir string) ([]Dist, error)
+	List(ctx context.Context, dir string) ([]envspec.Dist, error)
 }
 
 // CreateRequest is what Manager.Create builds.
@@ -52,7 +53,7 @@ type CreateRequest struct {
 	// installs python=<Python>, or its newest python when "".
 	Python string
 	// Packages are installed with the environment.
-	Packages []Requirement
+	Packages []envspec.Requirement
 	// Index says where packages come from (see IndexConfig).
 	Index IndexConfig
 	// Seed, when not empty, is a ready environment of the same manager
@@ -243,7 +244,7 @@ func withEnv(base []string, set map[string]string, unset ...string) []string {
 }
 
 // requirementArgs returns the canonical strings of reqs, for an argv.
-func requirementArgs(reqs []Requirement) []string {
+func requirementArgs(reqs []envspec.Requirement) []string {
 	out := make([]string, len(reqs))
 	for i, r := range reqs {
 		out[i] = r.String()

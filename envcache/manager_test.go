@@ -3,6 +3,7 @@ package envcache
 import (
 	"context"
 	"errors"
+	"github.com/codexec/codexec/envspec"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,11 +35,11 @@ func setupUV(tb testing.TB) {
 }
 
 // mustReqs parses requirement strings.
-func mustReqs(tb testing.TB, ss ...string) []Requirement {
+func mustReqs(tb testing.TB, ss ...string) []envspec.Requirement {
 	tb.Helper()
-	out := make([]Requirement, len(ss))
+	out := make([]envspec.Requirement, len(ss))
 	for i, s := range ss {
-		r, err := ParseRequirement(s, false)
+		r, err := envspec.ParseRequirement(s, false)
 		if err != nil {
 			tb.Fatal(err)
 		}
@@ -58,7 +59,7 @@ func runPython(tb testing.TB, py, code string) string {
 }
 
 // distNames returns "name==version" of each dist.
-func distNames(dists []Dist) []string {
+func distNames(dists []envspec.Dist) []string {
 	var out []string
 	for _, d := range dists {
 		out = append(out, d.Name+"=="+d.Version)
@@ -98,13 +99,13 @@ func TestUVCreateInstallAndList(t *testing.T) {
 		"scikit-fake": "scikit-fake", "Scikit_Fake": "scikit-fake", "skfake": "scikit-fake",
 		"oddmod": "Odd_Name", "oddsingle": "Odd_Name", "odd.name": "Odd_Name", "gamma": "gamma", "alpha.sub": "alpha",
 	} {
-		if d, ok := Lookup(dists, q); !ok || d.Name != want {
-			t.Errorf("Lookup(%q) = %+v, %v; want %s", q, d, ok, want)
+		if d, ok := envspec.Lookup(dists, q); !ok || d.Name != want {
+			t.Errorf("envspec.Lookup(%q) = %+v, %v; want %s", q, d, ok, want)
 		}
 	}
 	for _, q := range []string{"numpy", "", "skfake2"} {
-		if d, ok := Lookup(dists, q); ok {
-			t.Errorf("Lookup(%q) = %+v, want none", q, d)
+		if d, ok := envspec.Lookup(dists, q); ok {
+			t.Errorf("envspec.Lookup(%q) = %+v, want none", q, d)
 		}
 	}
 
@@ -164,12 +165,12 @@ func TestVenvCreateInstallAndList(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"alpha", "gamma", "scikit-fake", "pip"} {
-		if _, ok := Lookup(dists, name); !ok {
+		if _, ok := envspec.Lookup(dists, name); !ok {
 			t.Errorf("List lacks %s: %v", name, distNames(dists))
 		}
 	}
-	if d, ok := Lookup(dists, "skfake"); !ok || d.Name != "scikit-fake" {
-		t.Errorf("Lookup(skfake) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "skfake"); !ok || d.Name != "scikit-fake" {
+		t.Errorf("envspec.Lookup(skfake) = %+v, %v", d, ok)
 	}
 
 	err = v.Install(context.Background(), dir, mustReqs(t, "missing-package"), wheelhouseIndex(t.TempDir()), nil)
@@ -223,25 +224,25 @@ func TestInstalledReadsMetadataOnly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []Dist{
-		{Name: "legacy", Version: "2.0", ImportNames: []string{"legacy"}},
-		{Name: "proto-thing", Version: "1.0", ImportNames: []string{"_speedups", "google", "plain"}},
-		{Name: "PyYAML", Version: "6.0.1", ImportNames: []string{"_yaml", "yaml"}},
+	want := []envspec.Dist{
+		{Name: "legacy", Version: "2.0", Imports: []string{"legacy"}},
+		{Name: "proto-thing", Version: "1.0", Imports: []string{"_speedups", "google", "plain"}},
+		{Name: "PyYAML", Version: "6.0.1", Imports: []string{"_yaml", "yaml"}},
 		{Name: "single", Version: "0.1"},
 	}
 	if len(dists) != len(want) {
 		t.Fatalf("Installed = %+v, want %+v", dists, want)
 	}
 	for i := range want {
-		if dists[i].Name != want[i].Name || dists[i].Version != want[i].Version || !slices.Equal(dists[i].ImportNames, want[i].ImportNames) {
+		if dists[i].Name != want[i].Name || dists[i].Version != want[i].Version || !slices.Equal(dists[i].Imports, want[i].Imports) {
 			t.Errorf("dist %d = %+v, want %+v", i, dists[i], want[i])
 		}
 	}
-	if d, ok := Lookup(dists, "yaml"); !ok || d.Name != "PyYAML" {
-		t.Errorf("Lookup(yaml) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "yaml"); !ok || d.Name != "PyYAML" {
+		t.Errorf("envspec.Lookup(yaml) = %+v, %v", d, ok)
 	}
-	if d, ok := Lookup(dists, "google.protobuf"); !ok || d.Name != "proto-thing" {
-		t.Errorf("Lookup(google.protobuf) = %+v, %v", d, ok)
+	if d, ok := envspec.Lookup(dists, "google.protobuf"); !ok || d.Name != "proto-thing" {
+		t.Errorf("envspec.Lookup(google.protobuf) = %+v, %v", d, ok)
 	}
 	if _, err := Installed(t.TempDir()); err == nil {
 		t.Error("Installed of a directory without site-packages: no error")

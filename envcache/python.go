@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -20,7 +21,6 @@ import (
 var ErrPythonNotFound = errors.New("envcache: no Python interpreter found")
 
 var (
-	versionRe     = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
 	commandNameRe = regexp.MustCompile(`^[A-Za-z0-9_+][A-Za-z0-9._+-]*$`)
 )
 
@@ -74,7 +74,7 @@ func (r resolver) resolve(s string) (string, error) {
 		return "", errors.New("envcache: ResolvePython: no interpreter named")
 	case strings.ContainsRune(s, '/'):
 		return executablePath(s)
-	case versionRe.MatchString(s):
+	case envspec.IsPythonVersion(s):
 		return r.resolveVersion(s)
 	case commandNameRe.MatchString(s):
 		p, err := r.lookPath(s)
@@ -230,7 +230,7 @@ func probeInfo(p string) (exe, version string, err error) {
 		return "", "", fmt.Errorf("does not run: %v", err)
 	}
 	lines := strings.Split(strings.TrimSpace(stdout.String()), "\n")
-	if len(lines) != 2 || !versionRe.MatchString(strings.TrimSpace(lines[1])) {
+	if len(lines) != 2 || !envspec.IsPythonVersion(strings.TrimSpace(lines[1])) {
 		return "", "", fmt.Errorf("is not a Python interpreter: it printed %q", firstLines(stdout.String(), 3))
 	}
 	exe, version = strings.TrimSpace(lines[0]), strings.TrimSpace(lines[1])

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"os"
 	"os/exec"
@@ -47,7 +48,7 @@ type UV struct {
 var _ Manager = (*UV)(nil)
 
 // Name returns "uv".
-func (*UV) Name() string { return ManagerUV }
+func (*UV) Name() string { return envspec.ManagerUV }
 
 // bin returns the executable to run: Bin, or uv on PATH, with a pyenv
 // shim resolved. When resolving fails, the name is run as given and its
@@ -112,7 +113,7 @@ func (*UV) Python(dir string) string { return filepath.Join(dir, "bin", "python"
 func (*UV) Activation(dir string) Activation { return venvActivation(dir) }
 
 // List reads the venv's installed distributions (see Installed).
-func (*UV) List(_ context.Context, dir string) ([]Dist, error) { return Installed(dir) }
+func (*UV) List(_ context.Context, dir string) ([]envspec.Dist, error) { return Installed(dir) }
 
 func (u *UV) env() []string {
 	set := map[string]string{
@@ -171,11 +172,11 @@ func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress
 
 // Install runs uv pip install --python dir/bin/python with idx's options
 // and the canonical requirement strings after "--". It runs unconfined.
-func (u *UV) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+func (u *UV) Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	return u.install(ctx, dir, nil, "", reqs, idx, progress)
 }
 
-func (u *UV) install(ctx context.Context, dir string, cf *confinement, interpreter string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+func (u *UV) install(ctx context.Context, dir string, cf *confinement, interpreter string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"io"
 	"io/fs"
 	"os"
@@ -339,7 +340,7 @@ type Venv struct {
 var _ Manager = (*Venv)(nil)
 
 // Name returns "venv".
-func (*Venv) Name() string { return ManagerVenv }
+func (*Venv) Name() string { return envspec.ManagerVenv }
 
 // Available returns nil: a venv needs only its interpreter, which Create
 // is given.
@@ -352,7 +353,7 @@ func (*Venv) Python(dir string) string { return filepath.Join(dir, "bin", "pytho
 func (*Venv) Activation(dir string) Activation { return venvActivation(dir) }
 
 // List reads the venv's installed distributions (see Installed).
-func (*Venv) List(_ context.Context, dir string) ([]Dist, error) { return Installed(dir) }
+func (*Venv) List(_ context.Context, dir string) ([]envspec.Dist, error) { return Installed(dir) }
 
 func (v *Venv) env() []string {
 	set := map[string]string{"PIP_DISABLE_PIP_VERSION_CHECK": "1", "PIP_NO_INPUT": "1"}
@@ -413,13 +414,13 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 
 // Install runs dir/bin/python -m pip install with idx's options and the
 // canonical requirement strings after "--". It runs unconfined.
-func (v *Venv) Install(ctx context.Context, dir string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+func (v *Venv) Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	return v.install(ctx, dir, nil, nil, reqs, idx, progress)
 }
 
 // install runs pip install, confined by cf, which lets it read interp
 // (the base interpreter's installation) and the local index.
-func (v *Venv) install(ctx context.Context, dir string, cf *confinement, interp []string, reqs []Requirement, idx IndexConfig, progress io.Writer) error {
+func (v *Venv) install(ctx context.Context, dir string, cf *confinement, interp []string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/base64"
 	"fmt"
+	"github.com/codexec/codexec/envspec"
 	"os"
 	"path/filepath"
 	"strings"
@@ -18,14 +19,14 @@ type testWheel struct {
 	version  string   // "1.0"
 	module   string   // the package directory it provides
 	single   string   // a top-level single-file module it also provides
-	requires []string // Requires-Dist
+	requires []string // Requires-envspec.Dist
 	topLevel bool     // write top_level.txt (else import names come from RECORD)
 }
 
 // write writes the wheel into dir and returns its path.
 func (w testWheel) write(tb testing.TB, dir string) string {
 	tb.Helper()
-	base := strings.ReplaceAll(NormalizeName(w.dist), "-", "_")
+	base := strings.ReplaceAll(envspec.NormalizeName(w.dist), "-", "_")
 	info := fmt.Sprintf("%s-%s.dist-info", base, w.version)
 	files := [][2]string{
 		{w.module + "/__init__.py", fmt.Sprintf("VALUE = %q\n", w.dist+" "+w.version)},

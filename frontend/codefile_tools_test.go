@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/statestore"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )

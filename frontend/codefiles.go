@@ -13,9 +13,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/frontend/internal/safedir"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/oklog/ulid/v2"
 )
 

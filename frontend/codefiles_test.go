@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/statestore/redistest"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/oklog/ulid/v2"
 )
 

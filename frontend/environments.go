@@ -11,10 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
-	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/oklog/ulid/v2"
@@ -26,7 +25,7 @@ import (
 // hash, field "env"); no spec means the workers' default environment. Every
 // job of the session carries it, and placement sends the job to a live
 // worker that holds it, else to one that can build it. Installing never
-// changes an environment: it derives a new spec (envcache.Derive), builds
+// changes an environment: it derives a new spec (envspec.Derive), builds
 // it with an install job, and switches the session to it.
 
 // sessionEnvField is the field of Keys.Session(scope) holding the session's
@@ -38,7 +37,7 @@ const sessionEnvField = "env"
 const MaxPackages = 100
 
 type sessionEnv struct {
-	Spec    wire.EnvSpec `json:"spec"`
+	Spec    envspec.Spec `json:"spec"`
 	ID      string       `json:"id"`
 	Updated time.Time    `json:"updated"`
 }
@@ -48,22 +47,22 @@ type EnvResult struct {
 	Status string `json:"status" jsonschema_description:"ok, error (the build failed), rejected (bad input, nothing changed) or internal"`
 	EnvID  string `json:"env_id" jsonschema_description:"the session's environment id ('default' for the workers' default environment)"`
 	// Spec is the session's environment spec; absent for the default one.
-	Spec *wire.EnvSpec `json:"spec,omitempty"`
+	Spec *envspec.Spec `json:"spec,omitempty"`
 	// State is default, ready (some live worker holds it) or not_built.
 	State   string   `json:"state,omitempty"`
 	Workers []string `json:"workers,omitempty" jsonschema_description:"live workers holding the environment"`
 	// Installed lists what install_dependencies asked for (or, for
 	// configure_environment, everything), with versions.
-	Installed []wire.Dist `json:"installed,omitempty"`
+	Installed []envspec.Dist `json:"installed,omitempty"`
 	// Packages answers check_installed_packages, one per asked name.
 	Packages []wire.InspectAnswer `json:"packages,omitempty"`
 	// Capabilities are what the live workers offer (get_environment_config).
-	Capabilities []envcache.Advert `json:"capabilities,omitempty"`
-	JobID        string            `json:"job_id,omitempty"`
-	WorkerID     string            `json:"worker_id,omitempty"`
-	DurationMS   float64           `json:"duration_ms,omitempty"`
-	Output       string            `json:"output,omitempty" jsonschema_description:"the installer's output when a build failed"`
-	Message      string            `json:"message"`
+	Capabilities []envspec.Advert `json:"capabilities,omitempty"`
+	JobID        string           `json:"job_id,omitempty"`
+	WorkerID     string           `json:"worker_id,omitempty"`
+	DurationMS   float64          `json:"duration_ms,omitempty"`
+	Output       string           `json:"output,omitempty" jsonschema_description:"the installer's output when a build failed"`
+	Message      string           `json:"message"`
 }
 
 func envToolResult(r EnvResult, text string) *mcp.CallToolResult {
@@ -86,19 +85,8 @@ func envInternal(format string, args ...any) *mcp.CallToolResult {
 	return envToolResult(EnvResult{Status: string(wire.StatusInternal), Message: fmt.Sprintf(format, args...)}, "")
 }
 
-func toSpec(e *wire.EnvSpec) envcache.Spec {
-	if e == nil {
-		return envcache.Spec{}
-	}
-	return envcache.Spec{Manager: e.Manager, Python: e.Python, Packages: e.Packages, Existing: e.Existing, Parent: e.Parent}
-}
-
-func toWireSpec(s envcache.Spec) *wire.EnvSpec {
-	return &wire.EnvSpec{Manager: s.Manager, Python: s.Python, Packages: s.Packages, Existing: s.Existing, Parent: s.Parent}
-}
-
 // sessionEnv returns the session's environment, nil for the default one.
-func (f *Frontend) sessionEnv(ctx context.Context, scope string) (*wire.EnvSpec, string, error) {
+func (f *Frontend) sessionEnv(ctx context.Context, scope string) (*envspec.Spec, string, error) {
 	data, err := f.store.HGet(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
 	if errors.Is(err, statestore.ErrNotFound) {
 		return nil, "", nil
@@ -113,148 +101,12 @@ func (f *Frontend) sessionEnv(ctx context.Context, scope string) (*wire.EnvSpec,
 	return &se.Spec, se.ID, nil
 }
 
-func (f *Frontend) setSessionEnv(ctx context.Context, scope string, spec *wire.EnvSpec, id string) error {
+func (f *Frontend) setSessionEnv(ctx context.Context, scope string, spec *envspec.Spec, id string) error {
 	if spec == nil {
 		return f.store.HDel(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
 	}
 	data, _ := json.Marshal(sessionEnv{Spec: *spec, ID: id, Updated: time.Now().UTC()})
 	return f.store.HSet(ctx, f.cfg.Keys.Session(scope), sessionEnvField, data)
-}
-
-// pool returns the live workers of the frontend's pool: their records and
-// their placement adverts.
-func (f *Frontend) pool(ctx context.Context) ([]wire.WorkerInfo, []envcache.Advert, error) {
-	infos, mine, err := f.poolMembers(ctx)
-	if err != nil {
-		return nil, nil, err
-	}
-	return infos, envcache.DecodeAdverts(mine), nil
-}
-
-// poolMembers returns the records of the live workers of the frontend's
-// pool, decoded and raw (by member).
-func (f *Frontend) poolMembers(ctx context.Context) ([]wire.WorkerInfo, map[string][]byte, error) {
-	members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
-	if err != nil {
-		return nil, nil, err
-	}
-	mine := map[string][]byte{}
-	var infos []wire.WorkerInfo
-	for m, data := range members {
-		var wi wire.WorkerInfo
-		if json.Unmarshal(data, &wi) == nil && wi.Pool == f.cfg.Pool {
-			infos = append(infos, wi)
-			mine[m] = data
-		}
-	}
-	return infos, mine, nil
-}
-
-// dispatch publishes job: a job with an environment goes to the worker
-// placement chooses (its own subject when it consumes one), any other to
-// the pool. It returns the worker the job was sent to ("" for the pool), or
-// a tool result saying why it was not sent.
-func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, *wire.Result) {
-	fail := func(status wire.Status, format string, args ...any) (string, *wire.Result) {
-		return "", &wire.Result{JobID: "", Status: status, ExitCode: -1, Message: fmt.Sprintf(format, args...)}
-	}
-	infos, raw, err := f.poolMembers(ctx)
-	if err != nil {
-		return fail(wire.StatusInternal, "cannot read worker presence: %v", err)
-	}
-	if len(infos) == 0 {
-		return fail(wire.StatusInternal, "no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
-	}
-	target := ""
-	if job.Env != nil {
-		chosen, hit, err := envcache.Choose(envcache.DecodeAdverts(raw), toSpec(job.Env), job.EnvID)
-		if err != nil {
-			return fail(wire.StatusRejected, "environment %s cannot run in pool %q: %v", job.EnvID, f.cfg.Pool, err)
-		}
-		for _, wi := range infos {
-			if wi.ID == chosen && wi.Targeted {
-				target = chosen
-			}
-		}
-		f.placements.Add(1)
-		if hit {
-			f.placementHits.Add(1)
-		}
-	}
-	var opts []broker.PublishOption
-	if target != "" {
-		opts = append(opts, broker.ToWorker(target))
-	}
-	if err := f.broker.PublishJob(ctx, job, opts...); err != nil {
-		if errors.Is(err, wire.ErrPayloadTooLarge) {
-			return fail(wire.StatusRejected, "code is too large to send: %v", err)
-		}
-		f.log.Error("publish job", "job", job.ID, "err", err)
-		return fail(wire.StatusInternal, "could not queue the job: %v", err)
-	}
-	return target, nil
-}
-
-// PlacementStats returns how many jobs with an environment were placed and
-// how many of them went to a worker already holding it.
-func (f *Frontend) PlacementStats() (placed, hits int64) {
-	return f.placements.Load(), f.placementHits.Load()
-}
-
-// watchTarget republishes job to the pool if target's presence lapses
-// before the job has a result (the targeted worker died). It stops when ctx
-// ends. Results are create-only by job id, so should both copies run, only
-// one result counts.
-func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string) {
-	t := time.NewTicker(f.cfg.TargetCheck)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
-		if err != nil {
-			continue
-		}
-		if _, alive := members[target]; alive {
-			continue
-		}
-		if _, err := f.broker.GetResult(ctx, job.ID); err == nil {
-			return
-		}
-		f.log.Warn("targeted worker is gone; sending the job to the pool", "job", job.ID, "worker", target)
-		if err := f.broker.PublishJob(ctx, &job, broker.WithMsgID(job.ID+"-pool")); err != nil && ctx.Err() == nil {
-			f.log.Error("republish job", "job", job.ID, "err", err)
-		}
-		return
-	}
-}
-
-// awaitResult waits for job's result (see await); a nil result comes with
-// the tool result to return instead.
-func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, *wire.Result) {
-	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
-	defer cancel()
-	if target != "" {
-		go f.watchTarget(wctx, *job, target)
-	}
-	res, err := f.broker.WaitResult(wctx, job.ID)
-	switch {
-	case err == nil:
-		return res, nil
-	case ctx.Err() != nil:
-		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
-			"the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)}
-	case errors.Is(err, context.DeadlineExceeded):
-		f.log.Warn("no result before the deadline", "job", job.ID)
-		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
-			"no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
-			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)}
-	default:
-		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf("waiting for job %s failed: %v", job.ID, err)}
-	}
 }
 
 // progressForwarder forwards a job's progress lines to the client as MCP
@@ -303,12 +155,12 @@ func (p *progressForwarder) flush() {
 
 // build runs an install job for spec (normalised) and waits for it,
 // forwarding its progress when the request asked for progress.
-func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope string, spec envcache.Spec) (*wire.Result, *wire.InstallData, *mcp.CallToolResult) {
+func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope string, spec envspec.Spec) (*wire.Result, *wire.InstallData, *mcp.CallToolResult) {
 	id := spec.ID()
 	now := time.Now().UTC()
 	job := &wire.Job{
 		ID: ulid.Make().String(), Kind: wire.KindInstall, Pool: f.cfg.Pool, Scope: scope,
-		Env: toWireSpec(spec), EnvID: id, TimeoutMS: f.cfg.InstallTimeout.Milliseconds(),
+		Env: &spec, EnvID: id, TimeoutMS: f.cfg.InstallTimeout.Milliseconds(),
 		EnqueuedAt: now, Deadline: now.Add(f.cfg.InstallTimeout + f.cfg.QueueWait),
 	}
 	if req.Params.Meta != nil && req.Params.Meta.ProgressToken != nil {
@@ -381,7 +233,7 @@ func stringList(args map[string]any, name string, required bool) ([]string, *mcp
 func (f *Frontend) parsePackages(pkgs []string) *mcp.CallToolResult {
 	var bad []string
 	for _, p := range pkgs {
-		if _, err := envcache.ParseRequirement(p, f.cfg.AllowURLRequirements); err != nil {
+		if _, err := envspec.ParseRequirement(p, f.cfg.AllowURLRequirements); err != nil {
 			bad = append(bad, err.Error())
 		}
 	}
@@ -393,28 +245,24 @@ func (f *Frontend) parsePackages(pkgs []string) *mcp.CallToolResult {
 
 // installedFor picks, from everything installed, the distributions the
 // packages name (all of them when packages is empty).
-func installedFor(all []wire.Dist, packages []string) []wire.Dist {
+func installedFor(all []envspec.Dist, packages []string) []envspec.Dist {
 	if len(packages) == 0 {
 		return all
 	}
-	dists := make([]envcache.Dist, len(all))
-	for i, d := range all {
-		dists[i] = envcache.Dist{Name: d.Name, Version: d.Version, ImportNames: d.Imports}
-	}
-	var out []wire.Dist
+	var out []envspec.Dist
 	for _, p := range packages {
-		r, err := envcache.ParseRequirement(p, true)
+		r, err := envspec.ParseRequirement(p, true)
 		if err != nil {
 			continue
 		}
-		if d, ok := envcache.Lookup(dists, r.Name); ok {
-			out = append(out, wire.Dist{Name: d.Name, Version: d.Version, Imports: d.ImportNames})
+		if d, ok := envspec.Lookup(all, r.Name); ok {
+			out = append(out, d)
 		}
 	}
 	return out
 }
 
-func distList(ds []wire.Dist) string {
+func distList(ds []envspec.Dist) string {
 	parts := make([]string, len(ds))
 	for i, d := range ds {
 		parts[i] = d.Name + "==" + d.Version
@@ -423,8 +271,8 @@ func distList(ds []wire.Dist) string {
 }
 
 var managerOfType = map[string]string{
-	"conda": envcache.ManagerConda, "venv": envcache.ManagerVenv,
-	"venv-uv": envcache.ManagerUV, "uv": envcache.ManagerUV,
+	"conda": envspec.ManagerConda, "venv": envspec.ManagerVenv,
+	"venv-uv": envspec.ManagerUV, "uv": envspec.ManagerUV,
 }
 
 func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
@@ -434,11 +282,11 @@ func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolReq
 		return envRejected("argument 'type' must be a string: conda, venv, venv-uv or default")
 	}
 	typ = strings.ToLower(strings.TrimSpace(typ))
-	if typ == "default" {
+	if typ == envspec.DefaultID {
 		if err := f.setSessionEnv(ctx, scope, nil, ""); err != nil {
 			return envInternal("cannot save the session's environment: %v", err)
 		}
-		return envToolResult(EnvResult{Status: "ok", EnvID: "default", State: "default",
+		return envToolResult(EnvResult{Status: "ok", EnvID: envspec.DefaultID, State: envspec.DefaultID,
 			Message: "the session now uses the workers' default environment"}, "")
 	}
 	manager, ok := managerOfType[typ]
@@ -474,15 +322,15 @@ func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolReq
 	if bad := f.parsePackages(pkgs); bad != nil {
 		return bad
 	}
-	spec, err := envcache.Spec{Manager: manager, Python: python, Packages: pkgs, Existing: existing}.Normalize()
+	spec, err := envspec.Spec{Manager: manager, Python: python, Packages: pkgs, Existing: existing}.Normalize()
 	if err != nil {
-		return envRejected("%s", strings.TrimPrefix(err.Error(), envcache.ErrBadSpec.Error()+": "))
+		return envRejected("%s", strings.TrimPrefix(err.Error(), envspec.ErrBadSpec.Error()+": "))
 	}
 	res, data, failed := f.build(ctx, req, scope, spec)
 	if failed != nil {
 		return failed
 	}
-	ws := toWireSpec(spec)
+	ws := &spec
 	if err := f.setSessionEnv(ctx, scope, ws, data.EnvID); err != nil {
 		return envInternal("cannot save the session's environment: %v", err)
 	}
@@ -501,13 +349,13 @@ func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolReq
 // defaultManager is the manager install_dependencies derives from the
 // default environment with: uv when a live worker has it (a derived uv
 // environment costs tens of milliseconds), else venv.
-func defaultManager(adverts []envcache.Advert) string {
+func defaultManager(adverts []envspec.Advert) string {
 	for _, a := range adverts {
-		if slices.Contains(a.Capabilities.Managers, envcache.ManagerUV) {
-			return envcache.ManagerUV
+		if slices.Contains(a.Capabilities.Managers, envspec.ManagerUV) {
+			return envspec.ManagerUV
 		}
 	}
-	return envcache.ManagerVenv
+	return envspec.ManagerVenv
 }
 
 func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
@@ -525,19 +373,19 @@ func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequ
 	if err != nil {
 		return envInternal("cannot read the session's environment: %v", err)
 	}
-	var parent envcache.Spec
+	var parent envspec.Spec
 	if cur == nil {
-		_, adverts, err := f.pool(ctx)
+		adverts, err := f.pool(ctx)
 		if err != nil {
 			return envInternal("cannot read worker presence: %v", err)
 		}
-		parent = envcache.Spec{Manager: defaultManager(adverts)}
+		parent = envspec.Spec{Manager: defaultManager(adverts)}
 	} else {
-		parent = toSpec(cur)
+		parent = *cur
 		parent.Parent = ""
 	}
-	child, err := envcache.Derive(parent, pkgs)
-	if errors.Is(err, envcache.ErrExistingEnv) {
+	child, err := envspec.Derive(parent, pkgs)
+	if errors.Is(err, envspec.ErrExistingEnv) {
 		return envRejected("the session uses the existing environment %q, which codexec does not modify; "+
 			"use configure_environment with type venv or venv-uv and packages to build a new one", parent.Existing)
 	}
@@ -551,7 +399,7 @@ func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequ
 	if failed != nil {
 		return failed
 	}
-	ws := toWireSpec(child)
+	ws := &child
 	if err := f.setSessionEnv(ctx, scope, ws, data.EnvID); err != nil {
 		return envInternal("cannot save the session's environment: %v", err)
 	}
@@ -624,13 +472,13 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, scope string) *mcp.
 	if err != nil {
 		return envInternal("cannot read the session's environment: %v", err)
 	}
-	_, adverts, err := f.pool(ctx)
+	adverts, err := f.pool(ctx)
 	if err != nil {
 		return envInternal("cannot read worker presence: %v", err)
 	}
 	r := EnvResult{Status: "ok", Spec: cur, Capabilities: adverts}
 	if cur == nil {
-		r.EnvID, r.State = "default", "default"
+		r.EnvID, r.State = envspec.DefaultID, envspec.DefaultID
 		for _, a := range adverts {
 			r.Workers = append(r.Workers, a.WorkerID)
 		}
@@ -645,7 +493,7 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, scope string) *mcp.
 		if len(r.Workers) > 0 {
 			r.State = "ready"
 		}
-		r.Message = fmt.Sprintf("the session uses environment %s (%s): %s", curID, toSpec(cur), r.State)
+		r.Message = fmt.Sprintf("the session uses environment %s (%s): %s", curID, *cur, r.State)
 		if len(r.Workers) > 0 {
 			r.Message += " on " + strings.Join(r.Workers, ", ")
 		}
@@ -658,7 +506,7 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 		mcp.WithDescription("Choose this session's Python environment: an existing one on the workers (conda_name, venv_path, uv_venv_path), "+
 			"or a new one built from python_version and packages (built once, cached, shared by every session asking for the same). "+
 			"Returns when it is ready. type 'default' goes back to the workers' default environment."),
-		mcp.WithString("type", mcp.Required(), mcp.Enum("conda", "venv", "venv-uv", "default"), mcp.Description("environment manager")),
+		mcp.WithString("type", mcp.Required(), mcp.Enum("conda", "venv", "venv-uv", envspec.DefaultID), mcp.Description("environment manager")),
 		mcp.WithString("conda_name", mcp.Description("name or prefix of a conda environment that exists on the workers (type conda)")),
 		mcp.WithString("venv_path", mcp.Description("absolute path of a venv that exists on the workers (type venv)")),
 		mcp.WithString("uv_venv_path", mcp.Description("absolute path of a uv venv that exists on the workers (type venv-uv)")),

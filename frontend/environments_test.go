@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 func TestStringListAndParsePackages(t *testing.T) {

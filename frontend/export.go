@@ -6,8 +6,8 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/frontend/internal/safedir"
+	"github.com/codexec/codexec/wire"
 	"github.com/oklog/ulid/v2"
 )
 

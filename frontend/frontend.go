@@ -9,12 +9,11 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
-	"sync/atomic"
 	"time"
 
 	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -63,7 +62,7 @@ type Config struct {
 	// checks that worker's presence (republishing to the pool when it has
 	// lapsed). Default 2s.
 	TargetCheck time.Duration
-	// Keys builds state-store keys. Default prefix "codexec:".
+	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
 	Version string
@@ -118,7 +117,7 @@ func (c Config) WithDefaults() Config {
 		c.RunRetention = DefaultRunRetention
 	}
 	if c.Keys.Prefix == "" {
-		c.Keys.Prefix = "codexec:"
+		c.Keys.Prefix = statestore.DefaultPrefix
 	}
 	if c.InstallTimeout <= 0 {
 		c.InstallTimeout = 10 * time.Minute
@@ -145,8 +144,6 @@ type Frontend struct {
 	store  statestore.Store
 	files  *CodeStore
 	log    *slog.Logger
-
-	placements, placementHits atomic.Int64
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared

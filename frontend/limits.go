@@ -9,7 +9,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 

@@ -5,7 +5,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 func TestResolveFilePath(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 	"github.com/oklog/ulid/v2"

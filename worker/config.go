@@ -11,9 +11,9 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
 	"github.com/oklog/ulid/v2"
@@ -112,7 +112,7 @@ type Config struct {
 	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
 	// the presence record lives three intervals.
 	HeartbeatInterval time.Duration
-	// Keys builds state-store keys. Default prefix "codexec:".
+	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
@@ -123,7 +123,6 @@ const (
 	DefaultMaxTimeout        = 10 * time.Minute
 	DefaultOutputLimit int64 = 1 << 20
 	DefaultHeartbeat         = 5 * time.Second
-	DefaultKeyPrefix         = "codexec:"
 )
 
 // Exec modes.
@@ -177,7 +176,7 @@ func (c Config) WithDefaults() Config {
 		c.HeartbeatInterval = DefaultHeartbeat
 	}
 	if c.Keys.Prefix == "" {
-		c.Keys.Prefix = DefaultKeyPrefix
+		c.Keys.Prefix = statestore.DefaultPrefix
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

@@ -15,7 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/cgroup"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"

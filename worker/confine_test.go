@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/cgroup"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"

@@ -13,8 +13,9 @@ import (
 	"sync"
 	"time"
 
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/runner"
 )
 
@@ -28,16 +29,16 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 	managers := map[string]envcache.Manager{}
 	names := w.cfg.Managers
 	if len(names) == 0 {
-		names = []string{envcache.ManagerVenv, envcache.ManagerUV, envcache.ManagerConda}
+		names = []string{envspec.ManagerVenv, envspec.ManagerUV, envspec.ManagerConda}
 	}
 	for _, name := range names {
 		switch strings.ToLower(strings.TrimSpace(name)) {
-		case envcache.ManagerVenv:
-			managers[envcache.ManagerVenv] = &envcache.Venv{PipCacheDir: filepath.Join(dir, "pip-cache")}
-		case envcache.ManagerUV, "venv-uv":
-			managers[envcache.ManagerUV] = &envcache.UV{CacheDir: filepath.Join(dir, "uv-cache")}
-		case envcache.ManagerConda:
-			managers[envcache.ManagerConda] = &envcache.Conda{}
+		case envspec.ManagerVenv:
+			managers[envspec.ManagerVenv] = &envcache.Venv{PipCacheDir: filepath.Join(dir, "pip-cache")}
+		case envspec.ManagerUV, "venv-uv":
+			managers[envspec.ManagerUV] = &envcache.UV{CacheDir: filepath.Join(dir, "uv-cache")}
+		case envspec.ManagerConda:
+			managers[envspec.ManagerConda] = &envcache.Conda{}
 		default:
 			return fmt.Errorf("worker: unknown environment manager %q (venv, uv or conda)", name)
 		}
@@ -66,16 +67,11 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 	return nil
 }
 
-// specOf converts a job's environment to an envcache.Spec.
-func specOf(e *wire.EnvSpec) envcache.Spec {
-	return envcache.Spec{Manager: e.Manager, Python: e.Python, Packages: e.Packages, Existing: e.Existing, Parent: e.Parent}
-}
-
 // ensureEnv builds or takes the job's environment, publishing the
 // installer's output as progress when the job asks for it. The caller
 // releases the Env. built says the environment was not ready before.
 func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger) (env *envcache.Env, built bool, err error) {
-	spec := specOf(job.Env)
+	spec := *job.Env
 	id := ""
 	if n, nerr := spec.Normalize(); nerr == nil {
 		id = n.ID()
@@ -112,7 +108,7 @@ func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger)
 // envFailure is the result of a job whose environment could not be made.
 func (w *Worker) envFailure(job *wire.Job, attempt int, err error) *wire.Result {
 	status := wire.StatusError
-	if errors.Is(err, envcache.ErrBadSpec) || errors.Is(err, envcache.ErrBadRequirement) {
+	if errors.Is(err, envspec.ErrBadSpec) || errors.Is(err, envspec.ErrBadRequirement) {
 		status = wire.StatusRejected
 	}
 	res := w.result(job, attempt, status, "environment: "+firstLine(err.Error()))
@@ -142,14 +138,6 @@ func (w *Worker) envSpec(env *envcache.Env, script, dir, home string) runner.Spe
 	}
 }
 
-func toWireDists(ds []envcache.Dist) []wire.Dist {
-	out := make([]wire.Dist, 0, len(ds))
-	for _, d := range ds {
-		out = append(out, wire.Dist{Name: d.Name, Version: d.Version, Imports: d.ImportNames})
-	}
-	return out
-}
-
 // runInstall makes sure the job's environment exists and reports what is
 // installed in it.
 func (w *Worker) runInstall(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
@@ -169,7 +157,7 @@ func (w *Worker) runInstall(ctx context.Context, job *wire.Job, attempt int, log
 	res := w.result(job, attempt, wire.StatusOK, fmt.Sprintf("environment %s ready (%d distributions)", env.ID, len(dists)))
 	res.ExitCode, res.EnvID = 0, env.ID
 	res.DurationMS = float64(time.Since(start).Microseconds()) / 1000
-	res.Data, _ = json.Marshal(wire.InstallData{EnvID: env.ID, Installed: toWireDists(dists), BuildMS: res.DurationMS, Cached: !built})
+	res.Data, _ = json.Marshal(wire.InstallData{EnvID: env.ID, Installed: dists, BuildMS: res.DurationMS, Cached: !built})
 	res.FinishedAt = time.Now().UTC()
 	return res
 }
@@ -179,7 +167,7 @@ func (w *Worker) runInstall(ctx context.Context, job *wire.Job, attempt int, log
 func (w *Worker) runInspect(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
 	var dir, id string
 	if job.Env == nil {
-		dir, id = w.venvDir, "default"
+		dir, id = w.venvDir, envspec.DefaultID
 	} else {
 		env, _, err := w.ensureEnv(ctx, job, log)
 		if err != nil {
@@ -196,8 +184,8 @@ func (w *Worker) runInspect(ctx context.Context, job *wire.Job, attempt int, log
 	found := 0
 	for _, q := range job.Packages {
 		a := wire.InspectAnswer{Query: q}
-		if d, ok := envcache.Lookup(dists, q); ok {
-			a.Found, a.Dist = true, wire.Dist{Name: d.Name, Version: d.Version, Imports: d.ImportNames}
+		if d, ok := envspec.Lookup(dists, q); ok {
+			a.Found, a.Dist = true, d
 			found++
 		}
 		data.Packages = append(data.Packages, a)

@@ -16,9 +16,10 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/cgroup"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
@@ -38,8 +39,9 @@ type Worker struct {
 	childExtra map[string]string // variables set in every job's environment
 	pool       *runner.Pool      // warm interpreters; nil in spawn mode
 	cache      *envcache.Cache   // built environments
-	caps       envcache.Capabilities
+	caps       envspec.Capabilities
 	load       atomic.Int64 // jobs running
+	started    time.Time    // when Start began, for the presence record
 	known      sync.Map     // ids of environments this process has used: id → true
 	targeted   *broker.Consumer
 
@@ -82,6 +84,7 @@ func (w *Worker) ID() string { return w.cfg.ID }
 // announces the worker and starts consuming jobs. It returns once the worker
 // is ready to run jobs.
 func (w *Worker) Start(ctx context.Context) error {
+	w.started = time.Now().UTC()
 	for _, dir := range []string{w.cfg.DataDir, w.sessionsRoot(), w.cfg.ScriptsDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("worker: %w", err)
@@ -236,13 +239,13 @@ func (w *Worker) Stop(ctx context.Context) error {
 
 func (w *Worker) heartbeat(ctx context.Context) error {
 	host, _ := os.Hostname()
-	wi := wire.WorkerInfo{
-		V: wire.Version, ID: w.cfg.ID, Pool: w.cfg.Pool, Host: host,
-		Concurrency: w.cfg.Concurrency, Python: w.python, StartedAt: time.Now().UTC(),
-		WorkerID: w.cfg.ID, Load: int(w.load.Load()),
+	wi := envspec.Advert{
+		V: wire.Version, WorkerID: w.cfg.ID, Pool: w.cfg.Pool, Host: host,
+		Concurrency: w.cfg.Concurrency, Python: w.python, StartedAt: w.started,
+		Load: int(w.load.Load()),
 	}
 	if w.cache != nil {
-		wi.Capabilities, _ = json.Marshal(w.caps)
+		wi.Capabilities = w.caps
 		wi.Envs = w.cache.Held()
 	}
 	w.mu.Lock()
@@ -326,7 +329,7 @@ func (w *Worker) result(job *wire.Job, attempt int, status wire.Status, msg stri
 	now := time.Now().UTC()
 	return &wire.Result{
 		V: wire.Version, JobID: job.ID, Scope: job.Scope, Status: status, ExitCode: -1,
-		Message: msg, WorkerID: w.cfg.ID, EnvID: "default", Attempt: attempt,
+		Message: msg, WorkerID: w.cfg.ID, EnvID: envspec.DefaultID, Attempt: attempt,
 		StartedAt: now, FinishedAt: now,
 	}
 }
@@ -369,7 +372,7 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		limit = w.cfg.OutputLimit
 	}
 	spec := w.spec(script, cwd, cwd)
-	envID := "default"
+	envID := envspec.DefaultID
 	if job.Env != nil {
 		// The environment's build is not part of the job's timeout, but is
 		// bounded by the job's deadline.

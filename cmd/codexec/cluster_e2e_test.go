@@ -13,7 +13,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/broker/statestore/redistest"
+	"github.com/codexec/codexec/statestore/redistest"
 )
 
 // natsServerBinary finds a real nats-server: $CODEXEC_NATS_SERVER, then

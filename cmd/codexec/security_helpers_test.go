@@ -21,8 +21,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/broker/statestore/redistest"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"

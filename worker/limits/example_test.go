@@ -3,7 +3,7 @@ package limits_test
 import (
 	"fmt"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/limits"
 )
 

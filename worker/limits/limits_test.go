@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 func TestParse(t *testing.T) {

@@ -5,7 +5,7 @@ import (
 	"math"
 	"time"
 
-	"github.com/codexec/codexec/broker/wire"
+	"github.com/codexec/codexec/wire"
 )
 
 // RequestError is a per-call limit (wire.Limits) that a worker refuses. It

@@ -9,9 +9,9 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
 	"github.com/nats-io/nats.go"
 )

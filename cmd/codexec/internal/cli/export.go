@@ -9,9 +9,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/wire"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 )
 
 // runExport writes sessions' code files and recorded runs as plain files

@@ -14,9 +14,9 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
-	"github.com/codexec/codexec/broker/statestore"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/worker"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"

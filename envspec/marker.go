@@ -1,4 +1,4 @@
-package envcache
+package envspec
 
 import (
 	"fmt"

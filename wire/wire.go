@@ -1,8 +1,9 @@
 // Package wire holds the types that travel between frontends and workers:
 // jobs, results, their version, the subject names and the sentinel errors.
 //
-// It is a leaf: it imports nothing of codexec's, so every other package can
-// import it without cycles. Changing a field's meaning is a wire-protocol
+// It imports only envspec (the environment a job runs in is an envspec.Spec,
+// the one type of that concept), so every other package can import it
+// without cycles. Changing a field's meaning is a wire-protocol
 // change; bump Version when an old peer would misread a new message.
 package wire
 
@@ -11,6 +12,8 @@ import (
 	"errors"
 	"regexp"
 	"time"
+
+	"github.com/codexec/codexec/envspec"
 )
 
 // Version is the wire-protocol version stamped on every job and result.
@@ -32,31 +35,12 @@ const (
 	KindInspect JobKind = "inspect"
 )
 
-// EnvSpec is the environment a job runs in, as the frontend asks for it. It
-// mirrors envcache.Spec field for field (wire imports nothing of ours; the
-// worker and frontend convert). A nil Job.Env means the worker's default
-// environment.
-type EnvSpec struct {
-	Manager  string   `json:"manager"`
-	Python   string   `json:"python,omitempty"`
-	Packages []string `json:"packages,omitempty"`
-	Existing string   `json:"existing,omitempty"`
-	Parent   string   `json:"parent,omitempty"`
-}
-
-// Dist is one installed distribution, as install and inspect jobs report it.
-type Dist struct {
-	Name    string   `json:"name"`
-	Version string   `json:"version"`
-	Imports []string `json:"imports,omitempty"`
-}
-
 // InstallData is Result.Data of an install job.
 type InstallData struct {
-	EnvID     string  `json:"env_id"`
-	Installed []Dist  `json:"installed"`
-	BuildMS   float64 `json:"build_ms"`
-	Cached    bool    `json:"cached"` // the environment was already ready on the worker
+	EnvID     string         `json:"env_id"`
+	Installed []envspec.Dist `json:"installed"`
+	BuildMS   float64        `json:"build_ms"`
+	Cached    bool           `json:"cached"` // the environment was already ready on the worker
 }
 
 // InspectData is Result.Data of an inspect job: one answer per asked name,
@@ -68,9 +52,9 @@ type InspectData struct {
 
 // InspectAnswer answers one name of an inspect job.
 type InspectAnswer struct {
-	Query string `json:"query"`
-	Found bool   `json:"found"`
-	Dist  Dist   `json:"dist"`
+	Query string       `json:"query"`
+	Found bool         `json:"found"`
+	Dist  envspec.Dist `json:"dist"`
 }
 
 // Job is one unit of work published on the jobs stream.
@@ -100,8 +84,8 @@ type Job struct {
 	// job after it does not start it.
 	Deadline time.Time `json:"deadline"`
 	// Env is the environment to run in; nil means the worker's default.
-	Env *EnvSpec `json:"env,omitempty"`
-	// EnvID is the frontend's id of Env (envcache.Spec.ID); informational,
+	Env *envspec.Spec `json:"env,omitempty"`
+	// EnvID is the frontend's id of Env (envspec.Spec.ID); informational,
 	// the worker recomputes it.
 	EnvID string `json:"env_id,omitempty"`
 	// Packages are the names an inspect job looks up.
@@ -255,27 +239,6 @@ var (
 	ErrBadVersion      = errors.New("codexec: unknown wire version")
 	ErrPayloadTooLarge = errors.New("codexec: payload too large")
 )
-
-// WorkerInfo is what a worker records about itself in the state store's
-// presence set; frontends read it to find live workers of a pool.
-type WorkerInfo struct {
-	V           int       `json:"v"`
-	ID          string    `json:"id"`
-	Pool        string    `json:"pool"`
-	Host        string    `json:"host"`
-	Concurrency int       `json:"concurrency"`
-	Python      string    `json:"python"`
-	StartedAt   time.Time `json:"started_at"`
-	// The placement advert (envcache.Advert), in the same record: its
-	// fields are decoded by envcache.DecodeAdverts.
-	WorkerID     string          `json:"worker_id,omitempty"`
-	Capabilities json.RawMessage `json:"capabilities,omitempty"`
-	Envs         []string        `json:"envs,omitempty"`
-	Load         int             `json:"load"`
-	// Targeted says the worker consumes WorkerSubject, so a job may be sent
-	// to it alone.
-	Targeted bool `json:"targeted,omitempty"`
-}
 
 // ResultStub stands in, in the results bucket, for a Result whose encoding
 // does not fit one NATS message: the encoded Result is the object BlobRef in

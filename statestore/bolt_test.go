@@ -8,8 +8,8 @@ import (
 
 	berrors "go.etcd.io/bbolt/errors"
 
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/statestore/storetest"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/storetest"
 )
 
 func openBolt(t *testing.T, path string) *statestore.BoltStore {

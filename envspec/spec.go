@@ -1,4 +1,4 @@
-package envcache
+package envspec
 
 import (
 	"bytes"
@@ -28,17 +28,31 @@ const specVersion = 1
 
 // ErrBadSpec is wrapped by the errors of Spec.Normalize (and so of
 // Canonical, Derive and Cache.Ensure) for a spec that is not valid.
-var ErrBadSpec = errors.New("envcache: invalid environment spec")
+var ErrBadSpec = errors.New("envspec: invalid environment spec")
 
 // ErrExistingEnv is wrapped by the errors for a spec, or a derivation, that
 // would install packages into an environment that already exists on the
 // workers: codexec never modifies an environment it did not build.
-var ErrExistingEnv = errors.New("envcache: packages cannot be added to an existing environment")
+var ErrExistingEnv = errors.New("envspec: packages cannot be added to an existing environment")
 
 var (
+	versionRe   = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
 	specIDRe    = regexp.MustCompile(`^env-[0-9a-f]{16}$`)
 	condaNameRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,99}$`)
 )
+
+// DefaultID is the id results and tools give the workers' default
+// environment: the one a job without a spec (wire.Job.Env nil) runs in. It is
+// never the ID of a Spec ("env-" and hex digits).
+const DefaultID = "default"
+
+// IsPythonVersion reports whether s is a Python version as specs name them:
+// "3", "3.12" or "3.12.1".
+func IsPythonVersion(s string) bool { return versionRe.MatchString(s) }
+
+// IsID reports whether s has the form of a Spec's ID ("env-" and 16 hex
+// digits).
+func IsID(s string) bool { return specIDRe.MatchString(s) }
 
 // Spec describes an environment: which manager builds it, for which Python,
 // with which packages; or which environment that already exists on the
@@ -238,7 +252,7 @@ func (s Spec) canonical() []byte {
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false) // keep ">=" readable: the form is hashed, and read by people
 	if err := enc.Encode(c); err != nil {
-		panic("envcache: encoding a spec: " + err.Error()) // strings only: cannot fail
+		panic("envspec: encoding a spec: " + err.Error()) // strings only: cannot fail
 	}
 	return bytes.TrimSuffix(b.Bytes(), []byte("\n"))
 }

@@ -17,7 +17,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/broker/statestore"
+	"github.com/codexec/codexec/statestore"
 )
 
 const (

@@ -7,7 +7,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/codexec/codexec/broker/statestore/redistest"
+	"github.com/codexec/codexec/statestore/redistest"
 )
 
 // TestRedisKeyLayout pins the documented Redis layout, which operators and

@@ -1,4 +1,4 @@
-package envcache
+package envspec
 
 import (
 	"cmp"
@@ -7,11 +7,12 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 )
 
 // ErrNoWorker is wrapped by Choose's error when no live worker can serve a
 // spec; the message says why.
-var ErrNoWorker = errors.New("envcache: no worker can serve this environment")
+var ErrNoWorker = errors.New("envspec: no worker can serve this environment")
 
 // Capabilities is what a worker can build and run.
 type Capabilities struct {
@@ -29,16 +30,32 @@ type Capabilities struct {
 	Existing []string `json:"existing,omitempty"`
 }
 
-// Advert is what a worker publishes about itself for placement, in its
-// presence record.
+// Advert is a worker's presence record: who it is, what it can build and
+// run, which environments it holds ready and how busy it is. A worker
+// writes it to the state store's presence set at every heartbeat
+// (statestore.Store.Touch); frontends read the live ones (DecodeAdverts) to
+// find the workers of a pool and to place jobs (Choose). It is the only
+// type of that record.
 type Advert struct {
-	WorkerID     string       `json:"worker_id"`
-	Pool         string       `json:"pool"`
+	// V is the wire-protocol version of the worker that wrote it.
+	V        int    `json:"v"`
+	WorkerID string `json:"worker_id"`
+	Pool     string `json:"pool"`
+	Host     string `json:"host,omitempty"`
+	// Concurrency is how many jobs the worker runs at once.
+	Concurrency int `json:"concurrency,omitempty"`
+	// Python is the interpreter of the worker's default environment.
+	Python    string    `json:"python,omitempty"`
+	StartedAt time.Time `json:"started_at"`
+	// Capabilities are what it can build: managers, interpreters, labels.
 	Capabilities Capabilities `json:"capabilities"`
 	// Envs are the IDs of the environments it holds ready (Cache.Held).
 	Envs []string `json:"envs,omitempty"`
 	// Load is how busy it is (jobs running); lower is preferred.
 	Load int `json:"load"`
+	// Targeted says the worker consumes its own subject
+	// (wire.WorkerSubject), so a job may be sent to it alone.
+	Targeted bool `json:"targeted,omitempty"`
 }
 
 // DecodeAdverts decodes the data of a presence set's members

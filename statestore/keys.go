@@ -4,7 +4,11 @@ package statestore
 // keyspace is visible in one place and a prefix isolates one deployment (or
 // one test) from another.
 
-// Keys builds keys under one prefix (e.g. "codexec:").
+// DefaultPrefix is the prefix of every key of a deployment that names none.
+const DefaultPrefix = "codexec:"
+
+// Keys builds keys under one prefix (DefaultPrefix unless a deployment or a
+// test chooses another).
 type Keys struct{ Prefix string }
 
 // Workers is the presence set of live workers.

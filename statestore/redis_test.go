@@ -9,9 +9,9 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"github.com/codexec/codexec/broker/statestore"
-	"github.com/codexec/codexec/broker/statestore/redistest"
-	"github.com/codexec/codexec/broker/statestore/storetest"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/redistest"
+	"github.com/codexec/codexec/statestore/storetest"
 )
 
 func newRedis(t *testing.T, url string) statestore.Store {

@@ -1,0 +1,131 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+)
+
+// The path every job takes from a tool to a worker and back: find the live
+// workers of the pool, choose one by placement when the job has an
+// environment, publish, watch a targeted worker's presence, and wait for the
+// result.
+
+// pool returns the presence records of the live workers of the frontend's
+// pool, sorted by worker id.
+func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
+	members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
+	if err != nil {
+		return nil, err
+	}
+	adverts := envspec.DecodeAdverts(members)
+	mine := adverts[:0]
+	for _, a := range adverts {
+		if a.Pool == f.cfg.Pool {
+			mine = append(mine, a)
+		}
+	}
+	return mine, nil
+}
+
+// dispatch publishes job: a job with an environment goes to the worker
+// placement chooses (its own subject when it consumes one), any other to
+// the pool. It returns the worker the job was sent to ("" for the pool), or
+// a tool result saying why it was not sent.
+func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, *wire.Result) {
+	fail := func(status wire.Status, format string, args ...any) (string, *wire.Result) {
+		return "", &wire.Result{JobID: "", Status: status, ExitCode: -1, Message: fmt.Sprintf(format, args...)}
+	}
+	adverts, err := f.pool(ctx)
+	if err != nil {
+		return fail(wire.StatusInternal, "cannot read worker presence: %v", err)
+	}
+	if len(adverts) == 0 {
+		return fail(wire.StatusInternal, "no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
+	}
+	target := ""
+	if job.Env != nil {
+		chosen, _, err := envspec.Choose(adverts, *job.Env, job.EnvID)
+		if err != nil {
+			return fail(wire.StatusRejected, "environment %s cannot run in pool %q: %v", job.EnvID, f.cfg.Pool, err)
+		}
+		for _, a := range adverts {
+			if a.WorkerID == chosen && a.Targeted {
+				target = chosen
+			}
+		}
+	}
+	var opts []broker.PublishOption
+	if target != "" {
+		opts = append(opts, broker.ToWorker(target))
+	}
+	if err := f.broker.PublishJob(ctx, job, opts...); err != nil {
+		if errors.Is(err, wire.ErrPayloadTooLarge) {
+			return fail(wire.StatusRejected, "code is too large to send: %v", err)
+		}
+		f.log.Error("publish job", "job", job.ID, "err", err)
+		return fail(wire.StatusInternal, "could not queue the job: %v", err)
+	}
+	return target, nil
+}
+
+// watchTarget republishes job to the pool if target's presence lapses
+// before the job has a result (the targeted worker died). It stops when ctx
+// ends. Results are create-only by job id, so should both copies run, only
+// one result counts.
+func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string) {
+	t := time.NewTicker(f.cfg.TargetCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
+		if err != nil {
+			continue
+		}
+		if _, alive := members[target]; alive {
+			continue
+		}
+		if _, err := f.broker.GetResult(ctx, job.ID); err == nil {
+			return
+		}
+		f.log.Warn("targeted worker is gone; sending the job to the pool", "job", job.ID, "worker", target)
+		if err := f.broker.PublishJob(ctx, &job, broker.WithMsgID(job.ID+"-pool")); err != nil && ctx.Err() == nil {
+			f.log.Error("republish job", "job", job.ID, "err", err)
+		}
+		return
+	}
+}
+
+// awaitResult waits for job's result (see await); a nil result comes with
+// the tool result to return instead.
+func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, *wire.Result) {
+	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
+	defer cancel()
+	if target != "" {
+		go f.watchTarget(wctx, *job, target)
+	}
+	res, err := f.broker.WaitResult(wctx, job.ID)
+	switch {
+	case err == nil:
+		return res, nil
+	case ctx.Err() != nil:
+		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
+			"the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)}
+	case errors.Is(err, context.DeadlineExceeded):
+		f.log.Warn("no result before the deadline", "job", job.ID)
+		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
+			"no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
+			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)}
+	default:
+		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf("waiting for job %s failed: %v", job.ID, err)}
+	}
+}
