@@ -50,53 +50,6 @@ type Zygote struct {
 	closeOnce sync.Once
 }
 
-// zygoteMsg is one message from the zygote; which fields are set depends
-// on Op (see zygote.py).
-type zygoteMsg struct {
-	Op        string            `json:"op"`
-	ID        uint64            `json:"id"`
-	PID       int               `json:"pid"`
-	Status    int               `json:"status"`
-	Error     string            `json:"error"`
-	Python    string            `json:"python"`
-	Preloaded []string          `json:"preloaded"`
-	Failed    map[string]string `json:"failed"`
-	Threads   []string          `json:"threads"`
-	ImportMS  float64           `json:"import_ms"`
-}
-
-// zygoteRequest is a run request.
-type zygoteRequest struct {
-	Op      string       `json:"op"`
-	ID      uint64       `json:"id"`
-	Script  string       `json:"script,omitempty"`
-	Dir     string       `json:"dir,omitempty"`
-	Env     []string     `json:"env"`
-	Rlimits [][3]int64   `json:"rlimits,omitempty"`
-	Confine *Confinement `json:"confine,omitempty"`
-}
-
-// zygoteConfig is the zygote's command-line configuration.
-type zygoteConfig struct {
-	Preload []string          `json:"preload"`
-	Sandbox *zygoteSandboxCfg `json:"sandbox,omitempty"`
-}
-
-type zygoteSandboxCfg struct {
-	// NetNS gives each child a network namespace of its own (a loopback
-	// only), so that jobs of different sessions cannot talk to each other.
-	NetNS bool `json:"netns"`
-	// Hidden are SandboxConfig.Hidden.
-	Hidden []string `json:"hidden"`
-	// Keep are the sandbox's other mounts under /tmp, as [path, write]:
-	// each child puts a fresh tmpfs on /tmp and binds them back.
-	Keep []Bind `json:"keep,omitempty"`
-	// Rootless says the zygote is not root, but its user namespace's: its
-	// jobs keep its uid (they drop the namespace's capabilities), /proc
-	// cannot be remounted, and leftovers are not told apart by uid.
-	Rootless bool `json:"rootless,omitempty"`
-}
-
 // StartZygote starts a zygote and waits until it has imported its preloads
 // and is ready to fork, at most cfg.StartTimeout or until ctx ends. When the
 // imports started threads it stops the zygote and returns an error wrapping
@@ -257,7 +210,7 @@ func (z *Zygote) handshake(ctx context.Context) (zygoteMsg, error) {
 		<-z.done
 		return m, fmt.Errorf("runner: zygote: exited during start-up: %s", z.logOut.tail())
 	}
-	if err := json.Unmarshal(buf[:n], &m); err != nil || m.Op != "ready" {
+	if err := json.Unmarshal(buf[:n], &m); err != nil || m.Op != opReady {
 		return m, fmt.Errorf("runner: zygote: unexpected first message %q", buf[:n])
 	}
 	if len(m.Threads) > 0 {
@@ -288,7 +241,7 @@ func (z *Zygote) readLoop() {
 		}
 		z.mu.Lock()
 		ch := z.jobs[m.ID]
-		if m.Op == "exited" || m.Op == "failed" {
+		if m.Op == opExited || m.Op == opFailed {
 			delete(z.jobs, m.ID)
 		}
 		z.mu.Unlock()
@@ -387,7 +340,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	}
 	z.nextID++
 	id := z.nextID
-	ch := make(chan zygoteMsg, 4) // at most two "started", then "exited" or "failed"
+	ch := make(chan zygoteMsg, 4) // at most two started, then exited or failed
 	z.jobs[id] = ch
 	z.mu.Unlock()
 	forget := func() {
@@ -396,7 +349,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		z.mu.Unlock()
 	}
 
-	req, err := json.Marshal(zygoteRequest{Op: "run", ID: id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine})
+	req, err := json.Marshal(zygoteRequest{Op: opRun, ID: id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine})
 	if err == nil && len(req) > maxZygoteRequest {
 		err = fmt.Errorf("%w: the request is %d bytes, more than %d", ErrNotStarted, len(req), maxZygoteRequest)
 	}
@@ -475,7 +428,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		}
 	}()
 	kill := func() {
-		_ = z.send(zygoteRequest{Op: "kill", ID: id})
+		_ = z.send(zygoteKill{Op: opKill, ID: id})
 		if graceTimer == nil {
 			graceTimer = time.NewTimer(zygoteKillGrace)
 			grace = graceTimer.C
@@ -486,11 +439,11 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	failed := ""
 	handle := func(m zygoteMsg) {
 		switch m.Op {
-		case "started":
+		case opStarted:
 			pid = m.PID
-		case "failed":
+		case opFailed:
 			failed = m.Error
-		case "exited":
+		case opExited:
 			status, exited = m.Status, true
 		}
 	}
@@ -577,7 +530,7 @@ func (z *Zygote) Jobs() uint64 {
 	return z.ran
 }
 
-func (z *Zygote) send(r zygoteRequest) error {
+func (z *Zygote) send(r zygoteKill) error {
 	data, err := json.Marshal(r)
 	if err != nil {
 		return err

@@ -1,0 +1,77 @@
+package runner
+
+// The Go side of the zygote's control protocol: the messages the worker and
+// a zygote exchange on the zygote's fd 3, one JSON object per datagram.
+// zygote_protocol.md describes the protocol for readers and
+// zygote_protocol.json for machines; zygote.py is the other side. Both
+// sides are checked against zygote_protocol.json: this file's structs by
+// TestZygoteProtocolGo (it reflects over their JSON tags), zygote.py by
+// testdata/test_zygote.py (which drives it without Go), so a field added
+// to one side alone fails a test.
+
+// The ops: a message's "op" field says which message it is.
+const (
+	// zygote -> worker
+	opReady   = "ready"   // once, first: the preloads are imported
+	opStarted = "started" // a job was handed to a process
+	opFailed  = "failed"  // a job could not start: nothing ran
+	opExited  = "exited"  // a job's process group is gone
+	// worker -> zygote
+	opRun  = "run"  // run a job (with its stdin, stdout and stderr)
+	opKill = "kill" // SIGKILL a job's process group
+)
+
+// zygoteMsg is one message from the zygote: ready, started, failed or
+// exited. Which fields are set depends on Op.
+type zygoteMsg struct {
+	Op        string            `json:"op"`
+	ID        uint64            `json:"id"`
+	PID       int               `json:"pid"`
+	Status    int               `json:"status"`
+	Error     string            `json:"error"`
+	Python    string            `json:"python"`
+	Preloaded []string          `json:"preloaded"`
+	Failed    map[string]string `json:"failed"`
+	Threads   []string          `json:"threads"`
+	ImportMS  float64           `json:"import_ms"`
+}
+
+// zygoteRequest is a run request. It travels with three descriptors
+// (SCM_RIGHTS): the job's stdin, stdout and stderr, in that order.
+type zygoteRequest struct {
+	Op      string       `json:"op"`
+	ID      uint64       `json:"id"`
+	Script  string       `json:"script"`
+	Dir     string       `json:"dir"`
+	Env     []string     `json:"env"`
+	Rlimits [][3]int64   `json:"rlimits,omitempty"`
+	Confine *Confinement `json:"confine,omitempty"`
+}
+
+// zygoteKill asks the zygote to SIGKILL the process group of job ID.
+type zygoteKill struct {
+	Op string `json:"op"`
+	ID uint64 `json:"id"`
+}
+
+// zygoteConfig is the zygote's command-line configuration (its argv[1]
+// after the bootstrap).
+type zygoteConfig struct {
+	Preload []string          `json:"preload"`
+	Sandbox *zygoteSandboxCfg `json:"sandbox,omitempty"`
+}
+
+type zygoteSandboxCfg struct {
+	// NetNS gives each child a network namespace of its own (a loopback
+	// only), so that jobs of different sessions cannot talk to each other.
+	NetNS bool `json:"netns"`
+	// Hidden are SandboxConfig.Hidden.
+	Hidden []string `json:"hidden"`
+	// Keep are the sandbox's other mounts under /tmp, as [path, write]:
+	// each child puts a fresh tmpfs on /tmp and binds them back.
+	Keep []Bind `json:"keep,omitempty"`
+	// Rootless says the zygote is not root, but its user namespace's: its
+	// jobs keep its uid (they drop the namespace's capabilities), /proc
+	// cannot be remounted, and leftovers are not told apart by uid.
+	Rootless bool `json:"rootless,omitempty"`
+}
