@@ -27,6 +27,7 @@ type flight struct {
 	finished bool         // under Cache.mu; then meta and err are set
 	meta     envMeta      // on success
 	err      error        // on failure
+	built    bool         // on success: this flight built it
 	spec     envspec.Spec // the spec that started it
 	manager  Manager      // its manager
 }
@@ -45,7 +46,7 @@ func (c *Cache) fly(ctx context.Context, id string, fl *flight) {
 	}
 	switch {
 	case err == nil:
-		fl.meta = meta
+		fl.meta, fl.built = meta, built
 		h := c.held[id]
 		if h == nil {
 			h = &holder{}

@@ -137,6 +137,11 @@ type Env struct {
 	Existing bool
 	// SizeBytes is the disk it occupies (du), as measured after its build.
 	SizeBytes int64
+	// Built is true when this process built the environment for this
+	// call (or for a call it joined): false when it was ready on disk
+	// already, built earlier by this process, by another sharing
+	// Config.Dir or before a restart, and for an Existing one.
+	Built bool
 
 	release func()
 	once    sync.Once
@@ -255,7 +260,9 @@ func (c *Cache) Ensure(ctx context.Context, spec envspec.Spec, progress io.Write
 	if fl.err != nil {
 		return nil, fl.err
 	}
-	return c.newEnv(id, n, m, fl.meta), nil // fly counted a reference for us
+	env := c.newEnv(id, n, m, fl.meta) // fly counted a reference for us
+	env.Built = fl.built
+	return env, nil
 }
 
 // release ends one use of id.

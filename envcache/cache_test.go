@@ -267,7 +267,11 @@ func cacheHelper(dir, house string) int {
 		return 1
 	}
 	defer env.Release()
-	if uv.creates.Load() > 0 {
+	if env.Built != (uv.creates.Load() > 0) {
+		fmt.Fprintf(os.Stderr, "Env.Built = %v after %d builds\n", env.Built, uv.creates.Load())
+		return 1
+	}
+	if env.Built {
 		fmt.Println("built")
 	}
 	fmt.Println(env.Python)
@@ -509,6 +513,44 @@ func TestCacheEvictsLeastRecentlyUsed(t *testing.T) {
 	if f.creates.Load() != 5 {
 		t.Errorf("built %d times, want 5", f.creates.Load())
 	}
+}
+
+// Env.Built says whether this call's environment was built for it, from
+// what is on disk: not from what this process remembers, so that it stays
+// true after a restart (not built) and after an eviction (built again).
+func TestCacheEnsureSaysWhetherItBuilt(t *testing.T) {
+	t.Parallel()
+	f := &fakeManager{payload: 64 << 10}
+	// No budget, so that no background trim races the test's own Trim.
+	c, _ := setupCache(t, Config{Managers: fakeManagers(f), BudgetBytes: -1})
+	spec := envspec.Spec{Manager: "venv", Packages: []string{"a"}}
+	check := func(c *Cache, what string, want bool, creates int32) {
+		t.Helper()
+		env := ensure(t, c, spec)
+		defer env.Release()
+		if env.Built != want || f.creates.Load() != creates {
+			t.Errorf("%s: Built = %v after %d builds, want %v after %d", what, env.Built, f.creates.Load(), want, creates)
+		}
+	}
+
+	first := ensure(t, c, spec)
+	if !first.Built || f.creates.Load() != 1 {
+		t.Errorf("first Ensure: Built = %v after %d builds, want true after 1", first.Built, f.creates.Load())
+	}
+	check(c, "while held here", false, 1)
+	first.Release()
+	check(c, "taken from disk", false, 1)
+
+	restarted, _ := setupCache(t, Config{Dir: c.cfg.Dir, Managers: fakeManagers(f)})
+	check(restarted, "a new cache over the same directory", false, 1)
+
+	c.budget.Store(1)
+	if evicted, err := c.Trim(context.Background()); err != nil || !slices.Equal(evicted, []string{spec.ID()}) {
+		t.Fatalf("Trim evicted %v, %v; want %s", evicted, err, spec.ID())
+	}
+	c.budget.Store(-1)
+	check(c, "after its eviction", true, 2)
+	check(restarted, "after another cache rebuilt it", false, 2)
 }
 
 func sortedIDs(specs ...envspec.Spec) []string {

@@ -69,14 +69,14 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 
 // ensureEnv builds or takes the job's environment, publishing the
 // installer's output as progress when the job asks for it. The caller
-// releases the Env. built says the environment was not ready before.
+// releases the Env. built (env.Built) says the environment was built for
+// this job: it was not ready on disk before.
 func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger) (env *envcache.Env, built bool, err error) {
 	spec := *job.Env
 	id := ""
 	if n, nerr := spec.Normalize(); nerr == nil {
 		id = n.ID()
 	}
-	_, before := w.known.Load(id)
 	var progress *lineWriter
 	if job.Progress {
 		progress = &lineWriter{fn: func(line string) { _ = w.broker.PublishProgress(job.ID, line) }}
@@ -93,8 +93,7 @@ func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger)
 		log.Warn("environment not ready", "env", id, "err", err)
 		return nil, false, err
 	}
-	if !before {
-		w.known.Store(env.ID, true)
+	if env.Built {
 		log.Info("environment ready", "env", env.ID, "ms", time.Since(start).Milliseconds())
 		// Advertise it now, before the result goes out, so that placement
 		// sends the session's next job here.
@@ -102,7 +101,7 @@ func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger)
 			log.Warn("heartbeat after build", "err", herr)
 		}
 	}
-	return env, !before, nil
+	return env, env.Built, nil
 }
 
 // envFailure is the result of a job whose environment could not be made.

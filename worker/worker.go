@@ -42,7 +42,6 @@ type Worker struct {
 	caps       envspec.Capabilities
 	load       atomic.Int64 // jobs running
 	started    time.Time    // when Start began, for the presence record
-	known      sync.Map     // ids of environments this process has used: id → true
 	targeted   *broker.Consumer
 
 	// The sandbox, when the worker has one (setupSandbox): bubblewrap, the
