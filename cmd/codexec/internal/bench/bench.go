@@ -1,4 +1,7 @@
-package cli
+// Package bench is `codexec bench`: it measures execute_code end to end
+// through real MCP clients, with the harness of the end-to-end tests
+// (package e2e).
+package bench
 
 import (
 	"bytes"
@@ -7,27 +10,26 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
+	"runtime/debug"
 	"slices"
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"text/tabwriter"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/worker/runner"
 )
@@ -36,13 +38,26 @@ import (
 // default preload list holds, that cost a fresh interpreter about 100 ms.
 const benchImports = "import json, decimal, email.message, asyncio, http.client, urllib.request"
 
-// runBench measures execute_code end to end through real MCP clients:
+const (
+	// readyTimeout bounds the wait for a server to say it is ready.
+	readyTimeout = 2 * time.Minute
+	// stopGrace is how long a server has to exit after SIGTERM.
+	stopGrace = 15 * time.Second
+	// outputLimit bounds the log kept of each server: the start of a log
+	// holds what the benchmark waits for.
+	outputLimit = 4 << 20
+)
+
+// Main runs `codexec bench` with args (without the program and command
+// names). It measures execute_code end to end through real MCP clients:
 // codexec dev over stdio and, when nats-server and redis-server are found,
 // the multi-process topology over Streamable HTTP; zygote against spawn;
 // and plain interpreter starts for reference. It prints a table and, last,
-// one JSON line.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := newFlags("bench", stderr)
+// one JSON line. An error in the command line is a UsageError; -h returns
+// flag.ErrHelp.
+func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	f := flag.NewFlagSet("codexec bench", flag.ContinueOnError)
+	f.SetOutput(stderr)
 	var o benchOptions
 	f.IntVar(&o.n, "n", 200, "calls per latency scenario")
 	f.IntVar(&o.nSlow, "n-slow", 40, "calls per scenario that starts an interpreter importing modules (about 100 ms each)")
@@ -56,24 +71,30 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	f.StringVar(&o.sandboxes, "sandbox", "off,on", "measure each exec mode without the sandbox (off), with it (on), or both, side by side")
 	f.BoolVar(&o.baselines, "baselines", true, "measure plain interpreter starts for reference")
 	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory (the servers' data directories)")
-	if err := f.parse(args); err != nil {
-		return err
+	if err := f.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return UsageError{err}
+	}
+	if f.NArg() > 0 {
+		return UsageError{fmt.Errorf("unexpected arguments: %s", strings.Join(f.Args(), " "))}
 	}
 	switch {
 	case o.n < 1 || o.nSlow < 1 || o.concurrency < 1 || o.cold < 0 || o.duration <= 0:
-		return usageError{errors.New("-n, -n-slow and -concurrency must be positive, -cold not negative, -duration positive")}
+		return UsageError{errors.New("-n, -n-slow and -concurrency must be positive, -cold not negative, -duration positive")}
 	case o.cluster != "auto" && o.cluster != "on" && o.cluster != "off":
-		return usageError{fmt.Errorf("-cluster %q: auto, on or off", o.cluster)}
+		return UsageError{fmt.Errorf("-cluster %q: auto, on or off", o.cluster)}
 	}
 	for _, m := range strings.Split(o.modes, ",") {
 		if m = strings.TrimSpace(m); m != "zygote" && m != "spawn" {
-			return usageError{fmt.Errorf("-modes: unknown exec mode %q (zygote, spawn)", m)}
+			return UsageError{fmt.Errorf("-modes: unknown exec mode %q (zygote, spawn)", m)}
 		}
 		o.modeList = append(o.modeList, m)
 	}
 	for _, s := range strings.Split(o.sandboxes, ",") {
 		if s = strings.TrimSpace(s); s != "off" && s != "on" {
-			return usageError{fmt.Errorf("-sandbox: %q: off, on, or off,on", s)}
+			return UsageError{fmt.Errorf("-sandbox: %q: off, on, or off,on", s)}
 		}
 		o.sandboxList = append(o.sandboxList, s == "on")
 	}
@@ -99,6 +120,13 @@ func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	return nil
 }
 
+// UsageError is an error in the command line (the caller exits with
+// status 2, not 1).
+type UsageError struct{ Err error }
+
+func (e UsageError) Error() string { return e.Err.Error() }
+func (e UsageError) Unwrap() error { return e.Err }
+
 type benchOptions struct {
 	n, nSlow, concurrency, cold int
 	duration                    time.Duration
@@ -114,7 +142,7 @@ type bench struct {
 	exe, tmp string
 	py       string // the venv's interpreter
 	log      io.Writer
-	procs    []*benchProc
+	procs    []*e2e.Proc
 
 	results []benchResult
 	rss     map[string]int64
@@ -228,7 +256,7 @@ func shellQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''
 // "+sandbox" appended when jobs run in the sandbox (which must then work:
 // --sandbox require), or not (--sandbox off).
 func (b *bench) devEnv(dataDir, mode string) []string {
-	env := benchEnv()
+	env := e2e.CleanEnv()
 	base, sandboxed := strings.CutSuffix(mode, "+sandbox")
 	sb := "off"
 	if sandboxed {
@@ -238,26 +266,14 @@ func (b *bench) devEnv(dataDir, mode string) []string {
 }
 
 // startDev starts `codexec dev` over stdio through mcp-go's client.
-func (b *bench) startDev(ctx context.Context, name, mode string) (*client.Client, *benchProc, error) {
-	p := &benchProc{name: name, out: &watchBuffer{}}
+func (b *bench) startDev(ctx context.Context, name, mode string) (*client.Client, *e2e.Proc, error) {
 	env := b.devEnv(filepath.Join(b.tmp, name), mode)
-	c, err := client.NewStdioMCPClientWithOptions(b.exe, env, []string{"dev"},
-		transport.WithCommandFunc(func(ctx context.Context, command string, env, args []string) (*exec.Cmd, error) {
-			cmd := exec.Command(command, args...)
-			cmd.Env = env
-			cmd.Stderr = p.out
-			cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-			p.cmd = cmd
-			return cmd, nil
-		}))
+	c, p, err := e2e.StartStdio(ctx, e2e.Command{Name: name, Path: b.exe, Args: []string{"dev"}, Env: env, OutputLimit: outputLimit},
+		mcp.LATEST_PROTOCOL_VERSION, clientInfo())
 	if err != nil {
-		return nil, nil, fmt.Errorf("start codexec dev: %w", err)
+		return nil, nil, fmt.Errorf("codexec dev: %w", err)
 	}
 	b.procs = append(b.procs, p)
-	p.closeFn = func() { _ = c.Close() }
-	if err := initializeClient(ctx, c); err != nil {
-		return nil, nil, fmt.Errorf("codexec dev: %w\n%s", err, p.out.String())
-	}
 	return c, p, nil
 }
 
@@ -271,15 +287,15 @@ func (b *bench) devScenarios(ctx context.Context, base string, sandboxed bool) e
 	if err != nil {
 		return err
 	}
-	defer p.stop()
+	defer p.Stop(stopGrace)
 	var zygotePID int
 	if base == "zygote" {
-		if zygotePID, err = p.zygotePID(ctx); err != nil {
+		if zygotePID, err = zygotePIDOf(ctx, p); err != nil {
 			return err
 		}
 	}
-	b.scenarios(ctx, c, "dev", mode, []int{p.cmd.Process.Pid, zygotePID})
-	b.rss["dev_process_"+mode] = runner.ProcessRSS(p.cmd.Process.Pid)
+	b.scenarios(ctx, c, "dev", mode, []int{p.Pid(), zygotePID})
+	b.rss["dev_process_"+mode] = runner.ProcessRSS(p.Pid())
 	if zygotePID > 0 {
 		b.rss["zygote"+strings.TrimPrefix(mode, "zygote")] = runner.ProcessRSS(zygotePID)
 	}
@@ -366,7 +382,7 @@ func (b *bench) throughput(ctx context.Context, c *client.Client, r benchResult,
 	wg.Wait()
 	elapsed := time.Since(start)
 	if len(ds) > 0 {
-		r.CPUPerJob = round2(float64((processesCPU(server) - cpu0).Microseconds()) / 1000 / float64(len(ds)))
+		r.CPUPerJob = e2e.Round2(float64((processesCPU(server) - cpu0).Microseconds()) / 1000 / float64(len(ds)))
 	}
 	r.Concurrency = b.concurrency
 	b.add(r, ds, nil, float64(len(ds))/elapsed.Seconds())
@@ -399,7 +415,7 @@ func (b *bench) coldScenarios(ctx context.Context) error {
 				ds = append(ds, time.Since(start))
 				runs = append(runs, run)
 			}
-			p.stop()
+			p.Stop(stopGrace)
 		}
 		b.add(benchResult{Name: job.name + ", first call (cold)", Topology: "dev", Mode: mode, Code: job.code,
 			Concurrency: 1, Errors: errs}, ds, runs, 0)
@@ -423,36 +439,32 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 		return nil
 	}
 	b.logf("multi-process topology: %s, %s, codexec frontend and worker", natsBin, redisBin)
-	natsPort, redisPort := freeTCPPort(), freeTCPPort()
-	nats, err := b.startProc(ctx, "nats-server", nil, natsBin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(natsPort),
-		"-sd", filepath.Join(b.tmp, "nats"))
+	waitCtx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	nats, natsURL, _, err := e2e.StartNATS(waitCtx, b.start, natsBin, nil, filepath.Join(b.tmp, "nats"))
 	if err != nil {
 		return err
 	}
-	defer nats.stop()
-	redis, err := b.startProc(ctx, "redis-server", nil, redisBin, "--port", strconv.Itoa(redisPort), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--dir", b.tmp)
+	defer nats.Stop(stopGrace)
+	redisPort, err := e2e.FreePort()
 	if err != nil {
 		return err
 	}
-	defer redis.stop()
-	if _, err := nats.waitFor(ctx, regexp.MustCompile(`Server is ready`)); err != nil {
-		return err
-	}
-	if _, err := redis.waitFor(ctx, regexp.MustCompile(`[Rr]eady to accept connections`)); err != nil {
-		return err
-	}
-	common := append(benchEnv(), fmt.Sprintf("CODEXEC_NATS_URL=nats://127.0.0.1:%d", natsPort),
-		fmt.Sprintf("CODEXEC_REDIS_URL=redis://127.0.0.1:%d/0", redisPort))
-	fe, err := b.startProc(ctx, "frontend", common, b.exe, "frontend", "--http", "127.0.0.1:0")
+	redis, err := b.start(e2e.Command{Name: "redis-server", Path: redisBin, Args: []string{"--port", strconv.Itoa(redisPort),
+		"--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", b.tmp}})
 	if err != nil {
 		return err
 	}
-	defer fe.stop()
-	url, err := fe.waitFor(ctx, regexp.MustCompile(`url=(http://\S+/mcp)`))
+	defer redis.Stop(stopGrace)
+	if _, err := redis.WaitFor(waitCtx, e2e.RedisReadyRe); err != nil {
+		return err
+	}
+	common := e2e.CleanEnv("CODEXEC_NATS_URL="+natsURL, fmt.Sprintf("CODEXEC_REDIS_URL=redis://127.0.0.1:%d/0", redisPort))
+	fe, url, err := e2e.StartFrontend(waitCtx, b.start, b.exe, common)
 	if err != nil {
 		return err
 	}
+	defer fe.Stop(stopGrace)
 	// The cluster runs as deployed: sandboxed when -sandbox includes on.
 	sandboxed := b.sandboxList[len(b.sandboxList)-1]
 	for _, base := range b.modeList {
@@ -462,36 +474,27 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 		}
 		env := append(slices.Clone(common), "CODEXEC_DATA_DIR="+filepath.Join(b.tmp, "worker-"+base),
 			"CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_WORKER_ID=bench-"+base, "CODEXEC_SANDBOX="+sb)
-		w, err := b.startProc(ctx, "worker-"+mode, env, b.exe, "worker")
+		w, err := e2e.StartWorker(waitCtx, b.start, "worker-"+mode, b.exe, env)
 		if err != nil {
-			return err
-		}
-		if _, err := w.waitFor(ctx, regexp.MustCompile(`worker ready`)); err != nil {
 			return err
 		}
 		var zygotePID int
 		if base == "zygote" {
-			if zygotePID, err = w.zygotePID(ctx); err != nil {
+			if zygotePID, err = zygotePIDOf(ctx, w); err != nil {
 				return err
 			}
 		}
-		c, err := client.NewStreamableHttpClient(url)
+		c, err := e2e.ConnectHTTP(ctx, url, mcp.LATEST_PROTOCOL_VERSION, clientInfo())
 		if err != nil {
 			return err
 		}
-		if err := c.Start(ctx); err != nil {
-			return err
-		}
-		if err := initializeClient(ctx, c); err != nil {
-			return err
-		}
-		b.scenarios(ctx, c, "cluster", mode, []int{fe.cmd.Process.Pid, w.cmd.Process.Pid, zygotePID, nats.cmd.Process.Pid, redis.cmd.Process.Pid})
+		b.scenarios(ctx, c, "cluster", mode, []int{fe.Pid(), w.Pid(), zygotePID, nats.Pid(), redis.Pid()})
 		_ = c.Close()
-		b.rss["cluster_worker_"+mode] = runner.ProcessRSS(w.cmd.Process.Pid)
+		b.rss["cluster_worker_"+mode] = runner.ProcessRSS(w.Pid())
 		if zygotePID > 0 {
 			b.rss["cluster_zygote"] = runner.ProcessRSS(zygotePID)
 		}
-		w.stop()
+		w.Stop(stopGrace)
 	}
 	return nil
 }
@@ -511,14 +514,12 @@ func (b *bench) findServer(name string) string {
 	return ""
 }
 
-func (b *bench) startProc(ctx context.Context, name string, env []string, path string, args ...string) (*benchProc, error) {
-	cmd := exec.Command(path, args...)
-	cmd.Env = env
-	p := &benchProc{name: name, cmd: cmd, out: &watchBuffer{}}
-	cmd.Stdout, cmd.Stderr = p.out, p.out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start %s: %w", name, err)
+// start starts a server process of the benchmark, stopped at its end.
+func (b *bench) start(c e2e.Command) (*e2e.Proc, error) {
+	c.OutputLimit = outputLimit
+	p, err := c.Start()
+	if err != nil {
+		return nil, err
 	}
 	b.procs = append(b.procs, p)
 	return p, nil
@@ -526,16 +527,16 @@ func (b *bench) startProc(ctx context.Context, name string, env []string, path s
 
 func (b *bench) stopAll() {
 	for _, p := range slices.Backward(b.procs) {
-		p.stop()
+		p.Stop(stopGrace)
 	}
 }
 
 // add computes a row's statistics.
 func (b *bench) add(r benchResult, ds, runs []time.Duration, jobsPerSec float64) {
 	r.N = len(ds)
-	r.P50, r.P90, r.P99 = percentile(ds, 50), percentile(ds, 90), percentile(ds, 99)
+	r.P50, r.P90, r.P99 = e2e.Percentile(ds, 50), e2e.Percentile(ds, 90), e2e.Percentile(ds, 99)
 	if len(runs) > 0 {
-		r.RunP50 = percentile(runs, 50)
+		r.RunP50 = e2e.Percentile(runs, 50)
 	}
 	r.JobsPerSec = round1(jobsPerSec)
 	b.results = append(b.results, r)
@@ -546,20 +547,7 @@ func (b *bench) add(r benchResult, ds, runs []time.Duration, jobsPerSec float64)
 	b.logf("%-8s %-7s %-32s p50 %7.2f ms  p90 %7.2f ms  p99 %7.2f ms%s", r.Topology, r.Mode, r.Name, r.P50, r.P90, r.P99, extra)
 }
 
-// percentile is the nearest-rank percentile of ds in milliseconds.
-func percentile(ds []time.Duration, p int) float64 {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	i = min(max(i-1, 0), len(s)-1)
-	return round2(float64(s[i].Microseconds()) / 1000)
-}
-
 func round1(x float64) float64 { return float64(int64(x*10+0.5)) / 10 }
-func round2(x float64) float64 { return float64(int64(x*100+0.5)) / 100 }
 
 func (b *bench) find(topology, mode, name string) *benchResult {
 	for i := range b.results {
@@ -597,7 +585,7 @@ func (b *bench) targets() []benchTarget {
 		// Both are one interpreter start measured from outside; 5% is what
 		// separates two runs of the same command on a quiet machine.
 		check("dev spawn run p50 / paired python -c p50", "<= 1.05", b.find("dev", "spawn", "print(1)"),
-			func(r *benchResult) float64 { return round2(r.RunP50 / base.P50) }, func(v float64) bool { return v <= 1.05 })
+			func(r *benchResult) float64 { return e2e.Round2(r.RunP50 / base.P50) }, func(v float64) bool { return v <= 1.05 })
 	}
 	return ts
 }
@@ -625,7 +613,7 @@ func (b *bench) sandboxCosts() []benchCost {
 		}
 		add := func(metric string, a, b float64) {
 			if a > 0 && b > 0 {
-				out = append(out, benchCost{Mode: off.Mode, Scenario: off.Name, Metric: metric, Off: a, On: b, Ratio: round2(b / a)})
+				out = append(out, benchCost{Mode: off.Mode, Scenario: off.Name, Metric: metric, Off: a, On: b, Ratio: e2e.Round2(b / a)})
 			}
 		}
 		if off.JobsPerSec > 0 {
@@ -689,12 +677,7 @@ func (b *bench) report(w io.Writer) {
 // callExecute calls execute_code and returns the job's run time as the
 // worker measured it.
 func callExecute(ctx context.Context, c *client.Client, code string) (time.Duration, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	req := mcp.CallToolRequest{}
-	req.Params.Name = "execute_code"
-	req.Params.Arguments = map[string]any{"code": code}
-	res, err := c.CallTool(ctx, req)
+	res, err := e2e.Call(ctx, c, "execute_code", map[string]any{"code": code}, 2*time.Minute)
 	if err != nil {
 		return 0, err
 	}
@@ -702,35 +685,20 @@ func callExecute(ctx context.Context, c *client.Client, code string) (time.Durat
 		DurationMS float64 `json:"duration_ms"`
 		Message    string  `json:"message"`
 	}
-	raw, _ := json.Marshal(res.StructuredContent)
-	_ = json.Unmarshal(raw, &sc)
+	_ = e2e.Decode(res, &sc)
 	if res.IsError {
 		return 0, fmt.Errorf("execute_code failed: %s", sc.Message)
 	}
 	return time.Duration(sc.DurationMS * float64(time.Millisecond)), nil
 }
 
-func initializeClient(ctx context.Context, c *client.Client) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	defer cancel()
-	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-	req.Params.ClientInfo = mcp.Implementation{Name: "codexec-bench", Version: Version()}
-	_, err := c.Initialize(ctx, req)
-	return err
-}
-
-// benchEnv is this process's environment without codexec's own settings,
-// so that the servers run on their defaults.
-func benchEnv() []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if !strings.HasPrefix(name, "CODEXEC_") && name != "CODE_STORAGE_DIR" && name != "ENV_TYPE" {
-			env = append(env, kv)
-		}
+// clientInfo is who the benchmark says it is in initialize.
+func clientInfo() mcp.Implementation {
+	v := "dev"
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		v = bi.Main.Version
 	}
-	return env
+	return mcp.Implementation{Name: "codexec-bench", Version: v}
 }
 
 // processesCPU is the CPU time that processes pids and their reaped
@@ -761,104 +729,10 @@ func processesCPU(pids []int) time.Duration {
 	return time.Duration(ticks) * time.Second / 100 // USER_HZ
 }
 
-func freeTCPPort() int {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
-
-// benchProc is a server process the benchmark started.
-type benchProc struct {
-	name    string
-	cmd     *exec.Cmd
-	out     *watchBuffer
-	closeFn func()
-	once    sync.Once
-}
-
-var zygoteReadyRe = regexp.MustCompile(`msg="zygote ready".* pid=(\d+)`)
-
-// zygotePID waits until the process logs that its zygote is ready.
-func (p *benchProc) zygotePID(ctx context.Context) (int, error) {
-	m, err := p.waitFor(ctx, zygoteReadyRe)
-	if err != nil {
-		return 0, err
-	}
-	return strconv.Atoi(m)
-}
-
-// waitFor waits until re matches the process's output and returns the first
-// group (or the whole match).
-func (p *benchProc) waitFor(ctx context.Context, re *regexp.Regexp) (string, error) {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+// zygotePIDOf waits until p logs that its zygote is ready, and returns
+// the zygote's pid.
+func zygotePIDOf(ctx context.Context, p *e2e.Proc) (int, error) {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	for {
-		changed := p.out.changed()
-		if m := re.FindStringSubmatch(p.out.String()); m != nil {
-			return m[len(m)-1], nil
-		}
-		select {
-		case <-changed:
-		case <-ctx.Done():
-			return "", fmt.Errorf("%s: no %q in its output: %w\n%s", p.name, re, ctx.Err(), p.out.String())
-		}
-	}
-}
-
-func (p *benchProc) stop() {
-	p.once.Do(func() {
-		if p.closeFn != nil {
-			p.closeFn()
-		}
-		if p.cmd == nil || p.cmd.Process == nil {
-			return
-		}
-		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGTERM)
-		done := make(chan struct{})
-		go func() { _ = p.cmd.Wait(); close(done) }()
-		select {
-		case <-done:
-		case <-time.After(15 * time.Second):
-			_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
-			<-done
-		}
-	})
-}
-
-// watchBuffer is a goroutine-safe buffer that signals writes.
-type watchBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	ch  chan struct{}
-}
-
-func (b *watchBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
-	}
-	if b.buf.Len() > 4<<20 { // keep memory bounded: the start of the log has what we look for
-		return len(p), nil
-	}
-	return b.buf.Write(p)
-}
-
-func (b *watchBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *watchBuffer) changed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
+	return p.ZygotePID(ctx)
 }

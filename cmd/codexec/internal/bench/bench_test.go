@@ -1,30 +1,15 @@
-package cli
+package bench
 
 import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
 	"os"
 	"os/exec"
+	"strings"
 	"testing"
-	"time"
 )
-
-func TestPercentile(t *testing.T) {
-	t.Parallel()
-	var ds []time.Duration
-	for i := 100; i >= 1; i-- { // unsorted on purpose
-		ds = append(ds, time.Duration(i)*time.Millisecond)
-	}
-	for p, want := range map[int]float64{50: 50, 90: 90, 99: 99, 100: 100} {
-		if got := percentile(ds, p); got != want {
-			t.Errorf("p%d = %v, want %v", p, got, want)
-		}
-	}
-	if got := percentile(nil, 50); got != 0 {
-		t.Errorf("p50 of nothing = %v", got)
-	}
-	if got := percentile(ds[:1], 99); got != 100 {
-		t.Errorf("p99 of one sample = %v", got)
-	}
-}
 
 func TestShellQuote(t *testing.T) {
 	t.Parallel()
@@ -43,5 +28,37 @@ func TestProcessesCPU(t *testing.T) {
 	t.Parallel()
 	if got := processesCPU([]int{os.Getpid(), 0, -1}); got < 0 {
 		t.Errorf("processesCPU = %v", got)
+	}
+}
+
+// Main's command line: -h is help (not an error), and a bad command line is
+// a UsageError naming what is wrong, before anything is measured.
+func TestBenchMainFlags(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	if err := Main(context.Background(), []string{"-h"}, &bytes.Buffer{}, &stderr); !errors.Is(err, flag.ErrHelp) {
+		t.Errorf("-h: %v", err)
+	}
+	for _, name := range []string{"-n", "-n-slow", "-concurrency", "-duration", "-cold", "-python", "-venv", "-cluster", "-modes", "-sandbox", "-baselines", "-keep"} {
+		if !strings.Contains(stderr.String(), "  "+name+" ") && !strings.Contains(stderr.String(), "  "+name+"\n") {
+			t.Errorf("-h does not list %s:\n%s", name, stderr.String())
+		}
+	}
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"-n", "0"}, "must be positive"},
+		{[]string{"-cluster", "maybe"}, `-cluster "maybe"`},
+		{[]string{"-modes", "zygote,fork"}, `unknown exec mode "fork"`},
+		{[]string{"-sandbox", "half"}, `"half"`},
+		{[]string{"-no-such-flag"}, "no-such-flag"},
+		{[]string{"extra"}, "unexpected arguments: extra"},
+	} {
+		err := Main(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
+		var ue UsageError
+		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: %v (%T), want a UsageError with %q", tc.args, err, err, tc.want)
+		}
 	}
 }

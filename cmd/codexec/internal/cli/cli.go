@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/bench"
 	"github.com/codexec/codexec/worker/limits"
 )
 
@@ -34,7 +35,10 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 	case "worker":
 		err = runWorker(ctx, args[1:], stderr)
 	case "bench":
-		err = runBench(ctx, args[1:], stdout, stderr)
+		err = bench.Main(ctx, args[1:], stdout, stderr)
+		if errors.As(err, new(bench.UsageError)) {
+			err = usageError{err}
+		}
 	case "export":
 		err = runExport(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
