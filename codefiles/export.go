@@ -1,4 +1,4 @@
-package frontend
+package codefiles
 
 import (
 	"context"
@@ -6,7 +6,7 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/codexec/codexec/frontend/internal/safedir"
+	"github.com/codexec/codexec/codefiles/internal/safedir"
 	"github.com/codexec/codexec/wire"
 	"github.com/oklog/ulid/v2"
 )

@@ -1,4 +1,4 @@
-package frontend
+package codefiles
 
 import (
 	"fmt"
@@ -23,12 +23,29 @@ import (
 //   - the stable pseudo-path "codexec://files/main.py" (FilesURIPrefix),
 //     which initialize_code_file returns in a cluster,
 //   - in `codexec dev`, the real on-disk path initialize_code_file returned:
-//     DIR/<scope>/files/main.py, where DIR is Config.FilesMirrorDir and
+//     DIR/<scope>/files/main.py, where DIR is Config.MirrorDir and
 //     <scope> is the calling session's own scope. The prefix must match
 //     byte for byte; the path is never cleaned or resolved, so "..", links
 //     and another session's directory cannot lead anywhere.
 //
 // Everything else is refused with an error that names the problem.
+
+// Resolve turns a client's file_path into the name of a code file of scope
+// (see above for the forms accepted); the error names the problem and is
+// meant for the client.
+func (cs *CodeStore) Resolve(scope, filePath string) (string, error) {
+	return resolveFilePath(filePath, mirrorPrefix(cs.cfg.MirrorDir, scope))
+}
+
+// FilePath is what the tools hand out as file_path for code file name of
+// scope: the on-disk copy in `codexec dev`, the codexec:// pseudo-path
+// otherwise. Resolve turns it back into name.
+func (cs *CodeStore) FilePath(scope, name string) string {
+	if p := cs.mirrorPath(scope, name); p != "" {
+		return p
+	}
+	return FilesURIPrefix + name
+}
 
 // FilesURIPrefix starts the pseudo-path of a code file in a cluster, where
 // files live in Redis and have no path on any disk the client could see:

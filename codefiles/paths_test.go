@@ -1,4 +1,4 @@
-package frontend
+package codefiles
 
 import (
 	"path/filepath"

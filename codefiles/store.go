@@ -1,4 +1,4 @@
-package frontend
+package codefiles
 
 import (
 	"cmp"
@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/codexec/codexec/frontend/internal/safedir"
+	"github.com/codexec/codexec/codefiles/internal/safedir"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/oklog/ulid/v2"
@@ -63,9 +63,9 @@ var (
 //
 // # The on-disk copy
 //
-// When Config.FilesMirrorDir is set (`codexec dev` sets it to the scripts
+// When Config.MirrorDir is set (`codexec dev` sets it to the scripts
 // directory), every file is also written through to
-// FilesMirrorDir/<scope>/files/<name> as a plain file, so a local user finds
+// MirrorDir/<scope>/files/<name> as a plain file, so a local user finds
 // it with any editor. The copy is written without following links (package
 // safedir); an append writes its piece at the offset the store reported, so
 // concurrent appends leave the copy identical to the store. The store stays
@@ -79,8 +79,8 @@ type CodeStore struct {
 }
 
 // NewCodeStore returns the code-file store of cfg (its Keys, limits and
-// FilesMirrorDir) over st. `codexec export` uses it to read what frontends
-// wrote.
+// MirrorDir) over st. The frontend's tools use it, and `codexec export`
+// reads with it what frontends wrote.
 func NewCodeStore(st statestore.Store, cfg Config) *CodeStore {
 	cfg = cfg.WithDefaults()
 	return &CodeStore{st: st, keys: cfg.Keys, cfg: cfg, log: cfg.Logger}
@@ -119,7 +119,8 @@ type RunInfo struct {
 
 // Init creates code file name of scope with content, or replaces the
 // content of an existing one; replaced reports which, and oldSize the size
-// it replaced. name must have passed validName.
+// it replaced. name must be a valid code-file name (Resolve returns one;
+// so does wire.CleanFilename).
 func (cs *CodeStore) Init(ctx context.Context, scope, name, content string) (info FileInfo, replaced bool, oldSize int64, err error) {
 	if int64(len(content)) > cs.cfg.MaxFileBytes {
 		return info, false, 0, fmt.Errorf("%w: the content is %d bytes and the limit is %d bytes", ErrFileTooLarge, len(content), cs.cfg.MaxFileBytes)
@@ -261,8 +262,8 @@ func (cs *CodeStore) Delete(ctx context.Context, scope, name string) (int64, err
 	if err := cs.st.Delete(ctx, key); err != nil {
 		return 0, err
 	}
-	if cs.cfg.FilesMirrorDir != "" {
-		d, err := safedir.Open(cs.cfg.FilesMirrorDir, false, scope, "files")
+	if cs.cfg.MirrorDir != "" {
+		d, err := safedir.Open(cs.cfg.MirrorDir, false, scope, "files")
 		if err == nil {
 			err = d.Remove(name)
 			d.Close()
@@ -436,21 +437,21 @@ func (cs *CodeStore) touchScope(ctx context.Context, scope string) {
 
 // mirrorPath is where the on-disk copy of name of scope lives, or "".
 func (cs *CodeStore) mirrorPath(scope, name string) string {
-	if cs.cfg.FilesMirrorDir == "" {
+	if cs.cfg.MirrorDir == "" {
 		return ""
 	}
-	return filepath.Join(cs.cfg.FilesMirrorDir, scope, "files", name)
+	return filepath.Join(cs.cfg.MirrorDir, scope, "files", name)
 }
 
 // mirror runs write on scope's on-disk files directory, when there is one,
 // and records the outcome in info. A failure does not fail the call: the
 // store has the content.
 func (cs *CodeStore) mirror(scope string, info *FileInfo, write func(*safedir.Dir) error) {
-	if cs.cfg.FilesMirrorDir == "" {
+	if cs.cfg.MirrorDir == "" {
 		return
 	}
 	info.Path = cs.mirrorPath(scope, info.Name)
-	d, err := safedir.Open(cs.cfg.FilesMirrorDir, true, scope, "files")
+	d, err := safedir.Open(cs.cfg.MirrorDir, true, scope, "files")
 	if err == nil {
 		err = write(d)
 		d.Close()

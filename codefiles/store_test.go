@@ -1,4 +1,4 @@
-package frontend
+package codefiles
 
 import (
 	"bytes"
@@ -301,7 +301,7 @@ func runCodeStoreSuite(t *testing.T, newStore newStoreFunc) {
 	t.Run("Mirror", func(t *testing.T) {
 		t.Parallel()
 		dir := t.TempDir()
-		b := setupCodeStore(t, newStore, Config{FilesMirrorDir: dir})
+		b := setupCodeStore(t, newStore, Config{MirrorDir: dir})
 		info, _, _, err := b.cs.Init(b.ctx, "local", "m.py", "start\n")
 		if err != nil || info.Warning != "" {
 			t.Fatal(err, info.Warning)

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -87,7 +88,8 @@ const (
 )
 
 func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
-	limits := fmt.Sprintf("A file may grow to %s; a session may hold %d files.", formatSize(f.cfg.MaxFileBytes), f.cfg.MaxFiles)
+	cf := f.cfg.CodeFiles
+	limits := fmt.Sprintf("A file may grow to %s; a session may hold %d files.", formatSize(cf.MaxFileBytes), cf.MaxFiles)
 	s.AddTool(mcp.NewTool("initialize_code_file",
 		mcp.WithDescription("Start a code file with its first piece of content; add more with append_to_code_file, run it with execute_code_file. "+
 			"An existing file of the same name is replaced (the result says so). Returns the file_path the other tools take. "+limits),
@@ -96,9 +98,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithOutputSchema[FileResult](),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.initializeCodeFile(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.initializeCodeFile, fileFailure))
 
 	s.AddTool(mcp.NewTool("append_to_code_file",
 		mcp.WithDescription("Append content to the end of a code file. Pieces are stored as sent: include the newlines you want. "+limits),
@@ -107,9 +107,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithOutputSchema[FileResult](),
 		mcp.WithDestructiveHintAnnotation(false),
 		mcp.WithOpenWorldHintAnnotation(false),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.appendToCodeFile(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.appendToCodeFile, fileFailure))
 
 	s.AddTool(mcp.NewTool("read_code_file",
 		mcp.WithDescription("Read a code file of this session exactly as stored, or, with job_id, the code an earlier run ran (see list_code_files). "+
@@ -118,9 +116,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("job_id", mcp.Description("Read the code of this earlier run instead (execute_code or execute_code_file)")),
 		mcp.WithOutputSchema[FileResult](),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.readCodeFile(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.readCodeFile, fileFailure))
 
 	s.AddTool(mcp.NewTool("execute_code_file",
 		mcp.WithDescription("Run a code file's current content exactly as execute_code would run it: fresh interpreter, this session's environment and working directory. "+
@@ -128,19 +124,15 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 			"Takes the same timeout_seconds and limits as execute_code."),
 		mcp.WithString("file_path", mcp.Required(), mcp.Description(filePathHelp)),
 		f.runOptions(),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.executeCodeFile(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.executeCodeFile, execFailure))
 
 	s.AddTool(mcp.NewTool("list_code_files",
 		mcp.WithDescription("List this session's code files (name, size, file_path) and its most recent runs (job_id, file name, size, time); "+
 			"read_code_file reads either."),
-		mcp.WithNumber("max_runs", mcp.Description(fmt.Sprintf("How many recent runs to list (default %d, 0 for none, at most %d)", defaultListRuns, f.cfg.RunHistory))),
+		mcp.WithNumber("max_runs", mcp.Description(fmt.Sprintf("How many recent runs to list (default %d, 0 for none, at most %d)", defaultListRuns, cf.RunHistory))),
 		mcp.WithOutputSchema[ListResult](),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.listCodeFiles(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.listCodeFiles, listFailure))
 
 	s.AddTool(mcp.NewTool("delete_code_file",
 		mcp.WithDescription("Delete a code file of this session. Runs already recorded keep their code."),
@@ -148,59 +140,48 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithOutputSchema[FileResult](),
 		mcp.WithDestructiveHintAnnotation(true),
 		mcp.WithOpenWorldHintAnnotation(false),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.deleteCodeFile(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
-}
-
-// filePath is what the tools hand out as file_path for name of scope: the
-// on-disk copy in `codexec dev`, the codexec:// pseudo-path otherwise.
-func (f *Frontend) filePath(scope, name string) string {
-	if p := f.files.mirrorPath(scope, name); p != "" {
-		return p
-	}
-	return FilesURIPrefix + name
+	), handler(stdio, f.deleteCodeFile, fileFailure))
 }
 
 // fileArg resolves the file_path argument to a file name of scope.
-func (f *Frontend) fileArg(args map[string]any, scope string) (string, string, bool) {
+func (f *Frontend) fileArg(args map[string]any, scope string) (string, error) {
 	v, present := args["file_path"]
 	if !present || v == nil {
-		return "", "missing required argument 'file_path' (" + strings.ToLower(filePathHelp[:1]) + filePathHelp[1:] + ")", false
+		return "", rejected("missing required argument 'file_path' (%s)", strings.ToLower(filePathHelp[:1])+filePathHelp[1:])
 	}
 	p, ok := v.(string)
 	if !ok {
-		return "", "argument 'file_path' must be a string", false
+		return "", rejected("argument 'file_path' must be a string")
 	}
-	name, err := resolveFilePath(p, mirrorPrefix(f.cfg.FilesMirrorDir, scope))
+	name, err := f.files.Resolve(scope, p)
 	if err != nil {
-		return "", err.Error(), false
+		return "", rejected("%s", err)
 	}
-	return name, "", true
+	return name, nil
 }
 
 // contentArg reads the required string argument content.
-func contentArg(args map[string]any) (string, string, bool) {
+func contentArg(args map[string]any) (string, error) {
 	v, present := args["content"]
 	if !present || v == nil {
-		return "", "missing required argument 'content' (a string)", false
+		return "", rejected("missing required argument 'content' (a string)")
 	}
 	s, ok := v.(string)
 	if !ok {
-		return "", "argument 'content' must be a string", false
+		return "", rejected("argument 'content' must be a string")
 	}
-	return s, "", true
+	return s, nil
 }
 
-func (f *Frontend) initializeCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) initializeCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	args := req.GetArguments()
-	content, msg, ok := contentArg(args)
-	if !ok {
-		return fileRejected(msg)
+	content, err := contentArg(args)
+	if err != nil {
+		return nil, err
 	}
-	given, bad := optionalString(args, "filename")
-	if bad != nil {
-		return fileRejected("argument 'filename' must be a string")
+	given, err := optionalString(args, "filename")
+	if err != nil {
+		return nil, err
 	}
 	var name string
 	if strings.TrimSpace(given) == "" {
@@ -211,7 +192,7 @@ func (f *Frontend) initializeCodeFile(ctx context.Context, req mcp.CallToolReque
 	}
 	info, replaced, oldSize, err := f.files.Init(ctx, scope, name, content)
 	if err != nil {
-		return f.fileError(err, name)
+		return nil, f.storeError(err, name)
 	}
 	r := f.fileInfoResult(scope, info)
 	r.Replaced = replaced
@@ -229,22 +210,22 @@ func (f *Frontend) initializeCodeFile(ctx context.Context, req mcp.CallToolReque
 		fmt.Fprintf(&b, "; warning: %s", info.Warning)
 	}
 	r.Message = b.String()
-	return fileResult(r, r.Message)
+	return fileResult(r, r.Message), nil
 }
 
-func (f *Frontend) appendToCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) appendToCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	args := req.GetArguments()
-	name, msg, ok := f.fileArg(args, scope)
-	if !ok {
-		return fileRejected(msg)
+	name, err := f.fileArg(args, scope)
+	if err != nil {
+		return nil, err
 	}
-	content, msg, ok := contentArg(args)
-	if !ok {
-		return fileRejected(msg)
+	content, err := contentArg(args)
+	if err != nil {
+		return nil, err
 	}
 	info, err := f.files.Append(ctx, scope, name, content)
 	if err != nil {
-		return f.fileError(err, name)
+		return nil, f.storeError(err, name)
 	}
 	r := f.fileInfoResult(scope, info)
 	r.Appended = int64(len(content))
@@ -252,44 +233,48 @@ func (f *Frontend) appendToCodeFile(ctx context.Context, req mcp.CallToolRequest
 	if info.Warning != "" {
 		r.Message += "; warning: " + info.Warning
 	}
-	return fileResult(r, r.Message)
+	return fileResult(r, r.Message), nil
 }
 
-func (f *Frontend) readCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) readCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	args := req.GetArguments()
-	jobID, bad := optionalString(args, "job_id")
-	if bad != nil {
-		return fileRejected("argument 'job_id' must be a string")
+	jobID, err := optionalString(args, "job_id")
+	if err != nil {
+		return nil, err
 	}
 	if jobID != "" {
 		if v, present := args["file_path"]; present && v != nil && v != "" {
-			return fileRejected("give file_path or job_id, not both")
+			return nil, rejected("give file_path or job_id, not both")
 		}
 		return f.readRun(ctx, scope, jobID)
 	}
-	name, msg, ok := f.fileArg(args, scope)
-	if !ok {
-		return fileRejected(msg)
+	name, err := f.fileArg(args, scope)
+	if err != nil {
+		return nil, err
 	}
 	content, info, err := f.files.Read(ctx, scope, name)
 	if err != nil {
-		return f.fileError(err, name)
+		return nil, f.storeError(err, name)
 	}
 	r := f.fileInfoResult(scope, info)
 	r.SHA256 = hexSHA256(content)
 	r.Message = fmt.Sprintf("%s: %d bytes", name, info.Size)
-	return fileContent(r, content)
+	return fileContent(r, content), nil
 }
 
-func (f *Frontend) readRun(ctx context.Context, scope, jobID string) *mcp.CallToolResult {
+func (f *Frontend) readRun(ctx context.Context, scope, jobID string) (*mcp.CallToolResult, error) {
 	code, run, err := f.files.ReadRun(ctx, scope, jobID)
-	if errors.Is(err, ErrRunNotFound) {
-		return fileResult(FileResult{Status: fileStatusNotFound, JobID: jobID, Message: fmt.Sprintf(
+	if errors.Is(err, codefiles.ErrRunNotFound) {
+		te := failure(fileStatusNotFound,
 			"no recorded run %q in this session: list_code_files lists the recent ones (runs are kept for %s, at most %d per session)",
-			jobID, f.cfg.RunRetention, f.cfg.RunHistory)}, "")
+			jobID, f.cfg.CodeFiles.RunRetention, f.cfg.CodeFiles.RunHistory)
+		te.JobID = jobID
+		return nil, te
 	}
 	if err != nil {
-		return fileResult(FileResult{Status: string(wire.StatusInternal), JobID: jobID, Message: "reading the run failed: " + err.Error()}, "")
+		te := internal("reading the run failed: %v", err)
+		te.JobID = jobID
+		return nil, te
 	}
 	ranAt := run.Time
 	r := FileResult{
@@ -297,56 +282,57 @@ func (f *Frontend) readRun(ctx context.Context, scope, jobID string) *mcp.CallTo
 		Size: int64(len(code)), SHA256: hexSHA256(code), RanAt: &ranAt,
 		Message: fmt.Sprintf("code of job %s (%s, %d bytes)", run.JobID, run.Filename, len(code)),
 	}
-	return fileContent(r, code)
+	return fileContent(r, code), nil
 }
 
-func (f *Frontend) executeCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) executeCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	args := req.GetArguments()
-	name, msg, ok := f.fileArg(args, scope)
-	if !ok {
-		return rejected("%s", msg)
+	name, err := f.fileArg(args, scope)
+	if err != nil {
+		return nil, err
 	}
-	run, bad := f.runArgs(args)
-	if bad != nil {
-		return bad
+	run, err := f.runArgs(args)
+	if err != nil {
+		return nil, err
 	}
 	code, _, err := f.files.Read(ctx, scope, name)
 	switch {
-	case errors.Is(err, ErrFileNotFound):
-		return rejected("%s", notFoundMessage(name))
+	case errors.Is(err, codefiles.ErrFileNotFound):
+		return nil, rejected("%s", notFoundMessage(name))
 	case err != nil:
-		return internal("reading code file %s failed: %v", name, err)
+		return nil, internal("reading code file %s failed: %v", name, err)
 	case strings.TrimSpace(code) == "":
-		return rejected("code file %s is empty: nothing to run", name)
+		return nil, rejected("code file %s is empty: nothing to run", name)
 	}
 	return f.runCode(ctx, scope, code, name, name, run)
 }
 
-func (f *Frontend) listCodeFiles(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) listCodeFiles(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	cf := f.cfg.CodeFiles
 	maxRuns := defaultListRuns
 	if v, present := req.GetArguments()["max_runs"]; present && v != nil {
 		n, ok := v.(float64)
 		if !ok || math.IsNaN(n) || n < 0 || n != math.Trunc(n) {
-			return listFailed(string(wire.StatusRejected), "argument 'max_runs' must be a whole number, 0 or more")
+			return nil, rejected("argument 'max_runs' must be a whole number, 0 or more")
 		}
-		maxRuns = int(min(n, float64(f.cfg.RunHistory)))
+		maxRuns = int(min(n, float64(cf.RunHistory)))
 	}
 	files, err := f.files.List(ctx, scope)
 	if err != nil {
-		return listFailed(string(wire.StatusInternal), "listing code files failed: "+err.Error())
+		return nil, internal("listing code files failed: %v", err)
 	}
 	runs, err := f.files.Runs(ctx, scope)
 	if err != nil {
-		return listFailed(string(wire.StatusInternal), "listing runs failed: "+err.Error())
+		return nil, internal("listing runs failed: %v", err)
 	}
 	out := ListResult{
 		Status: fileStatusOK, Files: []FileEntry{}, Runs: []RunEntry{}, TotalRuns: len(runs),
-		MaxFileBytes: f.cfg.MaxFileBytes, MaxFiles: f.cfg.MaxFiles,
+		MaxFileBytes: cf.MaxFileBytes, MaxFiles: cf.MaxFiles,
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "code files: %d (at most %d, each up to %s)\n", len(files), f.cfg.MaxFiles, formatSize(f.cfg.MaxFileBytes))
+	fmt.Fprintf(&b, "code files: %d (at most %d, each up to %s)\n", len(files), cf.MaxFiles, formatSize(cf.MaxFileBytes))
 	for _, fi := range files {
-		e := FileEntry{FilePath: f.filePath(scope, fi.Name), Filename: fi.Name, Size: fi.Size, Created: fi.Created, Updated: fi.Updated}
+		e := FileEntry{FilePath: f.files.FilePath(scope, fi.Name), Filename: fi.Name, Size: fi.Size, Created: fi.Created, Updated: fi.Updated}
 		out.Files = append(out.Files, e)
 		fmt.Fprintf(&b, "  %s  %d bytes  updated %s  file_path: %s\n", e.Filename, e.Size, e.Updated.Format(time.RFC3339), e.FilePath)
 	}
@@ -369,25 +355,25 @@ func (f *Frontend) listCodeFiles(ctx context.Context, req mcp.CallToolRequest, s
 	}
 	b.WriteString("read_code_file reads a file (file_path) or the code of a run (job_id).")
 	out.Message = fmt.Sprintf("code files: %d, runs: %d", len(files), len(runs))
-	return mcp.NewToolResultStructured(out, b.String())
+	return mcp.NewToolResultStructured(out, b.String()), nil
 }
 
-func (f *Frontend) deleteCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
-	name, msg, ok := f.fileArg(req.GetArguments(), scope)
-	if !ok {
-		return fileRejected(msg)
+func (f *Frontend) deleteCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	name, err := f.fileArg(req.GetArguments(), scope)
+	if err != nil {
+		return nil, err
 	}
 	size, err := f.files.Delete(ctx, scope, name)
 	if err != nil {
-		return f.fileError(err, name)
+		return nil, f.storeError(err, name)
 	}
-	r := FileResult{Status: fileStatusOK, FilePath: f.filePath(scope, name), Filename: name, Size: 0,
+	r := FileResult{Status: fileStatusOK, FilePath: f.files.FilePath(scope, name), Filename: name, Size: 0,
 		Message: fmt.Sprintf("Deleted code file %s (%d bytes)", name, size)}
-	return fileResult(r, r.Message)
+	return fileResult(r, r.Message), nil
 }
 
-func (f *Frontend) fileInfoResult(scope string, info FileInfo) FileResult {
-	r := FileResult{Status: fileStatusOK, FilePath: f.filePath(scope, info.Name), Filename: info.Name, Size: info.Size}
+func (f *Frontend) fileInfoResult(scope string, info codefiles.FileInfo) FileResult {
+	r := FileResult{Status: fileStatusOK, FilePath: f.files.FilePath(scope, info.Name), Filename: info.Name, Size: info.Size}
 	if !info.Created.IsZero() {
 		r.Created = &info.Created
 	}
@@ -397,34 +383,32 @@ func (f *Frontend) fileInfoResult(scope string, info FileInfo) FileResult {
 	return r
 }
 
-// fileError renders a CodeStore error for file name.
-func (f *Frontend) fileError(err error, name string) *mcp.CallToolResult {
-	r := FileResult{Filename: name, Message: err.Error()}
+// storeError is the toolError of a CodeStore error for file name: the file
+// is not there, a limit refused the write, or the store failed.
+func (f *Frontend) storeError(err error, name string) error {
+	var te *toolError
 	switch {
-	case errors.Is(err, ErrFileNotFound):
-		r.Status, r.Message = fileStatusNotFound, notFoundMessage(name)
-	case errors.Is(err, ErrFileTooLarge), errors.Is(err, ErrTooManyFiles):
-		r.Status = fileStatusLimit
+	case errors.Is(err, codefiles.ErrFileNotFound):
+		te = failure(fileStatusNotFound, "%s", notFoundMessage(name))
+	case errors.Is(err, codefiles.ErrFileTooLarge), errors.Is(err, codefiles.ErrTooManyFiles):
+		te = failure(fileStatusLimit, "%s", err)
 	default:
 		f.log.Error("code-file store", "file", name, "err", err)
-		r.Status, r.Message = string(wire.StatusInternal), "the code-file store failed: "+err.Error()
+		te = internal("the code-file store failed: %v", err)
 	}
-	return fileResult(r, "")
+	te.Filename = name
+	return te
 }
 
 func notFoundMessage(name string) string {
 	return fmt.Sprintf("no code file %q in this session: list_code_files lists them, initialize_code_file creates one", name)
 }
 
-func fileRejected(msg string) *mcp.CallToolResult {
-	return fileResult(FileResult{Status: string(wire.StatusRejected), Message: msg}, "")
-}
-
 // fileResult renders r; text is the text content, or the status line when
 // empty. isError is true exactly when r.Status is not ok.
 func fileResult(r FileResult, text string) *mcp.CallToolResult {
 	if text == "" {
-		text = fmt.Sprintf("[%s: %s]", r.Status, r.Message)
+		text = statusLine(r.Status, r.Message)
 	}
 	out := mcp.NewToolResultStructured(r, text)
 	out.IsError = r.Status != fileStatusOK
@@ -440,12 +424,6 @@ func fileContent(r FileResult, content string) *mcp.CallToolResult {
 func hexSHA256(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
-}
-
-func listFailed(status, msg string) *mcp.CallToolResult {
-	out := mcp.NewToolResultStructured(ListResult{Status: status, Files: []FileEntry{}, Runs: []RunEntry{}, Message: msg}, "["+status+": "+msg+"]")
-	out.IsError = true
-	return out
 }
 
 // formatSize prints n bytes the way the configuration does ("32 MiB").

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -28,9 +29,9 @@ func setupTools(t *testing.T, mirror bool) toolBundle {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	cfg := Config{MaxFileBytes: 1 << 20, MaxFiles: 4}
+	cfg := Config{CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}
 	if mirror {
-		cfg.FilesMirrorDir = t.TempDir()
+		cfg.CodeFiles.MirrorDir = t.TempDir()
 	}
 	f, err := New(cfg, nil, st)
 	if err != nil {
@@ -50,7 +51,7 @@ func setupTools(t *testing.T, mirror bool) toolBundle {
 	if _, err := c.Initialize(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	return toolBundle{c: c, mirror: f.cfg.FilesMirrorDir}
+	return toolBundle{c: c, mirror: f.cfg.CodeFiles.MirrorDir}
 }
 
 func callTool[T any](t *testing.T, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, T) {

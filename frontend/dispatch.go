@@ -3,7 +3,6 @@ package frontend
 import (
 	"context"
 	"errors"
-	"fmt"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -36,10 +35,12 @@ func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
 // dispatch publishes job: a job with an environment goes to the worker
 // placement chooses (its own subject when it consumes one), any other to
 // the pool. It returns the worker the job was sent to ("" for the pool), or
-// a tool result saying why it was not sent.
-func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, *wire.Result) {
-	fail := func(status wire.Status, format string, args ...any) (string, *wire.Result) {
-		return "", &wire.Result{JobID: "", Status: status, ExitCode: -1, Message: fmt.Sprintf(format, args...)}
+// a toolError saying why it was not sent.
+func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) {
+	fail := func(status wire.Status, format string, args ...any) (string, error) {
+		te := failure(status, format, args...)
+		te.Filename = job.Filename
+		return "", te
 	}
 	adverts, err := f.pool(ctx)
 	if err != nil {
@@ -105,27 +106,42 @@ func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string)
 	}
 }
 
-// awaitResult waits for job's result (see await); a nil result comes with
-// the tool result to return instead.
-func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, *wire.Result) {
+// awaitResult waits for job's result until the job's deadline, plus a
+// little for the result to travel back. target is the worker the job was
+// sent to, "" for the pool. When no result comes, the toolError (internal,
+// naming the job) says why.
+func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, error) {
 	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
 	defer cancel()
 	if target != "" {
 		go f.watchTarget(wctx, *job, target)
 	}
 	res, err := f.broker.WaitResult(wctx, job.ID)
+	fail := func(format string, args ...any) (*wire.Result, error) {
+		te := internal(format, args...)
+		te.JobID, te.Filename = job.ID, job.Filename
+		return nil, te
+	}
 	switch {
 	case err == nil:
 		return res, nil
 	case ctx.Err() != nil:
-		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
-			"the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)}
+		return fail("the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)
 	case errors.Is(err, context.DeadlineExceeded):
 		f.log.Warn("no result before the deadline", "job", job.ID)
-		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(
-			"no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
-			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)}
+		return fail("no result within %s: workers of pool %q are down or overloaded; if the job still runs, get_job_result fetches its result later",
+			job.Deadline.Sub(job.EnqueuedAt).Round(time.Second), job.Pool)
 	default:
-		return nil, &wire.Result{JobID: job.ID, Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf("waiting for job %s failed: %v", job.ID, err)}
+		return fail("waiting for job %s failed: %v", job.ID, err)
 	}
+}
+
+// dispatchAndAwait dispatches job and waits for its result: the whole path
+// of a job whose tool does nothing while it runs.
+func (f *Frontend) dispatchAndAwait(ctx context.Context, job *wire.Job) (*wire.Result, error) {
+	target, err := f.dispatch(ctx, job)
+	if err != nil {
+		return nil, err
+	}
+	return f.awaitResult(ctx, job, target)
 }

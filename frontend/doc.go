@@ -4,12 +4,18 @@
 // tool results.
 //
 // A frontend keeps no state of its own that a user could lose: sessions'
-// settings, code files and recorded runs live in the state store (CodeStore)
-// and results in JetStream, so any frontend of a cluster can serve any call
-// and a restarted frontend loses nothing but its open connections.
+// settings, code files and recorded runs live in the state store (code
+// files and runs through package codefiles) and results in JetStream, so
+// any frontend of a cluster can serve any call and a restarted frontend
+// loses nothing but its open connections.
 //
 // Client-supplied file paths become code-file names in one place,
-// resolveFilePath (paths.go); see there for what is accepted.
+// codefiles.CodeStore.Resolve; see there for what is accepted.
+//
+// A tool that fails returns a *toolError (errors.go) from its helpers; it
+// becomes an MCP result in one place per result shape: execResult for the
+// tools that run code, envFailure for the environment tools, fileFailure
+// for the code-file tools.
 //
 // Session scopes (see scope.go) decide whose working directory and files a
 // call touches. They are derived from the transport, never taken from tool

@@ -77,14 +77,6 @@ func envToolResult(r EnvResult, text string) *mcp.CallToolResult {
 	return out
 }
 
-func envRejected(format string, args ...any) *mcp.CallToolResult {
-	return envToolResult(EnvResult{Status: string(wire.StatusRejected), Message: fmt.Sprintf(format, args...)}, "")
-}
-
-func envInternal(format string, args ...any) *mcp.CallToolResult {
-	return envToolResult(EnvResult{Status: string(wire.StatusInternal), Message: fmt.Sprintf(format, args...)}, "")
-}
-
 // sessionEnv returns the session's environment, nil for the default one.
 func (f *Frontend) sessionEnv(ctx context.Context, scope string) (*envspec.Spec, string, error) {
 	data, err := f.store.HGet(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
@@ -155,7 +147,7 @@ func (p *progressForwarder) flush() {
 
 // build runs an install job for spec (normalised) and waits for it,
 // forwarding its progress when the request asked for progress.
-func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope string, spec envspec.Spec) (*wire.Result, *wire.InstallData, *mcp.CallToolResult) {
+func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope string, spec envspec.Spec) (*wire.Result, *wire.InstallData, error) {
 	id := spec.ID()
 	now := time.Now().UTC()
 	job := &wire.Job{
@@ -173,34 +165,32 @@ func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope str
 			}
 		}
 	}
-	target, bad := f.dispatch(ctx, job)
-	if bad != nil {
-		return nil, nil, envToolResult(EnvResult{Status: string(bad.Status), EnvID: id, Spec: job.Env, Message: bad.Message}, "")
-	}
-	res, bad := f.awaitResult(ctx, job, target)
-	if bad != nil {
-		return nil, nil, envToolResult(EnvResult{Status: string(bad.Status), EnvID: id, Spec: job.Env, JobID: job.ID, Message: bad.Message}, "")
+	res, err := f.dispatchAndAwait(ctx, job)
+	if err != nil {
+		te := asToolError(err)
+		te.EnvID, te.Spec = id, job.Env
+		return nil, nil, te
 	}
 	if res.Status.Failed() {
-		return nil, nil, envToolResult(EnvResult{
-			Status: string(res.Status), EnvID: id, Spec: job.Env, JobID: job.ID, WorkerID: res.WorkerID,
+		return nil, nil, &toolError{
+			Status: res.Status, EnvID: id, Spec: job.Env, JobID: job.ID, WorkerID: res.WorkerID,
 			DurationMS: res.DurationMS, Output: res.Stderr, Message: "building the environment failed: " + res.Message,
-		}, "")
+		}
 	}
 	var data wire.InstallData
 	if err := json.Unmarshal(res.Data, &data); err != nil {
-		return nil, nil, envInternal("the worker's answer for job %s is unreadable: %v", job.ID, err)
+		return nil, nil, internal("the worker's answer for job %s is unreadable: %v", job.ID, err)
 	}
 	return res, &data, nil
 }
 
 // stringList reads an array-of-strings argument, rejecting other types and
 // naming the bad item.
-func stringList(args map[string]any, name string, required bool) ([]string, *mcp.CallToolResult) {
+func stringList(args map[string]any, name string, required bool) ([]string, error) {
 	v, present := args[name]
 	if !present || v == nil {
 		if required {
-			return nil, envRejected("missing required argument '%s' (a list of strings)", name)
+			return nil, rejected("missing required argument '%s' (a list of strings)", name)
 		}
 		return nil, nil
 	}
@@ -211,17 +201,17 @@ func stringList(args map[string]any, name string, required bool) ([]string, *mcp
 			// by the parser, with its name.
 			items = []any{s}
 		} else {
-			return nil, envRejected("argument '%s' must be a list of strings", name)
+			return nil, rejected("argument '%s' must be a list of strings", name)
 		}
 	}
 	if len(items) > MaxPackages {
-		return nil, envRejected("argument '%s' names %d items; at most %d are allowed", name, len(items), MaxPackages)
+		return nil, rejected("argument '%s' names %d items; at most %d are allowed", name, len(items), MaxPackages)
 	}
 	out := make([]string, 0, len(items))
 	for i, it := range items {
 		s, ok := it.(string)
 		if !ok {
-			return nil, envRejected("item %d of '%s' is not a string: nothing was done", i+1, name)
+			return nil, rejected("item %d of '%s' is not a string: nothing was done", i+1, name)
 		}
 		out = append(out, s)
 	}
@@ -230,7 +220,7 @@ func stringList(args map[string]any, name string, required bool) ([]string, *mcp
 
 // parsePackages parses every item as a requirement; the first bad one is
 // refused with its text, and nothing is installed.
-func (f *Frontend) parsePackages(pkgs []string) *mcp.CallToolResult {
+func (f *Frontend) parsePackages(pkgs []string) error {
 	var bad []string
 	for _, p := range pkgs {
 		if _, err := envspec.ParseRequirement(p, f.cfg.AllowURLRequirements); err != nil {
@@ -238,7 +228,7 @@ func (f *Frontend) parsePackages(pkgs []string) *mcp.CallToolResult {
 		}
 	}
 	if len(bad) > 0 {
-		return envRejected("refused, nothing was installed: %s", strings.Join(bad, "; "))
+		return rejected("refused, nothing was installed: %s", strings.Join(bad, "; "))
 	}
 	return nil
 }
@@ -275,64 +265,64 @@ var managerOfType = map[string]string{
 	"venv-uv": envspec.ManagerUV, "uv": envspec.ManagerUV,
 }
 
-func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	args := req.GetArguments()
-	typ, bad := optionalString(args, "type")
-	if bad != nil {
-		return envRejected("argument 'type' must be a string: conda, venv, venv-uv or default")
+	typ, err := optionalString(args, "type")
+	if err != nil {
+		return nil, rejected("argument 'type' must be a string: conda, venv, venv-uv or default")
 	}
 	typ = strings.ToLower(strings.TrimSpace(typ))
 	if typ == envspec.DefaultID {
 		if err := f.setSessionEnv(ctx, scope, nil, ""); err != nil {
-			return envInternal("cannot save the session's environment: %v", err)
+			return nil, internal("cannot save the session's environment: %v", err)
 		}
 		return envToolResult(EnvResult{Status: "ok", EnvID: envspec.DefaultID, State: envspec.DefaultID,
-			Message: "the session now uses the workers' default environment"}, "")
+			Message: "the session now uses the workers' default environment"}, ""), nil
 	}
 	manager, ok := managerOfType[typ]
 	if !ok {
 		if typ == "" {
-			return envRejected("missing required argument 'type': conda, venv, venv-uv (or default)")
+			return nil, rejected("missing required argument 'type': conda, venv, venv-uv (or default)")
 		}
-		return envRejected("unknown environment type %q: use conda, venv, venv-uv (or default)", typ)
+		return nil, rejected("unknown environment type %q: use conda, venv, venv-uv (or default)", typ)
 	}
 	var existing string
 	for _, name := range []string{"conda_name", "venv_path", "uv_venv_path"} {
-		v, bad := optionalString(args, name)
-		if bad != nil {
-			return envRejected("argument '%s' must be a string", name)
+		v, err := optionalString(args, name)
+		if err != nil {
+			return nil, err
 		}
 		if v = strings.TrimSpace(v); v == "" {
 			continue
 		}
 		want := map[string]string{"conda_name": "conda", "venv_path": "venv", "uv_venv_path": "venv-uv"}[name]
 		if want != typ && !(typ == "uv" && want == "venv-uv") {
-			return envRejected("argument '%s' belongs to type %s, not %s", name, want, typ)
+			return nil, rejected("argument '%s' belongs to type %s, not %s", name, want, typ)
 		}
 		existing = v
 	}
-	python, bad := optionalString(args, "python_version")
-	if bad != nil {
-		return envRejected("argument 'python_version' must be a string such as \"3.12\"")
+	python, err := optionalString(args, "python_version")
+	if err != nil {
+		return nil, rejected("argument 'python_version' must be a string such as \"3.12\"")
 	}
-	pkgs, bad := stringList(args, "packages", false)
-	if bad != nil {
-		return bad
+	pkgs, err := stringList(args, "packages", false)
+	if err != nil {
+		return nil, err
 	}
-	if bad := f.parsePackages(pkgs); bad != nil {
-		return bad
+	if err := f.parsePackages(pkgs); err != nil {
+		return nil, err
 	}
 	spec, err := envspec.Spec{Manager: manager, Python: python, Packages: pkgs, Existing: existing}.Normalize()
 	if err != nil {
-		return envRejected("%s", strings.TrimPrefix(err.Error(), envspec.ErrBadSpec.Error()+": "))
+		return nil, rejected("%s", strings.TrimPrefix(err.Error(), envspec.ErrBadSpec.Error()+": "))
 	}
-	res, data, failed := f.build(ctx, req, scope, spec)
-	if failed != nil {
-		return failed
+	res, data, err := f.build(ctx, req, scope, spec)
+	if err != nil {
+		return nil, err
 	}
 	ws := &spec
 	if err := f.setSessionEnv(ctx, scope, ws, data.EnvID); err != nil {
-		return envInternal("cannot save the session's environment: %v", err)
+		return nil, internal("cannot save the session's environment: %v", err)
 	}
 	what := "built"
 	if data.Cached {
@@ -343,7 +333,7 @@ func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolReq
 		Status: "ok", EnvID: data.EnvID, Spec: ws, State: "ready", Workers: []string{res.WorkerID},
 		Installed: installedFor(data.Installed, pkgs), JobID: res.JobID, WorkerID: res.WorkerID,
 		DurationMS: res.DurationMS, Message: msg,
-	}, msg+"\ninstalled: "+distList(installedFor(data.Installed, pkgs)))
+	}, msg+"\ninstalled: "+distList(installedFor(data.Installed, pkgs))), nil
 }
 
 // defaultManager is the manager install_dependencies derives from the
@@ -358,26 +348,26 @@ func defaultManager(adverts []envspec.Advert) string {
 	return envspec.ManagerVenv
 }
 
-func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
-	pkgs, bad := stringList(req.GetArguments(), "packages", true)
-	if bad != nil {
-		return bad
+func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	pkgs, err := stringList(req.GetArguments(), "packages", true)
+	if err != nil {
+		return nil, err
 	}
 	if len(pkgs) == 0 {
-		return envRejected("argument 'packages' is empty: nothing to install")
+		return nil, rejected("argument 'packages' is empty: nothing to install")
 	}
-	if bad := f.parsePackages(pkgs); bad != nil {
-		return bad
+	if err := f.parsePackages(pkgs); err != nil {
+		return nil, err
 	}
 	cur, curID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
-		return envInternal("cannot read the session's environment: %v", err)
+		return nil, internal("cannot read the session's environment: %v", err)
 	}
 	var parent envspec.Spec
 	if cur == nil {
 		adverts, err := f.pool(ctx)
 		if err != nil {
-			return envInternal("cannot read worker presence: %v", err)
+			return nil, internal("cannot read worker presence: %v", err)
 		}
 		parent = envspec.Spec{Manager: defaultManager(adverts)}
 	} else {
@@ -386,51 +376,51 @@ func (f *Frontend) installDependencies(ctx context.Context, req mcp.CallToolRequ
 	}
 	child, err := envspec.Derive(parent, pkgs)
 	if errors.Is(err, envspec.ErrExistingEnv) {
-		return envRejected("the session uses the existing environment %q, which codexec does not modify; "+
+		return nil, rejected("the session uses the existing environment %q, which codexec does not modify; "+
 			"use configure_environment with type venv or venv-uv and packages to build a new one", parent.Existing)
 	}
 	if err != nil {
-		return envRejected("%v", err)
+		return nil, rejected("%v", err)
 	}
 	if curID != "" {
 		child.Parent = curID
 	}
-	res, data, failed := f.build(ctx, req, scope, child)
-	if failed != nil {
-		return failed
+	res, data, err := f.build(ctx, req, scope, child)
+	if err != nil {
+		return nil, err
 	}
 	ws := &child
 	if err := f.setSessionEnv(ctx, scope, ws, data.EnvID); err != nil {
-		return envInternal("cannot save the session's environment: %v", err)
+		return nil, internal("cannot save the session's environment: %v", err)
 	}
 	got := installedFor(data.Installed, pkgs)
 	msg := fmt.Sprintf("installed %s; the session now uses environment %s (%.0f ms on %s)", distList(got), data.EnvID, res.DurationMS, res.WorkerID)
 	return envToolResult(EnvResult{
 		Status: "ok", EnvID: data.EnvID, Spec: ws, State: "ready", Workers: []string{res.WorkerID},
 		Installed: got, JobID: res.JobID, WorkerID: res.WorkerID, DurationMS: res.DurationMS, Message: msg,
-	}, "")
+	}, ""), nil
 }
 
 // queryRe is what check_installed_packages accepts: a distribution name or
 // a (dotted) import name.
 var queryRe = regexp.MustCompile(`^[A-Za-z0-9_][A-Za-z0-9._-]{0,199}$`)
 
-func (f *Frontend) checkInstalledPackages(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
-	pkgs, bad := stringList(req.GetArguments(), "packages", true)
-	if bad != nil {
-		return bad
+func (f *Frontend) checkInstalledPackages(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	pkgs, err := stringList(req.GetArguments(), "packages", true)
+	if err != nil {
+		return nil, err
 	}
 	if len(pkgs) == 0 {
-		return envRejected("argument 'packages' is empty: name distributions or modules to look up")
+		return nil, rejected("argument 'packages' is empty: name distributions or modules to look up")
 	}
 	for _, p := range pkgs {
 		if !queryRe.MatchString(strings.TrimSpace(p)) {
-			return envRejected("%q is not a package or module name", p)
+			return nil, rejected("%q is not a package or module name", p)
 		}
 	}
 	cur, curID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
-		return envInternal("cannot read the session's environment: %v", err)
+		return nil, internal("cannot read the session's environment: %v", err)
 	}
 	now := time.Now().UTC()
 	job := &wire.Job{
@@ -438,43 +428,40 @@ func (f *Frontend) checkInstalledPackages(ctx context.Context, req mcp.CallToolR
 		Env: cur, EnvID: curID, Packages: pkgs, TimeoutMS: f.cfg.InstallTimeout.Milliseconds(),
 		EnqueuedAt: now, Deadline: now.Add(f.cfg.InstallTimeout + f.cfg.QueueWait),
 	}
-	target, badRes := f.dispatch(ctx, job)
-	if badRes == nil {
-		var res *wire.Result
-		res, badRes = f.awaitResult(ctx, job, target)
-		if badRes == nil && res.Status.Failed() {
-			badRes = res
-		}
-		if badRes == nil {
-			var data wire.InspectData
-			if err := json.Unmarshal(res.Data, &data); err != nil {
-				return envInternal("the worker's answer for job %s is unreadable: %v", job.ID, err)
-			}
-			var b strings.Builder
-			for _, a := range data.Packages {
-				if a.Found {
-					fmt.Fprintf(&b, "%s: installed (%s %s)\n", a.Query, a.Dist.Name, a.Dist.Version)
-				} else {
-					fmt.Fprintf(&b, "%s: not installed\n", a.Query)
-				}
-			}
-			b.WriteString("[environment " + data.EnvID + "]")
-			return envToolResult(EnvResult{Status: "ok", EnvID: data.EnvID, Spec: cur, Packages: data.Packages,
-				JobID: job.ID, WorkerID: res.WorkerID, Message: res.Message}, b.String())
+	res, err := f.dispatchAndAwait(ctx, job)
+	if err != nil {
+		te := asToolError(err)
+		te.EnvID, te.Spec, te.JobID = curID, cur, job.ID
+		return nil, te
+	}
+	if res.Status.Failed() {
+		return nil, &toolError{Status: res.Status, EnvID: curID, Spec: cur, JobID: job.ID, Output: res.Stderr, Message: res.Message}
+	}
+	var data wire.InspectData
+	if err := json.Unmarshal(res.Data, &data); err != nil {
+		return nil, internal("the worker's answer for job %s is unreadable: %v", job.ID, err)
+	}
+	var b strings.Builder
+	for _, a := range data.Packages {
+		if a.Found {
+			fmt.Fprintf(&b, "%s: installed (%s %s)\n", a.Query, a.Dist.Name, a.Dist.Version)
+		} else {
+			fmt.Fprintf(&b, "%s: not installed\n", a.Query)
 		}
 	}
-	return envToolResult(EnvResult{Status: string(badRes.Status), EnvID: curID, Spec: cur, JobID: job.ID,
-		Output: badRes.Stderr, Message: badRes.Message}, "")
+	b.WriteString("[environment " + data.EnvID + "]")
+	return envToolResult(EnvResult{Status: "ok", EnvID: data.EnvID, Spec: cur, Packages: data.Packages,
+		JobID: job.ID, WorkerID: res.WorkerID, Message: res.Message}, b.String()), nil
 }
 
-func (f *Frontend) getEnvironmentConfig(ctx context.Context, scope string) *mcp.CallToolResult {
+func (f *Frontend) getEnvironmentConfig(ctx context.Context, _ mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	cur, curID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
-		return envInternal("cannot read the session's environment: %v", err)
+		return nil, internal("cannot read the session's environment: %v", err)
 	}
 	adverts, err := f.pool(ctx)
 	if err != nil {
-		return envInternal("cannot read worker presence: %v", err)
+		return nil, internal("cannot read worker presence: %v", err)
 	}
 	r := EnvResult{Status: "ok", Spec: cur, Capabilities: adverts}
 	if cur == nil {
@@ -498,7 +485,7 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, scope string) *mcp.
 			r.Message += " on " + strings.Join(r.Workers, ", ")
 		}
 	}
-	return envToolResult(r, "")
+	return envToolResult(r, ""), nil
 }
 
 func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
@@ -513,16 +500,12 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("python_version", mcp.Description("Python version of a new environment, e.g. 3.12")),
 		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of a new environment, e.g. [\"numpy>=2\", \"pandas\"]")),
 		mcp.WithOutputSchema[EnvResult](),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.configureEnvironment(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.configureEnvironment, envFailure))
 	s.AddTool(mcp.NewTool("get_environment_config",
 		mcp.WithDescription("Show this session's environment: its spec, id, whether it is built and which workers hold it, and what the workers offer."),
 		mcp.WithOutputSchema[EnvResult](),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.getEnvironmentConfig(ctx, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.getEnvironmentConfig, envFailure))
 	s.AddTool(mcp.NewTool("install_dependencies",
 		mcp.WithDescription("Install packages for this session: a new environment with the session's packages plus these is built "+
 			"(others' environments are never changed) and the session switches to it. Each item is one requirement such as "+
@@ -530,16 +513,12 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("requirements to install")),
 		mcp.WithOutputSchema[EnvResult](),
 		mcp.WithOpenWorldHintAnnotation(true),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.installDependencies(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.installDependencies, envFailure))
 	s.AddTool(mcp.NewTool("check_installed_packages",
 		mcp.WithDescription("Check whether packages are installed in this session's environment, by distribution name (scikit-learn) "+
 			"or import name (sklearn), with versions. Nothing is imported."),
 		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("distribution or import names")),
 		mcp.WithOutputSchema[EnvResult](),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.checkInstalledPackages(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.checkInstalledPackages, envFailure))
 }

@@ -13,14 +13,14 @@ func TestStringListAndParsePackages(t *testing.T) {
 	if got, bad := stringList(map[string]any{"packages": []any{"numpy", "pandas>=2"}}, "packages", true); bad != nil || len(got) != 2 {
 		t.Fatalf("got %v %v", got, bad)
 	}
-	if _, bad := stringList(map[string]any{"packages": []any{"numpy", 3}}, "packages", true); bad == nil || !bad.IsError {
+	if _, bad := stringList(map[string]any{"packages": []any{"numpy", 3}}, "packages", true); bad == nil || !envFailure(bad).IsError {
 		t.Fatal("a non-string item was accepted")
 	}
 	if _, bad := stringList(map[string]any{}, "packages", true); bad == nil {
 		t.Fatal("a missing required list was accepted")
 	}
 	if bad := f.parsePackages([]string{"numpy", "scikit-learn[all]>=1.4; python_version >= '3.9'"}); bad != nil {
-		t.Fatalf("good requirements refused: %v", bad.Content)
+		t.Fatalf("good requirements refused: %v", bad)
 	}
 	for _, item := range []string{"--index-url=https://x", "-e", "./pkg", "/abs/path", "https://x/y.whl", "a @ https://x/a.whl", "a|b", "a b", "$(id)"} {
 		bad := f.parsePackages([]string{"numpy", item})
@@ -28,12 +28,12 @@ func TestStringListAndParsePackages(t *testing.T) {
 			t.Errorf("%q accepted", item)
 			continue
 		}
-		if r, ok := bad.StructuredContent.(EnvResult); !ok || r.Status != string(wire.StatusRejected) || !strings.Contains(r.Message, item) {
-			t.Errorf("%q: %+v", item, bad.StructuredContent)
+		if r, ok := envFailure(bad).StructuredContent.(EnvResult); !ok || r.Status != string(wire.StatusRejected) || !strings.Contains(r.Message, item) {
+			t.Errorf("%q: %+v", item, envFailure(bad).StructuredContent)
 		}
 	}
 	f.cfg.AllowURLRequirements = true
 	if bad := f.parsePackages([]string{"a @ https://x.example/a-1.0-py3-none-any.whl"}); bad != nil {
-		t.Errorf("URL requirement refused although allowed: %+v", bad.StructuredContent)
+		t.Errorf("URL requirement refused although allowed: %v", bad)
 	}
 }

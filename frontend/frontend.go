@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/server"
@@ -33,22 +34,9 @@ type Config struct {
 	QueueWait time.Duration
 	// OutputLimit caps stdout and stderr, each, in bytes. 0: the worker's default.
 	OutputLimit int64
-	// MaxFileBytes is the largest a code file may grow, by initialize or by
-	// appends. Default 32 MiB. A file larger than MaxCodeBytes still runs
-	// with execute_code_file: the file limit is the one that applies to it.
-	MaxFileBytes int64
-	// MaxFiles is how many code files one session may hold. Default 256.
-	MaxFiles int
-	// RunHistory is how many recorded runs (the code of every job a
-	// session ran) are kept per session. Default 1000.
-	RunHistory int
-	// RunRetention is how long a recorded run's code is kept. Default 30 days.
-	RunRetention time.Duration
-	// FilesMirrorDir, when set, gets a plain-file copy of every code file at
-	// FilesMirrorDir/<scope>/files/<name>, and initialize_code_file returns
-	// that path as file_path. `codexec dev` sets it to the scripts directory;
-	// frontends of a cluster leave it empty and return codexec://files/<name>.
-	FilesMirrorDir string
+	// CodeFiles configures the session's code files and runs history
+	// (package codefiles). Its Keys and Logger default to the frontend's.
+	CodeFiles codefiles.Config
 	// AllowURLRequirements accepts "name @ https://..." packages (the
 	// workers must allow them too). Default false.
 	AllowURLRequirements bool
@@ -76,12 +64,6 @@ const (
 	DefaultMaxTimeout   = 10 * time.Minute
 	DefaultMaxCodeBytes = 16 << 20
 	DefaultQueueWait    = 2 * time.Minute
-	// DefaultMaxFileBytes is twice the largest code an execute_code call may
-	// send, so a file assembled from pieces can outgrow one message.
-	DefaultMaxFileBytes = 32 << 20
-	DefaultMaxFiles     = 256
-	DefaultRunHistory   = 1000
-	DefaultRunRetention = 30 * 24 * time.Hour
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -104,18 +86,6 @@ func (c Config) WithDefaults() Config {
 	if c.QueueWait <= 0 {
 		c.QueueWait = DefaultQueueWait
 	}
-	if c.MaxFileBytes <= 0 {
-		c.MaxFileBytes = DefaultMaxFileBytes
-	}
-	if c.MaxFiles <= 0 {
-		c.MaxFiles = DefaultMaxFiles
-	}
-	if c.RunHistory <= 0 {
-		c.RunHistory = DefaultRunHistory
-	}
-	if c.RunRetention <= 0 {
-		c.RunRetention = DefaultRunRetention
-	}
 	if c.Keys.Prefix == "" {
 		c.Keys.Prefix = statestore.DefaultPrefix
 	}
@@ -134,6 +104,13 @@ func (c Config) WithDefaults() Config {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+	if c.CodeFiles.Keys.Prefix == "" {
+		c.CodeFiles.Keys = c.Keys
+	}
+	if c.CodeFiles.Logger == nil {
+		c.CodeFiles.Logger = c.Logger
+	}
+	c.CodeFiles = c.CodeFiles.WithDefaults()
 	return c
 }
 
@@ -142,7 +119,7 @@ type Frontend struct {
 	cfg    Config
 	broker *broker.Broker
 	store  statestore.Store
-	files  *CodeStore
+	files  *codefiles.CodeStore
 	log    *slog.Logger
 }
 
@@ -153,14 +130,14 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 	if !wire.ValidPool(cfg.Pool) {
 		return nil, fmt.Errorf("frontend: invalid pool name %q", cfg.Pool)
 	}
-	if cfg.FilesMirrorDir != "" {
-		abs, err := filepath.Abs(cfg.FilesMirrorDir)
+	if cfg.CodeFiles.MirrorDir != "" {
+		abs, err := filepath.Abs(cfg.CodeFiles.MirrorDir)
 		if err != nil {
 			return nil, fmt.Errorf("frontend: files mirror directory: %w", err)
 		}
-		cfg.FilesMirrorDir = abs
+		cfg.CodeFiles.MirrorDir = abs
 	}
-	return &Frontend{cfg: cfg, broker: b, store: st, files: NewCodeStore(st, cfg), log: cfg.Logger}, nil
+	return &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger}, nil
 }
 
 const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process

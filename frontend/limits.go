@@ -66,7 +66,7 @@ func limitsOption() mcp.ToolOption {
 // object whose keys are limitParams' and whose values are whole numbers
 // from 1 to maxLimitValue. Absent, null or {} is nil (the pool's
 // defaults); a null value is the same as an absent key.
-func limitsArg(args map[string]any) (*wire.Limits, *mcp.CallToolResult) {
+func limitsArg(args map[string]any) (*wire.Limits, error) {
 	v, present := args["limits"]
 	if !present || v == nil {
 		return nil, nil

@@ -32,7 +32,7 @@ func TestLimitsArg(t *testing.T) {
 	for _, tc := range good {
 		got, bad := limitsArg(tc.args)
 		if bad != nil {
-			t.Errorf("%s: rejected: %s", tc.name, textOf(bad))
+			t.Errorf("%s: rejected: %s", tc.name, textOf(execFailure(bad)))
 			continue
 		}
 		if (got == nil) != (tc.want == nil) || (got != nil && *got != *tc.want) {
@@ -62,11 +62,12 @@ func TestLimitsArg(t *testing.T) {
 		{"bad number", map[string]any{"memory_mb": json.Number("1.5")}, []string{"limits.memory_mb"}},
 	}
 	for _, tc := range bad {
-		got, res := limitsArg(map[string]any{"limits": tc.value})
-		if res == nil {
+		got, err := limitsArg(map[string]any{"limits": tc.value})
+		if err == nil {
 			t.Errorf("%s: accepted as %+v", tc.name, got)
 			continue
 		}
+		res := execFailure(err)
 		if !res.IsError {
 			t.Errorf("%s: rejection is not an error", tc.name)
 		}

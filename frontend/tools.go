@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -44,51 +45,41 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("code", mcp.Required(), mcp.Description("Python source to run")),
 		mcp.WithString("filename", mcp.Description("Name to save the script under (sanitized; '.py' is added when missing)")),
 		f.runOptions(),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.executeCode(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.executeCode, execFailure))
 
 	s.AddTool(mcp.NewTool("get_job_result",
 		mcp.WithDescription("Fetch the result of an earlier job of this session by its job_id, e.g. after a call was interrupted. Results are kept for a limited time."),
 		mcp.WithString("job_id", mcp.Required(), mcp.Description("The job_id an earlier call returned")),
 		mcp.WithOutputSchema[ExecResult](),
 		mcp.WithReadOnlyHintAnnotation(true),
-	), func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		return f.getJobResult(ctx, req, scopeFrom(ctx, stdio)), nil
-	})
+	), handler(stdio, f.getJobResult, execFailure))
 
 	f.registerFileTools(s, stdio)
 	f.registerEnvTools(s, stdio)
 }
 
-// rejected builds the result for bad input: nothing ran.
-func rejected(format string, args ...any) *mcp.CallToolResult {
-	msg := fmt.Sprintf(format, args...)
-	return toolResult(&wire.Result{Status: wire.StatusRejected, ExitCode: -1, Message: msg}, "")
-}
-
-func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	args := req.GetArguments()
 	code, ok := args["code"].(string)
 	if !ok {
 		if _, present := args["code"]; !present {
-			return rejected("missing required argument 'code' (a string of Python source)")
+			return nil, rejected("missing required argument 'code' (a string of Python source)")
 		}
-		return rejected("argument 'code' must be a string")
+		return nil, rejected("argument 'code' must be a string")
 	}
 	if strings.TrimSpace(code) == "" {
-		return rejected("argument 'code' is empty: nothing to run")
+		return nil, rejected("argument 'code' is empty: nothing to run")
 	}
 	if len(code) > f.cfg.MaxCodeBytes {
-		return rejected("code is %d bytes; the limit is %d bytes (%d MiB)", len(code), f.cfg.MaxCodeBytes, f.cfg.MaxCodeBytes>>20)
+		return nil, rejected("code is %d bytes; the limit is %d bytes (%d MiB)", len(code), f.cfg.MaxCodeBytes, f.cfg.MaxCodeBytes>>20)
 	}
-	filename, bad := optionalString(args, "filename")
-	if bad != nil {
-		return bad
+	filename, err := optionalString(args, "filename")
+	if err != nil {
+		return nil, err
 	}
-	run, bad := f.runArgs(args)
-	if bad != nil {
-		return bad
+	run, err := f.runArgs(args)
+	if err != nil {
+		return nil, err
 	}
 	return f.runCode(ctx, scope, code, wire.CleanFilename(filename), "", run)
 }
@@ -103,21 +94,21 @@ type runArgs struct {
 }
 
 // runArgs reads timeout_seconds and limits.
-func (f *Frontend) runArgs(args map[string]any) (runArgs, *mcp.CallToolResult) {
-	timeout, bad := f.timeoutArg(args)
-	if bad != nil {
-		return runArgs{}, bad
+func (f *Frontend) runArgs(args map[string]any) (runArgs, error) {
+	timeout, err := f.timeoutArg(args)
+	if err != nil {
+		return runArgs{}, err
 	}
-	lim, bad := limitsArg(args)
-	if bad != nil {
-		return runArgs{}, bad
+	lim, err := limitsArg(args)
+	if err != nil {
+		return runArgs{}, err
 	}
 	return runArgs{timeout: timeout, limits: lim}, nil
 }
 
 // optionalString reads an optional string argument; a present value of
 // another type is rejected.
-func optionalString(args map[string]any, name string) (string, *mcp.CallToolResult) {
+func optionalString(args map[string]any, name string) (string, error) {
 	v, present := args[name]
 	if !present || v == nil {
 		return "", nil
@@ -130,7 +121,7 @@ func optionalString(args map[string]any, name string) (string, *mcp.CallToolResu
 }
 
 // timeoutArg reads timeout_seconds, defaulting to Config.DefaultTimeout.
-func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, *mcp.CallToolResult) {
+func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, error) {
 	v, present := args["timeout_seconds"]
 	if !present || v == nil {
 		return f.cfg.DefaultTimeout, nil
@@ -171,11 +162,11 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 // code is recorded in the session's runs history (CodeStore.RecordRun) while
 // the job runs. filename is already clean; sourceFile names the code
 // file the code came from, if any.
-func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, args runArgs) *mcp.CallToolResult {
+func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, args runArgs) (*mcp.CallToolResult, error) {
 	timeout := args.timeout
 	env, envID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
-		return internal("cannot read the session's environment: %v", err)
+		return nil, internal("cannot read the session's environment: %v", err)
 	}
 	now := time.Now().UTC()
 	job := &wire.Job{
@@ -189,15 +180,15 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 		// of the code's timeout.
 		job.Deadline = job.Deadline.Add(f.cfg.InstallTimeout)
 	}
-	log := f.log.With("job", job.ID, "scope", scope)
-	target, bad := f.dispatch(ctx, job)
-	if bad != nil {
-		return toolResult(bad, filename)
+	target, err := f.dispatch(ctx, job)
+	if err != nil {
+		return nil, err
 	}
 	// The run is recorded while the job runs, off the latency path, and the
 	// call returns only once the record is written, so a caller that sees
 	// the result can always list the run.
-	run := RunInfo{JobID: job.ID, Filename: filename, SourceFile: sourceFile, Size: int64(len(code)), Time: now}
+	log := f.log.With("job", job.ID, "scope", scope)
+	run := codefiles.RunInfo{JobID: job.ID, Filename: filename, SourceFile: sourceFile, Size: int64(len(code)), Time: now}
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
@@ -206,48 +197,36 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 			log.Error("record run", "err", err)
 		}
 	}()
-	res := f.await(ctx, job, target, log)
-	<-recorded
-	return res
-}
-
-// await waits for job's result until the job's deadline, plus a little for
-// the result to travel back.
-// target is the worker the job was sent to, "" for the pool.
-func (f *Frontend) await(ctx context.Context, job *wire.Job, target string, log interface{ Warn(string, ...any) }) *mcp.CallToolResult {
-	res, bad := f.awaitResult(ctx, job, target)
-	if bad != nil {
-		if bad.Status == wire.StatusInternal && bad.JobID != "" && ctx.Err() == nil {
-			log.Warn("no result", "message", bad.Message)
-		}
-		return toolResult(bad, job.Filename)
+	res, err := f.awaitResult(ctx, job, target)
+	if err != nil && ctx.Err() == nil {
+		log.Warn("no result", "message", err.Error())
 	}
-	return toolResult(res, job.Filename)
+	<-recorded
+	if err != nil {
+		return nil, err
+	}
+	return toolResult(res, filename), nil
 }
 
-func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) *mcp.CallToolResult {
+func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	id, ok := req.GetArguments()["job_id"].(string)
 	if !ok || id == "" {
-		return rejected("missing required argument 'job_id' (a string)")
+		return nil, rejected("missing required argument 'job_id' (a string)")
 	}
 	if _, err := ulid.ParseStrict(id); err != nil {
-		return rejected("job_id %q is not a job id", id)
+		return nil, rejected("job_id %q is not a job id", id)
 	}
 	res, err := f.broker.GetResult(ctx, id)
 	switch {
 	case errors.Is(err, wire.ErrResultNotFound):
-		return rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
+		return nil, rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
 	case err != nil:
-		return internal("reading the result failed: %v", err)
+		return nil, internal("reading the result failed: %v", err)
 	case res.Scope != scope:
 		// Indistinguishable from a missing result, so ids cannot be probed.
-		return rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
+		return nil, rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
 	}
-	return toolResult(res, "")
-}
-
-func internal(format string, args ...any) *mcp.CallToolResult {
-	return toolResult(&wire.Result{Status: wire.StatusInternal, ExitCode: -1, Message: fmt.Sprintf(format, args...)}, "")
+	return toolResult(res, ""), nil
 }
 
 // toolResult renders a job result: text a model reads at a glance (stdout,

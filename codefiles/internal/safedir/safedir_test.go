@@ -8,7 +8,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/codexec/codexec/frontend/internal/safedir"
+	"github.com/codexec/codexec/codefiles/internal/safedir"
 )
 
 func TestWriteAndRead(t *testing.T) {

@@ -9,13 +9,13 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 )
 
 // runExport writes sessions' code files and recorded runs as plain files
-// under --out (see frontend.CodeStore.Export for the layout). It reads a
+// under --out (see codefiles.CodeStore.Export for the layout). It reads a
 // cluster's Redis (--redis) or the embedded store of `codexec dev`
 // (--data-dir; dev must not be running, since it holds the file's lock).
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -72,7 +72,7 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer st.Close()
 
-	cs := frontend.NewCodeStore(st, frontend.Config{})
+	cs := codefiles.NewCodeStore(st, codefiles.Config{})
 	scopes := []string{session}
 	if session == "" {
 		var err error

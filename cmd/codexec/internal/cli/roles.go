@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore"
@@ -35,7 +36,7 @@ type frontendFlags struct {
 	runHistory   int
 	runKeep      time.Duration
 	allowURLReqs bool
-	// filesMirror is set by dev only: see frontend.Config.FilesMirrorDir.
+	// filesMirror is set by dev only: see codefiles.Config.MirrorDir.
 	filesMirror string
 }
 
@@ -46,10 +47,10 @@ func (ff *frontendFlags) register(f *flags, httpDefault string) {
 	f.duration(&ff.queueWait, "queue-wait", "CODEXEC_QUEUE_WAIT", frontend.DefaultQueueWait, "how long beyond its timeout a call waits for a worker")
 	f.bytes(&ff.maxCode, "max-code", "CODEXEC_MAX_CODE", frontend.DefaultMaxCodeBytes, "largest code a call may send")
 	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
-	f.bytes(&ff.maxFile, "max-file", "CODEXEC_MAX_FILE", frontend.DefaultMaxFileBytes, "largest size of a code file (initialize_code_file plus appends)")
-	f.integer(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", frontend.DefaultMaxFiles, "most code files one session may hold")
-	f.integer(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", frontend.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
-	f.duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", frontend.DefaultRunRetention, "how long the code of a run is kept")
+	f.bytes(&ff.maxFile, "max-file", "CODEXEC_MAX_FILE", codefiles.DefaultMaxFileBytes, "largest size of a code file (initialize_code_file plus appends)")
+	f.integer(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", codefiles.DefaultMaxFiles, "most code files one session may hold")
+	f.integer(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", codefiles.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
+	f.duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", codefiles.DefaultRunRetention, "how long the code of a run is kept")
 	f.boolean(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 }
 
@@ -57,8 +58,11 @@ func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
 	return frontend.Config{
 		Pool: pool, DefaultTimeout: ff.timeout, MaxTimeout: ff.maxTimeout, QueueWait: ff.queueWait,
 		MaxCodeBytes: int(ff.maxCode), OutputLimit: ff.outputLimit, Version: Version(), Logger: log,
-		MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
-		FilesMirrorDir: ff.filesMirror, AllowURLRequirements: ff.allowURLReqs,
+		CodeFiles: codefiles.Config{
+			MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
+			MirrorDir: ff.filesMirror,
+		},
+		AllowURLRequirements: ff.allowURLReqs,
 	}
 }
 
