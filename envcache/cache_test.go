@@ -55,9 +55,6 @@ func (f *fakeManager) Available(context.Context) error                      { re
 func (f *fakeManager) Python(dir string) string                             { return filepath.Join(dir, "bin", "python") }
 func (f *fakeManager) Activation(dir string) Activation                     { return venvActivation(dir) }
 func (f *fakeManager) List(context.Context, string) ([]envspec.Dist, error) { return nil, nil }
-func (f *fakeManager) Install(context.Context, string, []envspec.Requirement, IndexConfig, io.Writer) error {
-	return errors.New("fake: no Install")
-}
 
 func (f *fakeManager) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) (err error) {
 	if f.ended != nil {

@@ -135,14 +135,14 @@ func (c *Conda) env() []string {
 	return withEnv(installerEnv(os.Environ()), nil, "VIRTUAL_ENV")
 }
 
-// solveArgs returns the argv of a create or install: the options for the
-// prefix, channels and index, then the specs.
-func (c *Conda) solveArgs(verb, dir string, idx IndexConfig, specs []string) ([]string, error) {
+// createArgs returns the argv of a create: the options for the prefix,
+// channels and index, then the specs.
+func (c *Conda) createArgs(dir string, idx IndexConfig, specs []string) ([]string, error) {
 	bin, micro, err := c.binary()
 	if err != nil {
 		return nil, err
 	}
-	args := []string{bin, verb, "--yes", "--json", "--prefix", dir}
+	args := []string{bin, "create", "--yes", "--json", "--prefix", dir}
 	if micro && c.RootPrefix != "" {
 		args = append(args, "--root-prefix", c.RootPrefix)
 	}
@@ -193,7 +193,7 @@ func (c *Conda) Create(ctx context.Context, dir string, req CreateRequest, progr
 	if req.Python != "" {
 		py = "python=" + req.Python
 	}
-	args, err := c.solveArgs("create", dir, req.Index, append([]string{py}, specs...))
+	args, err := c.createArgs(dir, req.Index, append([]string{py}, specs...))
 	if err != nil {
 		return err
 	}
@@ -209,24 +209,6 @@ func (c *Conda) Create(ctx context.Context, dir string, req CreateRequest, progr
 		return &BuildError{Dir: dir, Args: args, Err: fmt.Errorf("conda reported success but %s is missing", c.Python(dir))}
 	}
 	return nil
-}
-
-// Install runs <bin> install --yes --json --prefix dir specs.... It runs
-// unconfined.
-func (c *Conda) Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
-	if len(reqs) == 0 {
-		return nil
-	}
-	specs, err := condaSpecs(reqs)
-	if err != nil {
-		return err
-	}
-	args, err := c.solveArgs("install", dir, idx, specs)
-	if err != nil {
-		return err
-	}
-	_, err = c.run(ctx, dir, nil, args, progress)
-	return err
 }
 
 // condaListEntry is one element of `conda list --json`.

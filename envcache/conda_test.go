@@ -128,14 +128,15 @@ func TestCondaCommandShape(t *testing.T) {
 	if err := c.Create(ctx, dir, CreateRequest{Python: "3.12", Packages: mustReqs(t, "numpy>=1.26", "Python_ABI")}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := c.Install(ctx, dir, mustReqs(t, "tomli==2.*"), IndexConfig{NoIndex: true, IndexURL: "https://ignored"}, nil); err != nil {
+	offline := filepath.Join(t.TempDir(), "offline")
+	if err := c.Create(ctx, offline, CreateRequest{Packages: mustReqs(t, "tomli==2.*"), Index: IndexConfig{NoIndex: true, IndexURL: "https://ignored"}}, nil); err != nil {
 		t.Fatal(err)
 	}
 	calls := fake.calls(t)
 	want := [][]string{
 		{"--version"},
 		{"create", "--yes", "--json", "--prefix", dir, "--override-channels", "--channel", "conda-forge", "python=3.12", "numpy>=1.26", "python_abi"},
-		{"install", "--yes", "--json", "--prefix", dir, "--override-channels", "--channel", "conda-forge", "--offline", "tomli==2.*"},
+		{"create", "--yes", "--json", "--prefix", offline, "--override-channels", "--channel", "conda-forge", "--offline", "python", "tomli==2.*"},
 	}
 	if !slices.EqualFunc(calls, want, slices.Equal) {
 		t.Errorf("conda was called with\n%q\nwant\n%q", calls, want)

@@ -98,12 +98,11 @@
 // Not confined: the probes of the worker's own interpreters
 // (ResolvePython runs python -E -S with a fixed script), uv and conda
 // --version, pyenv which, conda list and env list (they read metadata and
-// run no code of an environment's packages), the default venv of
-// EnsureVenv (the operator's interpreter, no user's package), and
-// Manager.Install, which the cache never calls. The package caches are
-// shared and writable by every build, so a hostile build can still put
-// bad files there for later builds to install; keeping that out needs a
-// cache per trust domain.
+// run no code of an environment's packages) and the default venv of
+// EnsureVenv (the operator's interpreter, no user's package). The package
+// caches are shared and writable by every build, so a hostile build can
+// still put bad files there for later builds to install; keeping that out
+// needs a cache per trust domain.
 //
 // # The cache
 //

@@ -30,12 +30,6 @@ type Manager interface {
 	// reported as a *BuildError carrying its output; dir may then hold the
 	// remains, which the caller removes.
 	Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error
-	// Install adds packages to the environment at dir. The cache never
-	// calls it on an environment that is in use (environments are
-	// immutable once built); it is here for tools that own their
-	// environment, and runs unconfined: it is not for packages a user
-	// chose.
-	Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error
 	// Python returns the interpreter jobs run with: dir/bin/python.
 	Python(dir string) string
 	// Activation returns what activating the environment would set.

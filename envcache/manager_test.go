@@ -109,12 +109,18 @@ func TestUVCreateInstallAndList(t *testing.T) {
 		}
 	}
 
-	// Install adds to the environment; a later version replaces.
-	if err := uv.Install(context.Background(), dir, mustReqs(t, "beta==2.0"), wheelhouseIndex(house), nil); err != nil {
+	// Another environment (a derived spec, as the cache builds it) pins
+	// a later version, and gets it; the first keeps its own.
+	derived := filepath.Join(tmp, "derived")
+	req.Packages = mustReqs(t, "alpha", "beta==2.0")
+	if err := uv.Create(context.Background(), derived, req, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := runPython(t, uv.Python(dir), "import beta; print(beta.VALUE)"); got != "beta 2.0" {
-		t.Errorf("after Install beta==2.0: %q", got)
+	if got := runPython(t, uv.Python(derived), "import alpha, beta; print(beta.VALUE)"); got != "beta 2.0" {
+		t.Errorf("with beta==2.0: %q", got)
+	}
+	if got := runPython(t, uv.Python(dir), "import beta; print(beta.VALUE)"); got != "beta 1.0" {
+		t.Errorf("the first environment changed: %q", got)
 	}
 
 	a := uv.Activation(dir)
@@ -173,7 +179,10 @@ func TestVenvCreateInstallAndList(t *testing.T) {
 		t.Errorf("envspec.Lookup(skfake) = %+v, %v", d, ok)
 	}
 
-	err = v.Install(context.Background(), dir, mustReqs(t, "missing-package"), wheelhouseIndex(t.TempDir()), nil)
+	// pip's failure (in a child seeded from dir, which skips ensurepip)
+	// carries its output and argv.
+	req = CreateRequest{Interpreter: py, Packages: mustReqs(t, "missing-package"), Index: wheelhouseIndex(t.TempDir()), Seed: dir}
+	err = v.Create(context.Background(), filepath.Join(tmp, "child"), req, nil)
 	var be *BuildError
 	if !errors.As(err, &be) || !strings.Contains(be.Output, "missing-package") || !slices.Contains(be.Args, "--no-index") {
 		t.Errorf("pip failure: %v", err)

@@ -170,12 +170,8 @@ func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress
 	return u.install(ctx, dir, cf, req.Interpreter, req.Packages, req.Index, progress)
 }
 
-// Install runs uv pip install --python dir/bin/python with idx's options
-// and the canonical requirement strings after "--". It runs unconfined.
-func (u *UV) Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
-	return u.install(ctx, dir, nil, "", reqs, idx, progress)
-}
-
+// install runs uv pip install --python dir/bin/python with idx's options
+// and the canonical requirement strings after "--", confined by cf.
 func (u *UV) install(ctx context.Context, dir string, cf *confinement, interpreter string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil

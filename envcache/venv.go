@@ -412,14 +412,9 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 	return v.install(ctx, dir, cf, interpreterPaths(req.Interpreter), req.Packages, req.Index, progress)
 }
 
-// Install runs dir/bin/python -m pip install with idx's options and the
-// canonical requirement strings after "--". It runs unconfined.
-func (v *Venv) Install(ctx context.Context, dir string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
-	return v.install(ctx, dir, nil, nil, reqs, idx, progress)
-}
-
-// install runs pip install, confined by cf, which lets it read interp
-// (the base interpreter's installation) and the local index.
+// install runs dir/bin/python -m pip install with idx's options and the
+// canonical requirement strings after "--", confined by cf, which lets it
+// read interp (the base interpreter's installation) and the local index.
 func (v *Venv) install(ctx context.Context, dir string, cf *confinement, interp []string, reqs []envspec.Requirement, idx IndexConfig, progress io.Writer) error {
 	if len(reqs) == 0 {
 		return nil
