@@ -17,14 +17,21 @@ import (
 // Each one-shot serves one job and is stopped after it, so every job still
 // gets an interpreter no job has used. At most MaxReady wait at once; one
 // unused for FreshIdle is stopped. Safe for concurrent use.
+//
+// Fresh keeps the lifecycle contract (package internal/lifecycle): Start
+// checks it has a sandbox, Stop stops every interpreter it started and
+// waits for the goroutines that start and stop them. Run works from
+// NewFresh on; after Stop it runs each job in a sandbox of its own
+// (RunSandboxed).
 type Fresh struct {
 	sb  *SandboxConfig
 	log *slog.Logger
 
-	mu     sync.Mutex
-	ready  map[string]*freshEntry
-	closed bool
-	wg     sync.WaitGroup
+	mu       sync.Mutex
+	ready    map[string]*freshEntry
+	closed   bool
+	stopDone chan struct{}  // closed when the first Stop has finished
+	wg       sync.WaitGroup // starts, and background stops (background)
 }
 
 // Defaults of Fresh.
@@ -38,6 +45,7 @@ type freshEntry struct {
 	z       *Zygote
 	err     error
 	created time.Time
+	idle    *time.Timer // stops it once it has waited FreshIdle
 }
 
 // NewFresh returns a Fresh that starts its interpreters in sb.
@@ -45,7 +53,38 @@ func NewFresh(sb *SandboxConfig, log *slog.Logger) *Fresh {
 	if log == nil {
 		log = slog.Default()
 	}
-	return &Fresh{sb: sb, log: log, ready: map[string]*freshEntry{}}
+	return &Fresh{sb: sb, log: log, ready: map[string]*freshEntry{}, stopDone: make(chan struct{})}
+}
+
+// Start checks that f can start interpreters: it needs a sandbox. Nothing
+// is started before the first job or Prestart.
+func (f *Fresh) Start(context.Context) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	switch {
+	case f.closed:
+		return errors.New("runner: fresh: stopped")
+	case f.sb == nil || f.sb.Box == nil:
+		return errors.New("runner: fresh: no sandbox to start interpreters in")
+	}
+	return nil
+}
+
+// background runs fn in a goroutine that Stop waits for; once f is
+// stopping, it runs fn at once instead.
+func (f *Fresh) background(fn func()) {
+	f.mu.Lock()
+	if f.closed {
+		f.mu.Unlock()
+		fn()
+		return
+	}
+	f.wg.Add(1)
+	f.mu.Unlock()
+	go func() {
+		defer f.wg.Done()
+		fn()
+	}()
 }
 
 // Run runs s, which must carry a Confinement, in a one-shot zygote started
@@ -72,7 +111,7 @@ func (f *Fresh) Run(ctx context.Context, s Spec) (Outcome, error) {
 		select {
 		case <-e.done:
 		case <-ctx.Done():
-			go f.discard(e)
+			f.background(func() { f.discard(e) })
 			return Outcome{}, ctx.Err()
 		}
 		if e.err == nil && e.z.Err() == nil {
@@ -87,7 +126,7 @@ func (f *Fresh) Run(ctx context.Context, s Spec) (Outcome, error) {
 	out, err := z.Run(ctx, s)
 	// The job's processes are gone with it (the zygote swept them);
 	// reaping the zygote and its namespace need not delay the result.
-	go z.Close()
+	f.background(func() { z.Close() })
 	if errors.Is(err, ErrNotStarted) {
 		return RunSandboxed(ctx, f.sb, s)
 	}
@@ -120,8 +159,14 @@ func (f *Fresh) prestart(key, python string, env []string) {
 				oldest = k
 			}
 		}
-		go f.discard(f.ready[oldest])
+		old := f.ready[oldest]
+		old.idle.Stop()
 		delete(f.ready, oldest)
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			f.discard(old)
+		}()
 	}
 	e := &freshEntry{done: make(chan struct{}), created: time.Now()}
 	f.ready[key] = e
@@ -136,14 +181,16 @@ func (f *Fresh) prestart(key, python string, env []string) {
 			f.log.Warn("a sandboxed interpreter could not be started ahead of time", "python", python, "err", e.err)
 		}
 	}()
-	time.AfterFunc(FreshIdle, func() {
+	e.idle = time.AfterFunc(FreshIdle, func() {
 		f.mu.Lock()
-		stale := f.ready[key] == e
+		stale := !f.closed && f.ready[key] == e
 		if stale {
 			delete(f.ready, key)
+			f.wg.Add(1) // before Stop can wait: it sets closed under f.mu first
 		}
 		f.mu.Unlock()
 		if stale {
+			defer f.wg.Done()
 			f.discard(e)
 		}
 	})
@@ -156,19 +203,32 @@ func (f *Fresh) discard(e *freshEntry) {
 	}
 }
 
-// Close stops the interpreters waiting for a job.
-func (f *Fresh) Close() {
+// Stop stops the interpreters waiting for a job, and waits for those
+// starting and for the ones being stopped in the background. Jobs still
+// running are not waited for: stop feeding f first. Stop is idempotent; a
+// second call waits for the first to finish (or for its ctx).
+func (f *Fresh) Stop(ctx context.Context) error {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
-		return
+		select {
+		case <-f.stopDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	f.closed = true
 	entries := f.ready
 	f.ready = nil
 	f.mu.Unlock()
+	defer close(f.stopDone)
+	for _, e := range entries {
+		e.idle.Stop()
+	}
 	f.wg.Wait()
 	for _, e := range entries {
 		f.discard(e)
 	}
+	return nil
 }

@@ -281,7 +281,7 @@ func TestRunSandboxed(t *testing.T) {
 func TestFreshStartsTheNextInterpreterAhead(t *testing.T) {
 	l := newSandboxLayout(t)
 	f := NewFresh(l.cfg, nil)
-	defer f.Close()
+	defer f.Stop(context.Background())
 	const job = "import sys\nprint('polluted' in sys.modules)\nsys.modules['polluted'] = sys"
 	waiting := func() *freshEntry {
 		f.mu.Lock()

@@ -67,21 +67,28 @@ func (c PoolConfig) WithDefaults() PoolConfig {
 // imports started threads is not used: that key runs with spawn for the
 // pool's life, and the pool logs why. A zygote that dies is replaced on
 // next use; one that fails to start is retried with a growing delay.
+//
+// A Pool keeps the lifecycle contract (package internal/lifecycle): Start
+// starts the janitor that stops idle zygotes (jobs run from NewPool on,
+// but no zygote is stopped for idleness before Start), and Stop stops
+// every zygote and waits for every goroutine of the pool.
 type Pool struct {
 	cfg PoolConfig
 	log *slog.Logger
 
 	baseCtx context.Context
 	cancel  context.CancelFunc
-	starts  sync.WaitGroup
+	bg      sync.WaitGroup // zygote starts, watches and background stops
 
 	fresh *Fresh // sandboxed interpreters for the jobs no zygote runs; nil without a sandbox
 
-	mu      sync.Mutex
-	entries map[string]*poolEntry
-	closed  bool
-	janitor chan struct{} // closed to stop the idle janitor
-	jdone   chan struct{}
+	mu       sync.Mutex
+	entries  map[string]*poolEntry
+	started  bool
+	closed   bool
+	janitor  chan struct{} // closed to stop the idle janitor
+	jdone    chan struct{} // closed when the janitor has returned (or never ran)
+	stopDone chan struct{} // closed when the first Stop has finished
 }
 
 type entryState int
@@ -113,20 +120,52 @@ type poolEntry struct {
 	running  int
 }
 
-// NewPool returns a Pool with no zygote yet.
+// NewPool returns a Pool with no zygote yet. It starts nothing: call
+// Start, and Stop when done.
 func NewPool(cfg PoolConfig) *Pool {
 	cfg = cfg.WithDefaults()
 	ctx, cancel := context.WithCancel(context.Background())
 	p := &Pool{
 		cfg: cfg, log: cfg.Logger, baseCtx: ctx, cancel: cancel,
 		entries: make(map[string]*poolEntry),
-		janitor: make(chan struct{}), jdone: make(chan struct{}),
+		janitor: make(chan struct{}), jdone: make(chan struct{}), stopDone: make(chan struct{}),
 	}
 	if cfg.Sandbox != nil {
 		p.fresh = NewFresh(cfg.Sandbox, cfg.Logger)
 	}
-	go p.janitorLoop()
 	return p
+}
+
+// Start starts the janitor that stops idle zygotes (and checks the
+// sandbox of the fresh interpreters, with a SandboxConfig). Zygotes
+// themselves start with the first job, or Warm, of their environment.
+func (p *Pool) Start(ctx context.Context) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case p.closed:
+		return errors.New("runner: pool stopped")
+	case p.started:
+		return errors.New("runner: pool already started")
+	}
+	if p.fresh != nil {
+		if err := p.fresh.Start(ctx); err != nil {
+			return err
+		}
+	}
+	p.started = true
+	go p.janitorLoop()
+	return nil
+}
+
+// background runs fn in a goroutine that Stop waits for. Called with p.mu
+// held, before Stop has begun (p.closed false).
+func (p *Pool) background(fn func()) {
+	p.bg.Add(1)
+	go func() {
+		defer p.bg.Done()
+		fn()
+	}()
 }
 
 // Run runs s in its zygote when that is ready, else with the package-level
@@ -310,9 +349,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 	e.z = nil
 	e.ready = make(chan struct{})
 	ready := e.ready
-	p.starts.Add(1)
-	go func() {
-		defer p.starts.Done()
+	p.background(func() {
 		began := time.Now()
 		z, err := StartZygote(p.baseCtx, ZygoteConfig{
 			Python: e.python, Env: e.env, Preload: e.preload,
@@ -324,7 +361,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 		if p.closed || p.entries[e.key] != e {
 			// The pool closed, or evicted e, while it started.
 			if z != nil {
-				go z.Close()
+				z.Close()
 			}
 			e.state, e.err = stateFailed, errors.New("runner: zygote no longer wanted")
 			return
@@ -350,9 +387,9 @@ func (p *Pool) startLocked(e *poolEntry) {
 				attrs = append(attrs, "failed", info.Failed)
 			}
 			p.log.Info("zygote ready", attrs...)
-			go p.watch(e, z)
+			p.background(func() { p.watch(e, z) })
 		}
-	}()
+	})
 }
 
 // watch notices a zygote's death and makes its entry start a new one on
@@ -372,7 +409,7 @@ func (p *Pool) diedLocked(e *poolEntry, z *Zygote) {
 	e.state, e.err, e.z = stateFailed, z.Err(), nil
 	e.retryAt = time.Now().Add(retryDelay(e.failures))
 	p.log.Warn("zygote died; it is replaced on next use", "python", e.python, "pid", z.Info().PID, "err", z.Err())
-	go z.Close()
+	p.background(func() { z.Close() })
 }
 
 // retryDelay is how long after its n-th consecutive failure a zygote is
@@ -386,12 +423,12 @@ func retryDelay(n int) time.Duration {
 }
 
 // stopLocked removes e and stops its zygote. Callers make sure no job runs
-// in it (Close would kill it).
+// in it (Close would kill it), and that Stop has not begun.
 func (p *Pool) stopLocked(e *poolEntry) {
 	delete(p.entries, e.key)
 	if z := e.z; z != nil {
 		e.z = nil
-		go z.Close()
+		p.background(func() { z.Close() })
 	}
 }
 
@@ -413,6 +450,9 @@ func (p *Pool) janitorLoop() {
 func (p *Pool) stopIdle() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
 	for _, e := range p.entries {
 		if e.state == stateReady && e.running == 0 && time.Since(e.lastUsed) >= p.cfg.IdleTimeout {
 			p.log.Info("stopping idle zygote", "python", e.python, "pid", e.z.Info().PID,
@@ -422,18 +462,28 @@ func (p *Pool) stopIdle() {
 	}
 }
 
-// Close stops every zygote and waits for the ones starting. Jobs still
-// running in a zygote are killed; stop feeding the pool first. Close is
-// idempotent.
-func (p *Pool) Close() error {
+// Stop stops every zygote, cancels the ones starting, and waits for every
+// goroutine of the pool (and for its fresh interpreters' Stop). Jobs still
+// running in a zygote are killed: stop feeding the pool first. Stop is
+// idempotent; a second call waits for the first to finish (or for its ctx).
+func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		return nil
+		select {
+		case <-p.stopDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
+	defer close(p.stopDone)
 	p.closed = true
 	p.cancel()
 	close(p.janitor)
+	if !p.started {
+		close(p.jdone)
+	}
 	var zs []*Zygote
 	for _, e := range p.entries {
 		if e.z != nil {
@@ -442,14 +492,17 @@ func (p *Pool) Close() error {
 	}
 	p.mu.Unlock()
 	<-p.jdone
-	p.starts.Wait()
 	for _, z := range zs {
 		z.Close()
 	}
+	// The starts end once their zygote is up or their start cancelled,
+	// the watches once their zygote is gone.
+	p.bg.Wait()
+	var err error
 	if p.fresh != nil {
-		p.fresh.Close()
+		err = p.fresh.Stop(ctx)
 	}
-	return nil
+	return err
 }
 
 // ZygoteStats describes one of a pool's zygotes.

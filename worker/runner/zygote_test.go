@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -67,11 +66,7 @@ func startZygote(tb testing.TB, cfg ZygoteConfig) *Zygote {
 
 func zrun(tb testing.TB, z *Zygote, s Spec) Outcome {
 	tb.Helper()
-	out, err := z.Run(context.Background(), s)
-	if err != nil {
-		tb.Fatalf("Zygote.Run: %v", err)
-	}
-	return out
+	return runWith(tb, z, s)
 }
 
 // A job forked from a zygote behaves like `python script.py`: each case
@@ -266,133 +261,6 @@ print(hasattr(json, 'CHANGED'), json.dumps is None, 'LEAK' in os.environ, os.get
 	}
 }
 
-func TestZygoteTimeoutKillsGroup(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	s := b.spec(t, `
-import signal, subprocess
-signal.signal(signal.SIGTERM, signal.SIG_IGN)
-p = subprocess.Popen(['sleep', '100'])
-print(p.pid, flush=True)
-while True:
-    pass
-`)
-	s.Timeout = 2 * time.Second
-	out := zrun(t, zygote(t), s)
-	if !out.TimedOut || out.ExitCode != -1 || out.Signal != "killed" {
-		t.Fatalf("TimedOut %v, exit code %d, signal %q; want true, -1, killed", out.TimedOut, out.ExitCode, out.Signal)
-	}
-	if out.Duration < s.Timeout {
-		t.Errorf("Duration %v is shorter than the timeout %v", out.Duration, s.Timeout)
-	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out.Stdout)))
-	if err != nil {
-		t.Fatalf("no child pid in stdout %q (stderr %q)", out.Stdout, out.Stderr)
-	}
-	assertExits(t, pid)
-}
-
-// When the job's main process exits, what it left in its group dies too,
-// and the result does not wait for it.
-func TestZygoteKillsBackgroundProcesses(t *testing.T) {
-	t.Parallel()
-	for name, src := range map[string]string{
-		"Popen holding the pipes": "import subprocess\np = subprocess.Popen(['sleep', '100'])\nprint(p.pid)\n",
-		"fork with closed pipes": "import os, time\npid = os.fork()\nif pid == 0:\n    null = os.open(os.devnull, os.O_RDWR)\n" +
-			"    for fd in (0, 1, 2):\n        os.dup2(null, fd)\n    time.sleep(100)\n    os._exit(0)\nprint(pid)\n",
-	} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			b := setup(t)
-			began := time.Now()
-			out := zrun(t, zygote(t), b.spec(t, src))
-			if drain := time.Since(began) - out.Duration; drain >= pipeDrainDelay {
-				t.Errorf("Run returned %v after the process exited; the group was not killed", drain)
-			}
-			pid, err := strconv.Atoi(strings.TrimSpace(string(out.Stdout)))
-			if err != nil {
-				t.Fatalf("no child pid in stdout %q (stderr %q)", out.Stdout, out.Stderr)
-			}
-			assertExits(t, pid)
-		})
-	}
-}
-
-func TestZygoteEscapedProcessDoesNotHang(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	s := b.spec(t, "import subprocess\np = subprocess.Popen(['sleep', '60'], start_new_session=True)\nprint(p.pid)\n")
-	began := time.Now()
-	out := zrun(t, zygote(t), s)
-	pid, err := strconv.Atoi(strings.TrimSpace(string(out.Stdout)))
-	if err != nil {
-		t.Fatalf("no child pid in stdout %q (stderr %q)", out.Stdout, out.Stderr)
-	}
-	t.Cleanup(func() { _ = unix.Kill(pid, unix.SIGKILL) })
-	if out.ExitCode != 0 {
-		t.Errorf("exit code %d, want 0", out.ExitCode)
-	}
-	if elapsed := time.Since(began); elapsed > out.Duration+pipeDrainDelay+10*time.Second {
-		t.Errorf("Run took %v after a %v run", elapsed, out.Duration)
-	}
-}
-
-func TestZygoteContextCancel(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	fifo := filepath.Join(b.dir, "ready")
-	if err := unix.Mkfifo(fifo, 0o600); err != nil {
-		t.Fatal(err)
-	}
-	s := b.spec(t, fmt.Sprintf("with open(%q, 'w') as f:\n    f.write('ready')\nwhile True:\n    pass\n", fifo))
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		if data, err := os.ReadFile(fifo); err == nil && string(data) == "ready" {
-			cancel()
-		}
-	}()
-	out, err := zygote(t).Run(ctx, s)
-	if !errors.Is(err, context.Canceled) {
-		t.Fatalf("err = %v, want context.Canceled", err)
-	}
-	if out.TimedOut || out.ExitCode != -1 || out.Signal != "killed" {
-		t.Errorf("TimedOut %v, exit code %d, signal %q; want false, -1, killed", out.TimedOut, out.ExitCode, out.Signal)
-	}
-}
-
-func TestZygoteOutputLimit(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	s := b.spec(t, "import sys\nchunk = b'0123456789abcdef' * 4096\nfor _ in range(50 * 16):\n    sys.stdout.buffer.write(chunk)\nsys.stderr.write('e' * 5000)\n")
-	s.OutputLimit = 1000
-	out := zrun(t, zygote(t), s)
-	if len(out.Stdout) != 1000 || !out.StdoutTruncated || out.StdoutBytes != 50<<20 {
-		t.Errorf("stdout: %d bytes, truncated %v, counted %d", len(out.Stdout), out.StdoutTruncated, out.StdoutBytes)
-	}
-	if len(out.Stderr) != 1000 || !out.StderrTruncated || out.StderrBytes != 5000 {
-		t.Errorf("stderr: %d bytes, truncated %v, counted %d", len(out.Stderr), out.StderrTruncated, out.StderrBytes)
-	}
-}
-
-// Limits apply to the job whichever way it starts.
-func TestRlimits(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	s := b.spec(t, "import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE), resource.getrlimit(resource.RLIMIT_CORE)[1])\n"+
-		"with open('big', 'w') as f:\n    f.write('x' * 5000)\n")
-	s.Rlimits = append(NoCoreFiles(), Rlimit{Resource: unix.RLIMIT_FSIZE, Cur: 1000, Max: 2000})
-	for name, out := range map[string]Outcome{"spawn": run(t, s), "zygote": zrun(t, zygote(t), s)} {
-		if string(out.Stdout) != "(1000, 2000) 0\n" || out.ExitCode != 1 || !bytes.Contains(out.Stderr, []byte("File too large")) {
-			t.Errorf("%s: exit %d stdout %q stderr %q", name, out.ExitCode, out.Stdout, out.Stderr)
-		}
-	}
-	s.Rlimits = []Rlimit{{Resource: unix.RLIMIT_FSIZE, Cur: 2, Max: 1}}
-	if _, err := Run(context.Background(), s); err == nil {
-		t.Error("Run accepted a soft limit above the hard one")
-	}
-}
-
 func TestZygoteConcurrentJobs(t *testing.T) {
 	t.Parallel()
 	z := zygote(t)
@@ -470,8 +338,7 @@ func TestZygoteThreadsAtImport(t *testing.T) {
 	}
 	t.Run("pool runs the environment with spawn", func(t *testing.T) {
 		t.Parallel()
-		pool := NewPool(PoolConfig{Preload: []string{"starts_thread"}})
-		t.Cleanup(func() { pool.Close() })
+		pool := startPool(t, PoolConfig{Preload: []string{"starts_thread"}})
 		b := setup(t)
 		s := b.spec(t, "import sys\nprint('starts_thread' in sys.modules)\n")
 		s.Env = env
@@ -522,8 +389,7 @@ func TestPoolDoesNotWaitForAStartingZygote(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(mods, "slow_import.py"), []byte("import time\ntime.sleep(30)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	pool := NewPool(PoolConfig{Preload: []string{"slow_import"}})
-	t.Cleanup(func() { pool.Close() })
+	pool := startPool(t, PoolConfig{Preload: []string{"slow_import"}})
 	b := setup(t)
 	s := b.spec(t, "import sys\nprint('slow_import' in sys.modules)\n")
 	s.Env = ChildEnv(nil, "", b.dir, nil, map[string]string{"PYTHONPATH": mods})
@@ -542,13 +408,27 @@ func TestPoolDoesNotWaitForAStartingZygote(t *testing.T) {
 	}
 }
 
+// startPool starts a pool, stopped at cleanup.
+func startPool(t *testing.T, cfg PoolConfig) *Pool {
+	t.Helper()
+	pool := NewPool(cfg)
+	if err := pool.Start(context.Background()); err != nil {
+		t.Fatalf("Pool.Start: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := pool.Stop(context.Background()); err != nil {
+			t.Errorf("Pool.Stop: %v", err)
+		}
+	})
+	return pool
+}
+
 func poolSetup(t *testing.T, cfg PoolConfig) (*Pool, *testBundle, Spec) {
 	t.Helper()
 	if cfg.Preload == nil {
 		cfg.Preload = testPreload
 	}
-	pool := NewPool(cfg)
-	t.Cleanup(func() { pool.Close() })
+	pool := startPool(t, cfg)
 	b := setup(t)
 	s := b.spec(t, "import sys\nprint('json' in sys.modules)\n")
 	if err := pool.Warm(context.Background(), s); err != nil {
@@ -629,8 +509,7 @@ func TestZygoteDiesMidJob(t *testing.T) {
 
 func TestPoolStopsIdleZygotes(t *testing.T) {
 	t.Parallel()
-	pool := NewPool(PoolConfig{Preload: testPreload, IdleTimeout: 100 * time.Millisecond})
-	t.Cleanup(func() { pool.Close() })
+	pool := startPool(t, PoolConfig{Preload: testPreload, IdleTimeout: 100 * time.Millisecond})
 	b := setup(t)
 	s := b.spec(t, "print(1)\n")
 	if err := pool.Warm(context.Background(), s); err != nil {
