@@ -26,8 +26,9 @@ import (
 	"github.com/codexec/codexec/worker/sandbox"
 )
 
-// Worker runs jobs for one pool. Start it once; Stop it once (further calls
-// are no-ops).
+// Worker runs jobs for one pool. It keeps the lifecycle contract (package
+// internal/lifecycle): Start it once; a Start that fails has closed what it
+// opened; Stop is idempotent, safe before Start and after a failed Start.
 type Worker struct {
 	cfg    Config
 	broker *broker.Broker
@@ -37,6 +38,7 @@ type Worker struct {
 	python     string // the default environment's interpreter
 	venvDir    string
 	childExtra map[string]string // variables set in every job's environment
+	exec       runner.Executor   // how jobs run, chosen at Start: spawn, fresh or pool
 	pool       *runner.Pool      // warm interpreters; nil in spawn mode
 	cache      *envcache.Cache   // built environments
 	caps       envspec.Capabilities
@@ -53,11 +55,16 @@ type Worker struct {
 	fresh      *runner.Fresh // spawn mode in a sandbox: interpreters started ahead of time
 	sandboxCfg *runner.SandboxConfig
 
-	mu       sync.Mutex
-	consumer *broker.Consumer
+	bg       sync.WaitGroup // goroutines of Start's (warming the default zygote)
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
-	stopped  bool
+
+	mu          sync.Mutex
+	consumer    *broker.Consumer
+	startCalled bool
+	stopped     bool
+	stopDone    chan struct{} // closed when the first Stop has finished
+	releaseOnce sync.Once     // closes what Start opened, once
 }
 
 // New checks cfg and returns a Worker that is not yet consuming.
@@ -72,8 +79,8 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Worker, error) {
 	for k, v := range cfg.EnvSet {
 		extra[k] = v
 	}
-	return &Worker{cfg: cfg, broker: b, store: st, childExtra: extra,
-		log: cfg.Logger.With("worker", cfg.ID, "pool", cfg.Pool)}, nil
+	return &Worker{cfg: cfg, broker: b, store: st, childExtra: extra, exec: runner.Spawn{},
+		stopDone: make(chan struct{}), log: cfg.Logger.With("worker", cfg.ID, "pool", cfg.Pool)}, nil
 }
 
 // ID returns the worker's id.
@@ -81,8 +88,28 @@ func (w *Worker) ID() string { return w.cfg.ID }
 
 // Start prepares the default environment (building the venv on first use),
 // announces the worker and starts consuming jobs. It returns once the worker
-// is ready to run jobs.
-func (w *Worker) Start(ctx context.Context) error {
+// is ready to run jobs. When it fails, it has closed what it had opened
+// (sandbox cgroups, interpreters, cache, heartbeat) and withdrawn the
+// presence it may have announced.
+func (w *Worker) Start(ctx context.Context) (err error) {
+	w.mu.Lock()
+	if w.startCalled || w.stopped {
+		w.mu.Unlock()
+		return errors.New("worker: Start called twice, or after Stop")
+	}
+	w.startCalled = true
+	w.mu.Unlock()
+	announced := false
+	defer func() {
+		if err == nil {
+			return
+		}
+		w.release()
+		if announced {
+			w.leave(ctx)
+		}
+	}()
+
 	w.started = time.Now().UTC()
 	for _, dir := range []string{w.cfg.DataDir, w.sessionsRoot(), w.cfg.ScriptsDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -93,43 +120,24 @@ func (w *Worker) Start(ctx context.Context) error {
 		return err
 	}
 	if err := w.prepareEnv(ctx); err != nil {
-		w.closeCgroups()
 		return err
 	}
 	if err := w.openEnvCache(ctx); err != nil {
-		w.closeCgroups()
 		return err
 	}
-	if w.cfg.ExecMode == ExecZygote {
-		w.pool = runner.NewPool(runner.PoolConfig{
-			Preload: w.cfg.Preload, MaxZygotes: w.cfg.MaxZygotes, IdleTimeout: w.cfg.ZygoteIdle,
-			Logger: w.log.With("component", "zygote"), Sandbox: w.sandboxCfg,
-		})
-		// Warm the default environment now, so that its first jobs need not
-		// start an interpreter; until it is ready they do.
-		go func() { _ = w.pool.Warm(context.WithoutCancel(ctx), w.spec("", "", "")) }()
-	} else if w.sandboxCfg != nil {
-		w.fresh = runner.NewFresh(w.sandboxCfg, w.log.With("component", "sandbox"))
+	if err := w.startExecutor(ctx); err != nil {
+		return err
 	}
 	if err := w.heartbeat(ctx); err != nil {
 		return fmt.Errorf("worker: announce presence: %w", err)
 	}
+	announced = true
 	beatCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	w.stopBeat, w.beatDone = cancel, make(chan struct{})
 	go w.heartbeatLoop(beatCtx)
 
 	c, err := w.broker.Consume(ctx, w.cfg.Pool, w.cfg.Concurrency, w.handle)
 	if err != nil {
-		cancel()
-		<-w.beatDone
-		if w.pool != nil {
-			w.pool.Close()
-		}
-		if w.fresh != nil {
-			w.fresh.Close()
-		}
-		_ = w.cache.Close()
-		w.closeCgroups()
 		return fmt.Errorf("worker: consume: %w", err)
 	}
 	// The worker's own subject, for jobs placement sent to it because it
@@ -150,6 +158,38 @@ func (w *Worker) Start(ctx context.Context) error {
 		_ = w.heartbeat(ctx) // advertise Targeted
 	}
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
+	return nil
+}
+
+// startExecutor chooses, once, how this worker's jobs run: forked from
+// warm interpreters (a Pool), in a sandboxed interpreter of their own
+// started ahead of time (Fresh), or in a plain new one (Spawn, the
+// default set by New).
+func (w *Worker) startExecutor(ctx context.Context) error {
+	switch {
+	case w.cfg.ExecMode == ExecZygote:
+		w.pool = runner.NewPool(runner.PoolConfig{
+			Preload: w.cfg.Preload, MaxZygotes: w.cfg.MaxZygotes, IdleTimeout: w.cfg.ZygoteIdle,
+			Logger: w.log.With("component", "zygote"), Sandbox: w.sandboxCfg,
+		})
+		if err := w.pool.Start(ctx); err != nil {
+			return fmt.Errorf("worker: zygotes: %w", err)
+		}
+		w.exec = w.pool
+		// Warm the default environment now, so that its first jobs need not
+		// start an interpreter; until it is ready they do.
+		w.bg.Add(1)
+		go func() {
+			defer w.bg.Done()
+			_ = w.pool.Warm(context.WithoutCancel(ctx), w.spec("", "", ""))
+		}()
+	case w.sandboxCfg != nil:
+		w.fresh = runner.NewFresh(w.sandboxCfg, w.log.With("component", "sandbox"))
+		if err := w.fresh.Start(ctx); err != nil {
+			return fmt.Errorf("worker: sandbox: %w", err)
+		}
+		w.exec = w.fresh
+	}
 	return nil
 }
 
@@ -184,17 +224,24 @@ func (w *Worker) prepareEnv(ctx context.Context) error {
 }
 
 // Stop stops taking jobs, waits for running ones until ctx ends (then
-// cancels them and hands their jobs back to the queue), and withdraws the
-// worker's presence.
+// cancels them and hands their jobs back to the queue), closes what Start
+// opened and withdraws the worker's presence. It is idempotent and safe in
+// any state; a second call waits for the first (or for its own ctx).
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
-		return nil
+		select {
+		case <-w.stopDone:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
 	}
 	w.stopped = true
 	c, tc := w.consumer, w.targeted
 	w.mu.Unlock()
+	defer close(w.stopDone)
 	var err error
 	if tc != nil {
 		go func() { _ = tc.Stop(ctx) }()
@@ -214,26 +261,46 @@ func (w *Worker) Stop(ctx context.Context) error {
 		case <-time.After(5 * time.Second):
 		}
 	}
-	if w.pool != nil {
-		w.pool.Close()
-	}
-	if w.fresh != nil {
-		w.fresh.Close()
-	}
-	if w.cache != nil {
-		_ = w.cache.Close()
-	}
-	w.closeCgroups()
-	if w.stopBeat != nil {
-		w.stopBeat()
-		<-w.beatDone
-	}
+	w.release()
+	w.leave(ctx)
+	return err
+}
+
+// release closes, once, what Start opened: the heartbeat, the executor's
+// interpreters, the environment cache and the job cgroups. Jobs must be
+// over (or their consumers stopped) first.
+func (w *Worker) release() {
+	w.releaseOnce.Do(func() {
+		if w.stopBeat != nil {
+			w.stopBeat()
+			<-w.beatDone
+		}
+		stopCtx := context.Background() // what runs in them is over: nothing to wait for
+		if w.pool != nil {
+			if err := w.pool.Stop(stopCtx); err != nil {
+				w.log.Warn("zygotes not stopped", "err", err)
+			}
+		}
+		if w.fresh != nil {
+			if err := w.fresh.Stop(stopCtx); err != nil {
+				w.log.Warn("sandboxed interpreters not stopped", "err", err)
+			}
+		}
+		w.bg.Wait()
+		if w.cache != nil {
+			_ = w.cache.Close()
+		}
+		w.closeCgroups()
+	})
+}
+
+// leave withdraws the worker's presence record.
+func (w *Worker) leave(ctx context.Context) {
 	leaveCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 2*time.Second)
 	defer cancel()
-	if lerr := w.store.Leave(leaveCtx, w.cfg.Keys.Workers(), w.cfg.ID); lerr != nil {
-		w.log.Warn("withdraw presence", "err", lerr)
+	if err := w.store.Leave(leaveCtx, w.cfg.Keys.Workers(), w.cfg.ID); err != nil {
+		w.log.Warn("withdraw presence", "err", err)
 	}
-	return err
 }
 
 func (w *Worker) heartbeat(ctx context.Context) error {
@@ -333,22 +400,36 @@ func (w *Worker) result(job *wire.Job, attempt int, status wire.Status, msg stri
 	}
 }
 
+// jobHandler runs one kind of job, once run has checked what every job
+// needs (a known kind, a valid scope, a deadline still ahead).
+type jobHandler func(w *Worker, ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result
+
+// handlers are the kinds of job a worker runs.
+var handlers = map[wire.JobKind]jobHandler{
+	wire.KindExecute: (*Worker).runExecute,
+	wire.KindInstall: (*Worker).runInstall,
+	wire.KindInspect: (*Worker).runInspect,
+}
+
+// run checks what every job needs, then hands the job to its kind's handler.
 func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
+	h, ok := handlers[job.Kind]
 	switch {
-	case job.Kind != wire.KindExecute && job.Kind != wire.KindInstall && job.Kind != wire.KindInspect:
+	case !ok:
 		return w.result(job, attempt, wire.StatusRejected, fmt.Sprintf("this worker does not run %q jobs", job.Kind))
 	case !wire.ValidScope(job.Scope):
 		return w.result(job, attempt, wire.StatusRejected, "invalid session scope")
 	case !job.Deadline.IsZero() && time.Now().After(job.Deadline):
 		return w.result(job, attempt, wire.StatusExpired, "the job's deadline passed before a worker could start it")
-	case job.Kind == wire.KindInstall:
-		return w.runInstall(ctx, job, attempt, log)
-	case job.Kind == wire.KindInspect:
-		return w.runInspect(ctx, job, attempt, log)
-	case strings.TrimSpace(job.Code) == "":
+	}
+	return h(w, ctx, job, attempt, log)
+}
+
+// runExecute runs the job's code in its session, environment and limits.
+func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
+	if strings.TrimSpace(job.Code) == "" {
 		return w.result(job, attempt, wire.StatusRejected, "code is empty")
 	}
-
 	set, err := limits.Resolve(w.cfg.Limits, w.cfg.MaxLimits, job.Limits)
 	if err != nil {
 		return w.result(job, attempt, wire.StatusRejected, err.Error())
@@ -398,73 +479,38 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 	// waits for their teardown (address space, namespaces), which the
 	// result need not wait for. Whatever might still be in it is killed.
 	defer func() { go jl.release(log) }()
-	run := runner.Run
-	switch {
-	case w.pool != nil:
-		run = w.pool.Run
-	case w.fresh != nil:
-		run = w.fresh.Run
-	}
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
 	started := time.Now().UTC()
-	out, err := run(jctx, spec)
-	if ctx.Err() == nil && errors.Is(context.Cause(jctx), errDiskLimit) {
+	out, err := w.exec.Run(jctx, spec)
+	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
+	if ctx.Err() == nil && diskStopped {
 		err = nil // the disk watch stopped it; not a failure of the run
 	}
-	usage := jl.usage()
-	res := w.result(job, attempt, wire.StatusOK, "")
+	facts := runFacts{
+		out: out, err: err, usage: jl.usage(), set: set, cgroupMemory: jl.group != nil && set.Memory > 0,
+		timeout: timeout, shutdown: ctx.Err() != nil, diskStopped: diskStopped,
+		diskUsage: func() int64 { return DiskUsage(cwd) },
+	}
+	v := classify(facts)
+	res := w.result(job, attempt, v.status, v.message)
+	res.Limit = v.limit
 	res.EnvID = envID
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
-	if err != nil && out.Duration == 0 {
-		res.Status, res.Message = wire.StatusInternal, "start python: "+err.Error()
+	if !facts.started() {
 		log.Error("start python failed", "err", err)
 		return res
+	}
+	if errors.Is(err, runner.ErrZygoteDied) {
+		log.Error("zygote died mid-job", "err", err)
 	}
 	res.ExitCode, res.Signal = out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000
-	// Which limit the kernel's evidence names, if any; used below only
-	// when the job failed, or when the cgroup counted a limit it hit.
-	hit, hitMsg := limitHit(out, usage, set, jl.group != nil && set.Memory > 0)
-	switch {
-	case errors.Is(err, runner.ErrZygoteDied):
-		res.Status, res.Message = wire.StatusInternal, "the job was killed: the warm interpreter it ran in died; run it again"
-		log.Error("zygote died mid-job", "err", err)
-	case out.TimedOut:
-		res.Status, res.Message = wire.StatusTimeout, fmt.Sprintf("timed out after %s; the process group was killed", timeout)
-		if hit != "" {
-			// What kept it from finishing, e.g. a thread it could not start.
-			res.Limit, res.Message = hit, res.Message+"; before that: "+hitMsg
-		}
-	case ctx.Err() != nil:
-		res.Status, res.Message = wire.StatusInternal, "interrupted: the worker is shutting down"
-	case errors.Is(context.Cause(jctx), errDiskLimit) || (set.Disk > 0 && DiskUsage(cwd) > set.Disk):
-		// Measured during the run, and once more after it: a job that
-		// wrote past the limit between two samples is named too.
-		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
-		res.Message = fmt.Sprintf("disk limit reached (%s in the working directory): the job was killed or its files are over it", mib(set.Disk))
-	case usage.OOMKills > 0 || usage.PidsMaxHits > 0:
-		// The kernel refused the job (or killed one of its processes) at
-		// a limit, even if its main process carried on and exited 0.
-		res.Status, res.Limit, res.Message = wire.StatusLimit, hit, hitMsg
-	case out.ExitCode != 0 || out.Signal != "":
-		if hit != "" {
-			res.Status, res.Limit, res.Message = wire.StatusLimit, hit, hitMsg
-			break
-		}
-		if out.Signal != "" {
-			res.Status, res.Message = wire.StatusError, "killed by signal: "+out.Signal
-		} else {
-			res.Status, res.Message = wire.StatusError, fmt.Sprintf("exit code %d", out.ExitCode)
-		}
-	default:
-		res.Message = "exit code 0"
-	}
 	log.Info("job done", "status", res.Status, "ms", res.DurationMS)
 	return res
 }

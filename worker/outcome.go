@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/cgroup"
+	"github.com/codexec/codexec/worker/limits"
+	"github.com/codexec/codexec/worker/runner"
+)
+
+// runFacts is everything known about an execution job once its run has
+// returned: what the runner reported, what the kernel counted, why the
+// job's context ended, and the limits it ran under.
+type runFacts struct {
+	out runner.Outcome
+	// err is the runner's error (nil when the disk watch, not a failure,
+	// stopped the run).
+	err   error
+	usage cgroup.Usage // what the job's cgroup counted; zero without one
+	set   limits.Set
+	// cgroupMemory says the memory limit was a cgroup's, not an rlimit.
+	cgroupMemory bool
+	timeout      time.Duration // the job's wall-clock limit
+	shutdown     bool          // the worker's context ended: it is stopping
+	diskStopped  bool          // the disk watch stopped the job
+	// diskUsage measures the working directory after the run; it is
+	// called only when nothing before the disk limit explains the
+	// outcome, and only with a disk limit.
+	diskUsage func() int64
+}
+
+// verdict is how a job's result reports its outcome.
+type verdict struct {
+	status  wire.Status
+	limit   string // one of the wire.Limit* names, or ""
+	message string
+}
+
+// started says the runner started the job's interpreter: a run that
+// failed to start has no duration. Its result then carries no output.
+func (f runFacts) started() bool { return f.err == nil || f.out.Duration != 0 }
+
+// classify turns the facts of a run into its result's status, limit and
+// message. It is pure but for f.diskUsage.
+func classify(f runFacts) verdict {
+	if !f.started() {
+		return verdict{status: wire.StatusInternal, message: "start python: " + f.err.Error()}
+	}
+	// Which limit the kernel's evidence names, if any; used below only
+	// when the job failed, or when the cgroup counted a limit it hit.
+	hit, hitMsg := limitHit(f.out, f.usage, f.set, f.cgroupMemory)
+	switch {
+	case errors.Is(f.err, runner.ErrZygoteDied):
+		return verdict{status: wire.StatusInternal, message: "the job was killed: the warm interpreter it ran in died; run it again"}
+	case f.out.TimedOut:
+		v := verdict{status: wire.StatusTimeout, message: fmt.Sprintf("timed out after %s; the process group was killed", f.timeout)}
+		if hit != "" {
+			// What kept it from finishing, e.g. a thread it could not start.
+			v.limit, v.message = hit, v.message+"; before that: "+hitMsg
+		}
+		return v
+	case f.shutdown:
+		return verdict{status: wire.StatusInternal, message: "interrupted: the worker is shutting down"}
+	case f.diskStopped || (f.set.Disk > 0 && f.diskUsage() > f.set.Disk):
+		// Measured during the run, and once more after it: a job that
+		// wrote past the limit between two samples is named too.
+		return verdict{status: wire.StatusLimit, limit: wire.LimitDisk,
+			message: fmt.Sprintf("disk limit reached (%s in the working directory): the job was killed or its files are over it", mib(f.set.Disk))}
+	case f.usage.OOMKills > 0 || f.usage.PidsMaxHits > 0:
+		// The kernel refused the job (or killed one of its processes) at
+		// a limit, even if its main process carried on and exited 0.
+		return verdict{status: wire.StatusLimit, limit: hit, message: hitMsg}
+	case f.out.ExitCode != 0 || f.out.Signal != "":
+		switch {
+		case hit != "":
+			return verdict{status: wire.StatusLimit, limit: hit, message: hitMsg}
+		case f.out.Signal != "":
+			return verdict{status: wire.StatusError, message: "killed by signal: " + f.out.Signal}
+		default:
+			return verdict{status: wire.StatusError, message: fmt.Sprintf("exit code %d", f.out.ExitCode)}
+		}
+	}
+	return verdict{status: wire.StatusOK, message: "exit code 0"}
+}
