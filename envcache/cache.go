@@ -21,14 +21,18 @@ import (
 // do not each write a file.
 const touchInterval = time.Minute
 
-// ErrClosed is returned by Ensure after Close.
+// ErrClosed is returned by Ensure, and by Start, after Stop (or Close).
 var ErrClosed = errors.New("envcache: cache closed")
+
+// errNotStarted is returned by Ensure before Start.
+var errNotStarted = errors.New("envcache: cache not started")
 
 // Cache is a worker's on-disk cache of environments, each built once per
 // spec (per ID) however many goroutines and processes ask for it at once,
 // kept within a disk budget by least-recently-used eviction of the ones not
 // in use. See the package documentation for the layout and the locking.
-// Its methods are safe for concurrent use.
+// Its methods are safe for concurrent use. It keeps the lifecycle
+// contract (package internal/lifecycle): New, Start, Stop.
 type Cache struct {
 	cfg                                  Config
 	log                                  *slog.Logger
@@ -37,8 +41,15 @@ type Cache struct {
 	onJoin                               func(id string)  // tests: called when a caller has joined a flight
 	budget                               atomic.Int64     // Config.BudgetBytes; tests change it
 
+	// life is cancelled when a Stop gives up waiting: it ends background
+	// eviction.
+	life    context.Context
+	endLife context.CancelFunc
+	stopped chan struct{} // closed when the first Stop has returned
+
 	mu         sync.Mutex
-	closed     bool
+	started    bool
+	closed     bool // Stop has begun: no new work
 	flights    map[string]*flight   // builds (or first takes) in progress
 	held       map[string]*holder   // ready environments this process knows
 	failures   map[string]failure   // remembered build failures
@@ -67,9 +78,7 @@ type failure struct {
 	until time.Time
 }
 
-// New checks cfg, creates its directories and returns the cache. It starts
-// a background sweep that removes the remains of interrupted builds and
-// evictions; Close waits for it.
+// New checks cfg and returns the cache, not started: Start opens it.
 func New(cfg Config) (*Cache, error) {
 	cfg = cfg.WithDefaults()
 	if err := cfg.validate(); err != nil {
@@ -89,33 +98,83 @@ func New(cfg Config) (*Cache, error) {
 		existing: map[string]string{},
 		pythons:  map[string]pyVersion{},
 		ready:    map[string]bool{},
+		stopped:  make(chan struct{}),
 	}
+	c.life, c.endLife = context.WithCancel(context.Background())
 	c.budget.Store(cfg.BudgetBytes)
+	return c, nil
+}
+
+// Start creates the cache's directories and starts a background sweep
+// that removes the remains of interrupted builds and evictions; Stop
+// waits for it. Ensure works once Start has returned nil.
+func (c *Cache) Start(ctx context.Context) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	switch {
+	case c.closed:
+		return ErrClosed
+	case c.started:
+		return errors.New("envcache: cache already started")
+	}
 	for _, d := range []string{c.envsDir, c.metaDir, c.locksDir, c.trashDir} {
 		if err := os.MkdirAll(d, 0o755); err != nil {
-			return nil, fmt.Errorf("envcache: %w", err)
+			return fmt.Errorf("envcache: %w", err)
 		}
 	}
+	c.started = true
 	c.background.Add(1)
 	go func() {
 		defer c.background.Done()
 		c.sweep()
 	}()
-	return c, nil
+	return nil
 }
 
-// Close cancels the builds in progress, waits for them and for background
-// eviction, and makes later Ensure calls fail with ErrClosed. Environments
-// still held stay usable until released. Calling it twice is harmless.
-func (c *Cache) Close() error {
+// Stop makes later Ensure calls fail with ErrClosed, lets the builds in
+// progress and background eviction finish until ctx ends, then cancels
+// them, and returns once they are over. Environments still held stay
+// usable until released. Stop is idempotent, safe before Start and
+// concurrently with itself: later calls wait for the first.
+func (c *Cache) Stop(ctx context.Context) error {
 	c.mu.Lock()
-	c.closed = true
-	for _, fl := range c.flights {
-		fl.cancel()
+	if c.closed {
+		c.mu.Unlock()
+		<-c.stopped
+		return nil
 	}
+	c.closed = true
 	c.mu.Unlock()
-	c.background.Wait()
+	defer close(c.stopped)
+	defer c.endLife()
+	idle := make(chan struct{})
+	go func() {
+		c.background.Wait()
+		close(idle)
+	}()
+	select {
+	case <-idle:
+	case <-ctx.Done():
+		c.mu.Lock()
+		for _, fl := range c.flights {
+			fl.cancel()
+		}
+		c.mu.Unlock()
+		c.endLife()
+		<-idle
+	}
 	return nil
+}
+
+// Close is Stop without waiting: it cancels the builds in progress at
+// once, and returns when they and background eviction are over.
+func (c *Cache) Close() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return c.Stop(ctx)
 }
 
 // Env is an environment ready to run jobs in, held until Release: a held
@@ -194,6 +253,10 @@ func (c *Cache) Ensure(ctx context.Context, spec envspec.Spec, progress io.Write
 	if c.closed {
 		c.mu.Unlock()
 		return nil, ErrClosed
+	}
+	if !c.started {
+		c.mu.Unlock()
+		return nil, errNotStarted
 	}
 	if n.Existing != "" {
 		c.mu.Unlock()

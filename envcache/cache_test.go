@@ -131,6 +131,9 @@ func setupCache(tb testing.TB, cfg Config) (*Cache, *testClock) {
 	if err != nil {
 		tb.Fatal(err)
 	}
+	if err := c.Start(context.Background()); err != nil {
+		tb.Fatal(err)
+	}
 	clock := &testClock{t: time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)}
 	c.now = clock.Now
 	tb.Cleanup(func() { c.Close() })
@@ -253,6 +256,9 @@ func cacheHelper(dir, house string) int {
 	_, _ = io.Copy(io.Discard, os.Stdin)
 	uv, _, managers := realManagers(dir)
 	c, err := New(Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(house)})
+	if err == nil {
+		err = c.Start(context.Background())
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -800,6 +806,9 @@ func TestCacheSweepsLeftovers(t *testing.T) {
 	}
 	c, err := New(Config{Dir: dir, Managers: fakeManagers(&fakeManager{})})
 	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	c.Close() // waits for the sweep

@@ -42,7 +42,7 @@ func (c *Cache) trimSoon() {
 	go func() {
 		defer c.background.Done()
 		for {
-			if _, err := c.Trim(context.Background()); err != nil {
+			if _, err := c.Trim(c.life); err != nil && c.life.Err() == nil {
 				c.log.Warn("evicting environments", "err", err)
 			}
 			c.mu.Lock()

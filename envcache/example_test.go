@@ -32,6 +32,9 @@ func ExampleCache_Ensure() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if err := cache.Start(context.Background()); err != nil {
+		log.Fatal(err) // its directory cannot be made
+	}
 	defer cache.Close()
 	env, err := cache.Ensure(context.Background(), envspec.Spec{Manager: "uv", Python: "3.12", Packages: []string{"numpy"}}, os.Stderr)
 	if err != nil {

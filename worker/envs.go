@@ -54,6 +54,9 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 		DefaultPython: w.cfg.Python, Index: w.cfg.Index, AllowURLs: w.cfg.AllowURLRequirements,
 		Logger: w.log.With("component", "envcache"), Confine: confine,
 	})
+	if err == nil {
+		err = c.Start(ctx)
+	}
 	if err != nil {
 		return fmt.Errorf("worker: environment cache: %w", err)
 	}
