@@ -49,7 +49,7 @@ type Cache struct {
 
 	mu         sync.Mutex
 	started    bool
-	closed     bool // Stop has begun: no new work
+	closed     bool                 // Stop has begun: no new work
 	flights    map[string]*flight   // builds (or first takes) in progress
 	held       map[string]*holder   // ready environments this process knows
 	failures   map[string]failure   // remembered build failures
