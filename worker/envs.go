@@ -199,12 +199,18 @@ func (w *Worker) runInspect(ctx context.Context, job *wire.Job, attempt int, log
 }
 
 // lineWriter calls fn with each complete line written to it (and, on
-// Flush, with what is left). Safe for concurrent use.
+// Flush, with what is left). A line longer than maxLineBytes is passed on
+// in pieces of that size, so that an installer that never ends its line
+// (a progress bar redrawn with \r) costs bounded memory. Safe for
+// concurrent use.
 type lineWriter struct {
 	fn  func(string)
 	mu  sync.Mutex
 	buf bytes.Buffer
 }
+
+// maxLineBytes is the longest line a lineWriter holds back.
+const maxLineBytes = 4 << 10
 
 func (l *lineWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
@@ -215,12 +221,21 @@ func (l *lineWriter) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		line := strings.TrimRight(string(l.buf.Next(i+1)), "\r\n")
-		if line != "" {
-			l.fn(line)
-		}
+		l.emit(l.buf.Next(i + 1))
+	}
+	for l.buf.Len() >= maxLineBytes {
+		l.emit(l.buf.Next(maxLineBytes))
+	}
+	if l.buf.Len() == 0 {
+		l.buf.Reset() // let the buffer's storage be reused from its start
 	}
 	return len(p), nil
+}
+
+func (l *lineWriter) emit(b []byte) {
+	if line := strings.TrimRight(string(b), "\r\n"); line != "" {
+		l.fn(line)
+	}
 }
 
 // Flush sends what is left of an unterminated last line.
