@@ -1,24 +1,25 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/statestore/redistest"
 )
 
 // natsServerBinary finds a real nats-server: $CODEXEC_NATS_SERVER, then
 // bin/nats-server at the repository root (built by `make deps`), then PATH.
-func natsServerBinary(t *testing.T) string {
+func natsServerBinary(t testing.TB) string {
 	t.Helper()
 	if p := os.Getenv("CODEXEC_NATS_SERVER"); p != "" {
 		return p
@@ -38,19 +39,56 @@ func natsServerBinary(t *testing.T) string {
 	return ""
 }
 
+// startNATS starts nats-server bin with JetStream, stopped at cleanup, and
+// returns its URL and port.
+func startNATS(t testing.TB, bin string) (string, int) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, url, port, err := e2e.StartNATS(ctx, start(t), bin, os.Environ(), t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url, port
+}
+
+// startWorker starts this binary as `codexec worker args...` with env,
+// stopped at cleanup, and waits until it is ready.
+func startWorker(t testing.TB, name string, env []string, args ...string) *e2e.Proc {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	w, err := e2e.StartWorker(ctx, start(t), name, os.Args[0], env, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
+// startFrontend starts this binary as `codexec frontend` on HTTP with env,
+// stopped at cleanup, and returns its MCP URL.
+func startFrontend(t testing.TB, env []string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	_, url, err := e2e.StartFrontend(ctx, start(t), os.Args[0], env)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return url
+}
+
 type cluster struct {
 	natsURL, redisURL, mcpURL string
-	frontend                  *proc
 	workers                   []*proc
 	// env is what every codexec process of the cluster is started with.
-	env       []string
-	frontends []*proc
+	env []string
 }
 
 // startCluster runs the multi-process topology of the Procfile: a real
 // nats-server with JetStream, a real redis-server, one frontend on HTTP and
 // n workers, each its own process.
-func startCluster(t *testing.T, workers int, workerArgs ...string) *cluster {
+func startCluster(t testing.TB, workers int, workerArgs ...string) *cluster {
 	t.Helper()
 	args := make([][]string, workers)
 	for i := range args {
@@ -60,37 +98,30 @@ func startCluster(t *testing.T, workers int, workerArgs ...string) *cluster {
 }
 
 // startClusterArgs is startCluster with each worker's own arguments.
-func startClusterArgs(t *testing.T, perWorker [][]string) *cluster {
+func startClusterArgs(t testing.TB, perWorker [][]string) *cluster {
 	t.Helper()
 	workers := len(perWorker)
 	natsBin := natsServerBinary(t)
 	rs := redistest.Start(t)
-	port := freePort(t)
-	nats := startProc(t, os.Environ(), natsBin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", t.TempDir())
-	nats.waitFor(t, regexp.MustCompile(`Server is ready`), time.Minute)
+	natsURL, _ := startNATS(t, natsBin)
 
-	cl := &cluster{natsURL: fmt.Sprintf("nats://127.0.0.1:%d", port), redisURL: rs.URL()}
+	cl := &cluster{natsURL: natsURL, redisURL: rs.URL()}
 	common := []string{"CODEXEC_NATS_URL=" + cl.natsURL, "CODEXEC_REDIS_URL=" + cl.redisURL, "CODEXEC_ACK_WAIT=2s"}
 	for i := 0; i < workers; i++ {
 		env := codexecEnv(append(common, "CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t),
 			fmt.Sprintf("CODEXEC_WORKER_ID=w%d", i+1), "CODEXEC_CONCURRENCY=1")...)
-		w := startProc(t, env, os.Args[0], append([]string{"worker"}, perWorker[i]...)...)
-		w.waitFor(t, regexp.MustCompile(`worker ready`), 2*time.Minute)
-		cl.workers = append(cl.workers, w)
+		cl.workers = append(cl.workers, &proc{startWorker(t, fmt.Sprintf("worker w%d", i+1), env, perWorker[i]...)})
 	}
 	cl.env = codexecEnv(common...)
 	cl.mcpURL = cl.addFrontend(t)
-	cl.frontend = cl.frontends[0]
 	return cl
 }
 
 // addFrontend starts one more frontend of the cluster, on HTTP, and returns
 // its MCP URL.
-func (cl *cluster) addFrontend(t *testing.T) string {
+func (cl *cluster) addFrontend(t testing.TB) string {
 	t.Helper()
-	p := startProc(t, cl.env, os.Args[0], "frontend", "--http", "127.0.0.1:0")
-	cl.frontends = append(cl.frontends, p)
-	return p.waitFor(t, urlRe, time.Minute)
+	return startFrontend(t, cl.env)
 }
 
 func TestClusterExecute(t *testing.T) {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -22,28 +21,6 @@ import (
 
 // These tests drive the code-file tools through mcp-go's client against
 // `codexec dev` (stdio and HTTP) and against a cluster of two frontends.
-
-// callAs calls a tool and decodes its structured content as a T.
-func callAs[T any](t *testing.T, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, T) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	req := mcp.CallToolRequest{}
-	req.Params.Name, req.Params.Arguments = tool, args
-	res, err := c.CallTool(ctx, req)
-	if err != nil {
-		t.Fatalf("%s: %v", tool, err)
-	}
-	var out T
-	raw, err := json.Marshal(res.StructuredContent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &out); err != nil {
-		t.Fatalf("%s: structured content %.200s: %v", tool, raw, err)
-	}
-	return res, out
-}
 
 func sha(s string) string {
 	sum := sha256.Sum256([]byte(s))

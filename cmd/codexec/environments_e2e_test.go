@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -28,7 +29,7 @@ import (
 
 // e2eWheel writes a tiny pure-Python wheel: dist provides module, whose
 // VALUE is "<dist> <version>".
-func e2eWheel(t *testing.T, dir, dist, version, module string, requires ...string) {
+func e2eWheel(t testing.TB, dir, dist, version, module string, requires ...string) {
 	t.Helper()
 	base := strings.ReplaceAll(strings.ToLower(dist), "-", "_")
 	info := fmt.Sprintf("%s-%s.dist-info", base, version)
@@ -73,7 +74,7 @@ func e2eWheel(t *testing.T, dir, dist, version, module string, requires ...strin
 
 // wheelhouse writes the test packages: alpha (needs gamma), gamma, beta 1.0
 // and 2.0, and scikit-fake, whose import name is skfake.
-func wheelhouse(t *testing.T) string {
+func wheelhouse(t testing.TB) string {
 	t.Helper()
 	dir := t.TempDir()
 	e2eWheel(t, dir, "alpha", "1.0", "alpha", "gamma>=1.0")
@@ -84,13 +85,36 @@ func wheelhouse(t *testing.T) string {
 	return dir
 }
 
-func envCall(t *testing.T, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, frontend.EnvResult) {
+func envCall(t testing.TB, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, frontend.EnvResult) {
 	t.Helper()
 	return callAs[frontend.EnvResult](t, c, tool, args)
 }
 
+// uvAvailable checks once whether uv runs here, the way a worker does.
+var uvAvailable = sync.OnceValue(func() error { return (&envcache.UV{}).Available(context.Background()) })
+
+// requireUV skips the test when uv is missing (it fails under CI=true):
+// codexec's uv manager needs uv on PATH.
+func requireUV(t testing.TB) {
+	t.Helper()
+	if err := uvAvailable(); err != nil {
+		requireOrSkip(t, "uv on PATH (`make deps` puts one in bin/)", err)
+	}
+}
+
+// devWheelhouse starts `codexec dev` on HTTP with its data in dataDir,
+// installing only from the wheelhouse wh with the given managers, and
+// returns it and its MCP URL.
+func devWheelhouse(t testing.TB, dataDir, wh, managers string, extraEnv ...string) (*proc, string) {
+	t.Helper()
+	env := codexecEnv(append([]string{"CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t),
+		"CODEXEC_NO_INDEX=true", "CODEXEC_FIND_LINKS=" + wh, "CODEXEC_MANAGERS=" + managers}, extraEnv...)...)
+	p := startProc(t, env, os.Args[0], "dev", "--http", "127.0.0.1:0")
+	return p, p.waitFor(t, urlRe, time.Minute)
+}
+
 // builtEnvs counts the environments a worker's cache holds ready.
-func builtEnvs(t *testing.T, dataDir string) int {
+func builtEnvs(t testing.TB, dataDir string) int {
 	t.Helper()
 	entries, err := os.ReadDir(filepath.Join(dataDir, "envcache", "meta"))
 	if err != nil && !os.IsNotExist(err) {
@@ -101,12 +125,10 @@ func builtEnvs(t *testing.T, dataDir string) int {
 
 func TestDevEnvironments(t *testing.T) {
 	t.Parallel()
+	requireUV(t)
 	wh := wheelhouse(t)
 	dataDir := t.TempDir()
-	p := startProc(t, codexecEnv("CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+venvFor(t),
-		"CODEXEC_NO_INDEX=true", "CODEXEC_FIND_LINKS="+wh, "CODEXEC_MANAGERS=uv,venv"),
-		os.Args[0], "dev", "--http", "127.0.0.1:0")
-	url := p.waitFor(t, urlRe, time.Minute)
+	p, url := devWheelhouse(t, dataDir, wh, "uv,venv")
 	c := httpClient(t, url)
 
 	res, er := envCall(t, c, "get_environment_config", nil)
@@ -213,7 +235,7 @@ func TestDevEnvironments(t *testing.T) {
 	}
 
 	// Two sessions asking at once for the same new environment: one build.
-	before := strings.Count(p.stderr.String(), "environment built")
+	before := strings.Count(p.Out.String(), "environment built")
 	c2 := httpClient(t, url)
 	var wg sync.WaitGroup
 	ids := make([]string, 2)
@@ -232,7 +254,7 @@ func TestDevEnvironments(t *testing.T) {
 	if ids[0] != ids[1] {
 		t.Errorf("the same spec got two ids: %v", ids)
 	}
-	if built := strings.Count(p.stderr.String(), "environment built") - before; built != 1 {
+	if built := strings.Count(p.Out.String(), "environment built") - before; built != 1 {
 		t.Errorf("%d builds for one spec asked for by two sessions at once", built)
 	}
 	_, ex = call(t, c2, "execute_code", map[string]any{"code": "import beta; print(beta.VALUE)"})
@@ -276,6 +298,7 @@ func TestDevInstallFromPyPI(t *testing.T) {
 // worker that holds it; a spec no worker can serve is a clear error.
 func TestClusterEnvironmentPlacement(t *testing.T) {
 	t.Parallel()
+	requireUV(t)
 	wh := wheelhouse(t)
 	common := []string{"--no-index", "--find-links", wh}
 	cl := startClusterArgs(t, [][]string{
@@ -331,6 +354,7 @@ func TestClusterEnvironmentPlacement(t *testing.T) {
 // pool, and another worker builds the environment and runs it.
 func TestClusterTargetedWorkerDies(t *testing.T) {
 	t.Parallel()
+	requireUV(t)
 	wh := wheelhouse(t)
 	args := []string{"--no-index", "--find-links", wh, "--managers", "uv,venv"}
 	cl := startClusterArgs(t, [][]string{args, args})
@@ -357,11 +381,9 @@ func TestClusterTargetedWorkerDies(t *testing.T) {
 // next job.
 func TestDevEnvironmentEviction(t *testing.T) {
 	t.Parallel()
+	requireUV(t)
 	wh := wheelhouse(t)
-	p := startProc(t, codexecEnv("CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t),
-		"CODEXEC_NO_INDEX=true", "CODEXEC_FIND_LINKS="+wh, "CODEXEC_MANAGERS=uv", "CODEXEC_ENV_BUDGET=1"),
-		os.Args[0], "dev", "--http", "127.0.0.1:0")
-	url := p.waitFor(t, urlRe, time.Minute)
+	p, url := devWheelhouse(t, t.TempDir(), wh, "uv", "CODEXEC_ENV_BUDGET=1")
 	a, b := httpClient(t, url), httpClient(t, url)
 	if res, er := envCall(t, a, "configure_environment", map[string]any{"type": "venv-uv", "packages": []any{"gamma"}}); res.IsError {
 		t.Fatal(er.Message)
@@ -373,7 +395,7 @@ func TestDevEnvironmentEviction(t *testing.T) {
 	if res, ex := call(t, a, "execute_code", map[string]any{"code": "import gamma; print(gamma.VALUE)"}); res.IsError || ex.Stdout != "gamma 1.0\n" {
 		t.Fatalf("after eviction: isError=%v %+v", res.IsError, ex)
 	}
-	if n := strings.Count(p.stderr.String(), "environment built"); n < 3 {
+	if n := strings.Count(p.Out.String(), "environment built"); n < 3 {
 		t.Errorf("%d builds: the evicted environment was not rebuilt", n)
 	}
 }

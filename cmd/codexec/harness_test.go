@@ -1,11 +1,8 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,25 +13,29 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/frontend"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
+// The tests' side of the end-to-end harness: package e2e does the work and
+// returns errors; these wrappers fail the test on them and stop what they
+// started at cleanup, logging its output when the test failed.
+
+// stopGrace is how long a child process has to exit after SIGTERM at
+// cleanup before it is killed.
+const stopGrace = 20 * time.Second
+
+// clientInfo is who the tests say they are in initialize.
+var clientInfo = mcp.Implementation{Name: "codexec-e2e", Version: "0"}
+
 // codexecEnv is the environment every codexec child process of the tests
 // gets: this test binary acting as codexec, and nothing of the developer's
 // own codexec settings.
 func codexecEnv(extra ...string) []string {
-	var env []string
-	for _, kv := range os.Environ() {
-		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "CODEXEC_") || name == "CODE_STORAGE_DIR" || name == "ENV_TYPE" {
-			continue
-		}
-		env = append(env, kv)
-	}
-	return append(append(env, "CODEXEC_E2E_MAIN=1"), extra...)
+	return e2e.CleanEnv(append([]string{"CODEXEC_E2E_MAIN=1"}, extra...)...)
 }
 
 // sharedVenv is one default venv for every codexec process of the test
@@ -52,7 +53,7 @@ var sharedVenv = sync.OnceValues(func() (string, error) {
 	return venv, nil
 })
 
-func venvFor(t *testing.T) string {
+func venvFor(t testing.TB) string {
 	t.Helper()
 	v, err := sharedVenv()
 	if err != nil {
@@ -61,36 +62,42 @@ func venvFor(t *testing.T) string {
 	return v
 }
 
-// devStdio starts `codexec dev` over stdio through mcp-go's stdio client,
-// initialized, and closed at cleanup. It returns the client and the stderr log.
-func devStdio(t *testing.T, dataDir string, extraEnv ...string) (*client.Client, *syncBuffer) {
+// stdio starts cmd as an MCP server on stdio (see e2e.StartStdio),
+// initialized, and stopped at cleanup. before runs at cleanup before the
+// stop (nil: nothing).
+func stdio(t testing.TB, cmd e2e.Command, before func(*e2e.Proc)) (*client.Client, *e2e.Proc) {
 	t.Helper()
-	stderr := &syncBuffer{}
-	env := codexecEnv(append([]string{"CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}, extraEnv...)...)
-	c, err := client.NewStdioMCPClientWithOptions(os.Args[0], env, []string{"dev"},
-		transport.WithCommandStderrWriter(stderr))
+	c, p, err := e2e.StartStdio(context.Background(), cmd, mcp.LATEST_PROTOCOL_VERSION, clientInfo)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Logf("close stdio client: %v", err)
+		if before != nil {
+			before(p)
 		}
+		p.Stop(stopGrace)
 		if t.Failed() {
-			t.Logf("codexec dev stderr:\n%s", stderr.String())
+			t.Logf("%s stderr:\n%s", p.Name, p.Out.String())
 		}
 	})
-	initialize(t, c, mcp.LATEST_PROTOCOL_VERSION)
-	return c, stderr
+	return c, p
+}
+
+// devStdio starts `codexec dev` over stdio through mcp-go's stdio client,
+// initialized, and closed at cleanup. It returns the client and the stderr log.
+func devStdio(t testing.TB, dataDir string, extraEnv ...string) (*client.Client, *e2e.Buffer) {
+	t.Helper()
+	env := codexecEnv(append([]string{"CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}, extraEnv...)...)
+	c, p := stdio(t, e2e.Command{Name: "codexec dev", Path: os.Args[0], Args: []string{"dev"}, Env: env}, nil)
+	return c, p.Out
 }
 
 // devStdioMinimal is devStdio with the small environment a desktop MCP
 // client gives the servers it starts (the official SDKs pass little more
 // than HOME, PATH, USER and TERM): nothing of the developer's shell, such as
 // SSL_CERT_FILE or PIP_CERT, reaches codexec.
-func devStdioMinimal(t *testing.T, dataDir string, extraEnv ...string) *client.Client {
+func devStdioMinimal(t testing.TB, dataDir string, extraEnv ...string) *client.Client {
 	t.Helper()
-	stderr := &syncBuffer{}
 	env := []string{"CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}
 	for _, name := range []string{"HOME", "PATH", "USER", "LOGNAME", "TERM", "CI"} {
 		if v, ok := os.LookupEnv(name); ok {
@@ -98,191 +105,117 @@ func devStdioMinimal(t *testing.T, dataDir string, extraEnv ...string) *client.C
 		}
 	}
 	env = append(env, extraEnv...)
-	c, err := client.NewStdioMCPClientWithOptions(os.Args[0], nil, []string{"dev"},
-		transport.WithCommandStderrWriter(stderr),
-		transport.WithCommandFunc(func(ctx context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
-			cmd := exec.CommandContext(ctx, command, args...)
-			cmd.Env = env
-			return cmd, nil
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		if t.Failed() {
-			t.Logf("codexec dev stderr:\n%s", stderr.String())
-		}
-	})
-	initialize(t, c, mcp.LATEST_PROTOCOL_VERSION)
+	c, _ := stdio(t, e2e.Command{Name: "codexec dev", Path: os.Args[0], Args: []string{"dev"}, Env: env}, nil)
 	return c
 }
 
-func initialize(t *testing.T, c *client.Client, version string) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = version
-	req.Params.ClientInfo = mcp.Implementation{Name: "codexec-e2e", Version: "0"}
-	if _, err := c.Initialize(ctx, req); err != nil {
-		t.Fatalf("initialize: %v", err)
-	}
-}
-
 // proc is a codexec (or other) child process of a test.
-type proc struct {
-	cmd    *exec.Cmd
-	stderr *syncBuffer
-	done   chan struct{}
-}
+type proc struct{ *e2e.Proc }
 
-// startProc starts a child process; it is killed at cleanup.
-func startProc(t *testing.T, env []string, name string, args ...string) *proc {
+// startProc starts a child process; it is stopped at cleanup.
+func startProc(t testing.TB, env []string, name string, args ...string) *proc {
 	t.Helper()
-	cmd := exec.Command(name, args...)
-	cmd.Env = env
-	p := &proc{cmd: cmd, stderr: &syncBuffer{}, done: make(chan struct{})}
-	cmd.Stdout = p.stderr
-	cmd.Stderr = p.stderr
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := cmd.Start(); err != nil {
+	p, err := start(t)(e2e.Command{Path: name, Args: args, Env: env})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = cmd.Wait(); close(p.done) }()
-	t.Cleanup(func() {
-		p.signal(syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(20 * time.Second):
-			p.signal(syscall.SIGKILL)
-			<-p.done
-		}
-		if t.Failed() {
-			t.Logf("%s %s output:\n%s", filepath.Base(name), strings.Join(args, " "), p.stderr.String())
-		}
-	})
-	return p
+	return &proc{p}
 }
 
-func (p *proc) signal(sig syscall.Signal) { _ = syscall.Kill(-p.cmd.Process.Pid, sig) }
+// start is an e2e.Starter whose processes are stopped at t's cleanup.
+func start(t testing.TB) e2e.Starter {
+	return func(c e2e.Command) (*e2e.Proc, error) {
+		p, err := c.Start()
+		if err != nil {
+			return nil, err
+		}
+		t.Cleanup(func() {
+			p.Stop(stopGrace)
+			if t.Failed() {
+				t.Logf("%s %s output:\n%s", filepath.Base(c.Path), strings.Join(c.Args, " "), p.Out.String())
+			}
+		})
+		return p, nil
+	}
+}
 
-var urlRe = regexp.MustCompile(`url=(http://[^ ]+/mcp)`)
+func (p *proc) signal(sig syscall.Signal) { p.Signal(sig) }
+
+var urlRe = e2e.URLRe
 
 // waitFor waits until re matches the process's output and returns the first group.
-func (p *proc) waitFor(t *testing.T, re *regexp.Regexp, within time.Duration) string {
+func (p *proc) waitFor(t testing.TB, re *regexp.Regexp, within time.Duration) string {
 	t.Helper()
-	deadline := time.Now().Add(within)
-	for time.Now().Before(deadline) {
-		if m := re.FindStringSubmatch(p.stderr.String()); m != nil {
-			if len(m) > 1 {
-				return m[1]
-			}
-			return m[0]
-		}
-		select {
-		case <-p.done:
-			t.Fatalf("process exited early:\n%s", p.stderr.String())
-		case <-p.stderr.changed():
-		case <-time.After(100 * time.Millisecond):
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), within)
+	defer cancel()
+	m, err := p.WaitFor(ctx, re)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no %q in output within %s:\n%s", re, within, p.stderr.String())
-	return ""
+	return m
 }
 
 // httpClient connects an initialized Streamable HTTP client to url, speaking
 // the newest protocol revision that has sessions.
-func httpClient(t *testing.T, url string, opts ...transport.StreamableHTTPCOption) *client.Client {
+func httpClient(t testing.TB, url string, opts ...transport.StreamableHTTPCOption) *client.Client {
 	return httpClientVersion(t, url, mcp.LATEST_LEGACY_PROTOCOL_VERSION, opts...)
 }
 
 // httpClientVersion is httpClient speaking protocol revision version.
-func httpClientVersion(t *testing.T, url, version string, opts ...transport.StreamableHTTPCOption) *client.Client {
+func httpClientVersion(t testing.TB, url, version string, opts ...transport.StreamableHTTPCOption) *client.Client {
 	t.Helper()
-	c, err := client.NewStreamableHttpClient(url, opts...)
+	c, err := e2e.ConnectHTTP(context.Background(), url, version, clientInfo, opts...)
 	if err != nil {
-		t.Fatal(err)
-	}
-	if err := c.Start(context.Background()); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = c.Close() })
-	initialize(t, c, version)
 	return c
 }
 
-// call calls a tool and decodes its structured content.
-func call(t *testing.T, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, frontend.ExecResult) {
+// callWithin calls a tool and decodes its structured content into a T,
+// failing the test if no answer comes within `within`.
+func callWithin[T any](t testing.TB, c *client.Client, tool string, args map[string]any, within time.Duration) (*mcp.CallToolResult, T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	req := mcp.CallToolRequest{}
-	req.Params.Name = tool
-	req.Params.Arguments = args
-	res, err := c.CallTool(ctx, req)
+	var out T
+	res, err := e2e.Call(context.Background(), c, tool, args, within)
 	if err != nil {
+		t.Fatalf("%s: no answer within %s: %v", tool, within, err)
+	}
+	if err := e2e.Decode(res, &out); err != nil {
 		t.Fatalf("%s: %v", tool, err)
 	}
-	var er frontend.ExecResult
-	raw, err := json.Marshal(res.StructuredContent)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(raw, &er); err != nil {
-		t.Fatalf("structured content %s: %v", raw, err)
-	}
-	return res, er
+	return res, out
 }
 
-func text(r *mcp.CallToolResult) string {
-	var b strings.Builder
-	for _, c := range r.Content {
-		if tc, ok := c.(mcp.TextContent); ok {
-			b.WriteString(tc.Text)
-		}
-	}
-	return b.String()
-}
-
-func freePort(t *testing.T) int {
+// callAs calls a tool and decodes its structured content into a T.
+func callAs[T any](t testing.TB, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, T) {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return callWithin[T](t, c, tool, args, 3*time.Minute)
+}
+
+// call calls a tool and decodes its structured content.
+func call(t testing.TB, c *client.Client, tool string, args map[string]any) (*mcp.CallToolResult, frontend.ExecResult) {
+	t.Helper()
+	return callAs[frontend.ExecResult](t, c, tool, args)
+}
+
+func text(r *mcp.CallToolResult) string { return e2e.Text(r) }
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	port, err := e2e.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
+	return port
 }
 
-// syncBuffer is a goroutine-safe buffer that signals writes.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-	ch  chan struct{}
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch != nil {
-		close(b.ch)
-		b.ch = nil
+// requireOrSkip skips the test when something it needs is missing, or fails
+// it under CI=true, so that CI cannot pass by skipping.
+func requireOrSkip(t testing.TB, what string, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("CI needs %s: %v", what, err)
 	}
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
-func (b *syncBuffer) changed() <-chan struct{} {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if b.ch == nil {
-		b.ch = make(chan struct{})
-	}
-	return b.ch
+	t.Skipf("no %s: %v", what, err)
 }

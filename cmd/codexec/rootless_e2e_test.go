@@ -12,9 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
-	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 )
 
 // nobody is the unprivileged user the rootless test runs codexec as.
@@ -85,21 +83,13 @@ func TestRootlessDevSandbox(t *testing.T) {
 		}
 	}()
 
-	stderr := &syncBuffer{}
 	env := []string{"CODEXEC_E2E_MAIN=1", "PATH=/usr/bin:/bin", "HOME=" + data, "CODEXEC_DATA_DIR=" + data}
 	args := []string{"--reuid", fmt.Sprint(nobody), "--regid", fmt.Sprint(nobody), "--clear-groups", "--",
 		exe, "dev", "--sandbox", "require", "--python", "/usr/bin/python3", "--managers", "venv"}
-	c, err := client.NewStdioMCPClientWithOptions(setpriv, env, args, transport.WithCommandStderrWriter(stderr))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = c.Close()
-		if t.Failed() {
-			t.Logf("codexec dev (as nobody) stderr:\n%s", stderr.String())
-		}
-	})
-	initialize(t, c, mcp.LATEST_PROTOCOL_VERSION)
+	// Over this process's environment, as mcp-go's stdio client starts a
+	// server by default.
+	c, p := stdio(t, e2e.Command{Name: "codexec dev (as nobody)", Path: setpriv, Args: args, Env: append(os.Environ(), env...)}, nil)
+	stderr := p.Out
 
 	probeCode := fmt.Sprintf(`
 import json, os, socket, sys
@@ -196,14 +186,6 @@ print(json.dumps(r))
 	if !strings.Contains(stderr.String(), "sandbox without root") {
 		t.Errorf("codexec dev as a user did not say what its sandbox lacks")
 	}
-}
-
-func requireOrSkip(t *testing.T, what string, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("CI needs %s: %v", what, err)
-	}
-	t.Skipf("no %s: %v", what, err)
 }
 
 func copyFile(t *testing.T, from, to string, mode os.FileMode) {

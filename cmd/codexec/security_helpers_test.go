@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -21,10 +20,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -105,25 +104,7 @@ type secResult struct {
 // test if no answer comes within `within`.
 func secCall(t *testing.T, c *client.Client, tool string, args map[string]any, within time.Duration) (*mcp.CallToolResult, secResult) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), within)
-	defer cancel()
-	req := mcp.CallToolRequest{}
-	req.Params.Name, req.Params.Arguments = tool, args
-	res, err := c.CallTool(ctx, req)
-	if err != nil {
-		t.Fatalf("%s: no answer within %s: %v", tool, within, err)
-	}
-	var er secResult
-	if res.StructuredContent != nil {
-		raw, err := json.Marshal(res.StructuredContent)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := json.Unmarshal(raw, &er); err != nil {
-			t.Fatalf("%s: structured content %.300s: %v", tool, raw, err)
-		}
-	}
-	return res, er
+	return callWithin[secResult](t, c, tool, args, within)
 }
 
 // clip shortens s for a log line.
@@ -192,7 +173,7 @@ type secTarget struct {
 	// pids are the processes that run jobs (dev, or the cluster's worker).
 	pids []int
 	// logs is the first worker's log.
-	logs *syncBuffer
+	logs *e2e.Buffer
 	// oneSession is set when the target serves one session only (stdio).
 	oneSession bool
 	// newClient opens a new MCP session.
@@ -235,8 +216,8 @@ func (tg *secTarget) needCgroups(t *testing.T, why string) {
 
 // contAtCleanup resumes p's process group at cleanup, so that a job that
 // managed to stop it does not make startProc's cleanup wait.
-func contAtCleanup(t *testing.T, p *proc) {
-	t.Cleanup(func() { p.signal(syscall.SIGCONT) })
+func contAtCleanup(t *testing.T, p *e2e.Proc) {
+	t.Cleanup(func() { p.Signal(syscall.SIGCONT) })
 }
 
 // startSecDev starts `codexec dev` over HTTP with the sandbox required, a
@@ -252,7 +233,7 @@ func startSecDev(t *testing.T, execMode string, extraArgs ...string) *secTarget 
 	args = append(args, extraArgs...)
 	ticks := nowTicks(t)
 	p := startProc(t, env, os.Args[0], args...)
-	contAtCleanup(t, p)
+	contAtCleanup(t, p.Proc)
 	mcpURL := p.waitFor(t, urlRe, 2*time.Minute)
 	u, err := url.Parse(mcpURL)
 	if err != nil {
@@ -260,7 +241,7 @@ func startSecDev(t *testing.T, execMode string, extraArgs ...string) *secTarget 
 	}
 	port, _ := strconv.Atoi(u.Port())
 	return &secTarget{
-		name: "dev-" + execMode, dataDirs: []string{dataDir}, pids: []int{p.cmd.Process.Pid}, logs: p.stderr,
+		name: "dev-" + execMode, dataDirs: []string{dataDir}, pids: []int{p.Pid()}, logs: p.Out,
 		newClient: func(t *testing.T) *client.Client { return httpClient(t, mcpURL) },
 		ports:     map[string]int{"mcp-http": port},
 		canaries:  []string{envCanary, secretCanary, argCanary},
@@ -278,32 +259,14 @@ func startSecDevStdio(t *testing.T) *secTarget {
 	env := codexecEnv("CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+venvFor(t),
 		"CODEXEC_CANARY="+envCanary, "AWS_SECRET_ACCESS_KEY="+secretCanary)
 	args := append([]string{"dev", "--labels", "canary=" + argCanary}, sandboxArgs()...)
-	stderr := &syncBuffer{}
-	var cmd *exec.Cmd
 	ticks := nowTicks(t)
-	c, err := client.NewStdioMCPClientWithOptions(os.Args[0], nil, args,
-		transport.WithCommandStderrWriter(stderr),
-		transport.WithCommandFunc(func(ctx context.Context, command string, _ []string, args []string) (*exec.Cmd, error) {
-			cmd = exec.CommandContext(ctx, command, args...)
-			cmd.Env = env
-			return cmd, nil
-		}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if cmd != nil && cmd.Process != nil {
-			_ = cmd.Process.Signal(syscall.SIGCONT)
-		}
-		_ = c.Close()
-		if t.Failed() {
-			t.Logf("codexec dev (stdio) stderr:\n%s", stderr.String())
-		}
-	})
-	initialize(t, c, mcp.LATEST_PROTOCOL_VERSION)
+	// SIGCONT first: a job that stopped the process group must not make
+	// the cleanup wait.
+	c, p := stdio(t, e2e.Command{Name: "codexec dev (stdio)", Path: os.Args[0], Args: args, Env: env},
+		func(p *e2e.Proc) { p.Signal(syscall.SIGCONT) })
 	used := false
 	return &secTarget{
-		name: "dev-stdio", dataDirs: []string{dataDir}, pids: []int{cmd.Process.Pid}, logs: stderr, oneSession: true,
+		name: "dev-stdio", dataDirs: []string{dataDir}, pids: []int{p.Pid()}, logs: p.Out, oneSession: true,
 		newClient: func(t *testing.T) *client.Client {
 			if used {
 				t.Fatal("a stdio server has one session")
@@ -323,10 +286,7 @@ func startSecCluster(t *testing.T) *secTarget {
 	t.Helper()
 	natsBin := natsServerBinary(t)
 	rs := redistest.Start(t)
-	natsPort := freePort(t)
-	nats := startProc(t, os.Environ(), natsBin, "-js", "-a", "127.0.0.1", "-p", strconv.Itoa(natsPort), "-sd", t.TempDir())
-	nats.waitFor(t, regexp.MustCompile(`Server is ready`), time.Minute)
-	natsURL := fmt.Sprintf("nats://127.0.0.1:%d", natsPort)
+	natsURL, natsPort := startNATS(t, natsBin)
 	redisURL := rs.URL()
 	ru, err := url.Parse(redisURL)
 	if err != nil {
@@ -340,19 +300,17 @@ func startSecCluster(t *testing.T) *secTarget {
 	ticks := nowTicks(t)
 	wenv := codexecEnv(append(common, "CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+venvFor(t), "CODEXEC_WORKER_ID=sec1",
 		"CODEXEC_CONCURRENCY=3", "CODEXEC_CANARY="+envCanary, "AWS_SECRET_ACCESS_KEY="+secretCanary)...)
-	w := startProc(t, wenv, os.Args[0], append([]string{"worker", "--labels", "canary=" + argCanary}, sandboxArgs()...)...)
+	w := startWorker(t, "worker", wenv, append([]string{"--labels", "canary=" + argCanary}, sandboxArgs()...)...)
 	contAtCleanup(t, w)
-	w.waitFor(t, regexp.MustCompile(`worker ready`), 2*time.Minute)
 
-	fe := startProc(t, codexecEnv(common...), os.Args[0], "frontend", "--http", "127.0.0.1:0")
-	mcpURL := fe.waitFor(t, urlRe, time.Minute)
+	mcpURL := startFrontend(t, codexecEnv(common...))
 	u, err := url.Parse(mcpURL)
 	if err != nil {
 		t.Fatal(err)
 	}
 	mcpPort, _ := strconv.Atoi(u.Port())
 	return &secTarget{
-		name: "cluster", dataDirs: []string{dataDir}, pids: []int{w.cmd.Process.Pid}, logs: w.stderr,
+		name: "cluster", dataDirs: []string{dataDir}, pids: []int{w.Pid()}, logs: w.Out,
 		newClient: func(t *testing.T) *client.Client { return httpClient(t, mcpURL) },
 		ports:     map[string]int{"nats": natsPort, "redis": redisPort, "frontend-http": mcpPort},
 		// The worker's NATS and Redis URLs are secrets of the worker too.

@@ -1,11 +1,13 @@
 package main
 
 import (
+	"context"
 	"regexp"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/mark3labs/mcp-go/client"
 )
 
@@ -16,19 +18,12 @@ var (
 
 // waitForZygote waits until codexec dev's log says its warm interpreter is
 // ready, so that the calls after it run in a forked child.
-func waitForZygote(t *testing.T, stderr *syncBuffer) {
+func waitForZygote(t *testing.T, stderr *e2e.Buffer) {
 	t.Helper()
-	deadline := time.After(2 * time.Minute)
-	for {
-		changed := stderr.changed()
-		if zygoteReadyRe.MatchString(stderr.String()) {
-			return
-		}
-		select {
-		case <-changed:
-		case <-deadline:
-			t.Fatalf("no zygote ready within 2 minutes:\n%s", stderr.String())
-		}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	if _, err := e2e.WaitForOutput(ctx, stderr, zygoteReadyRe, nil); err != nil {
+		t.Fatalf("zygote: %v", err)
 	}
 }
 
