@@ -7,34 +7,16 @@
 # with fd 3 a SOCK_SEQPACKET Unix socket to the worker, stdin on /dev/null and
 # stdout and stderr on a pipe that the worker logs. BOOTSTRAP reads this file,
 # the first datagram on fd 3, and executes it under the name <codexec-zygote>;
-# CONFIG is a JSON object: {"preload": ["module", ...], "sandbox": {"netns":
-# bool}}. "sandbox" says the zygote runs as root in a bubblewrap sandbox
-# (worker/sandbox) and must confine each child: see _enter_namespaces and
-# _confine.
+# CONFIG is a JSON object: {"preload": ["module", ...], "sandbox": {...}}
+# ("config" in zygote_protocol.json). "sandbox" says the zygote runs as root
+# in a bubblewrap sandbox (worker/sandbox) and must confine each child: see
+# _enter_namespaces and _confine.
 #
-# Protocol on fd 3, one JSON object per datagram:
-#
-#   zygote -> worker, once:  {"op": "ready", "pid", "python", "preloaded",
-#                             "failed": {module: error}, "threads": [...],
-#                             "import_ms"}
-#       A non-empty "threads" means an import started a thread, so forking
-#       is unsafe: the zygote exits right after saying so.
-#   worker -> zygote:        {"op": "run", "id", "script", "dir", "env",
-#                             "rlimits": [[resource, soft, hard], ...],
-#                             "confine": {...} (sandboxed zygotes only, see
-#                             _confine)}
-#       with SCM_RIGHTS carrying three descriptors: the job's stdin, stdout
-#       and stderr.
-#   zygote -> worker:        {"op": "started", "id", "pid"}, sent before the job
-#                             is handed to that process (again, with another
-#                             pid, if that process turns out to be dead)
-#                         or {"op": "failed", "id", "error"} (nothing ran)
-#   worker -> zygote:        {"op": "kill", "id"}: SIGKILL the job's group.
-#   zygote -> worker:        {"op": "exited", "id", "status"}: the wait status
-#       (as waitpid returns it), sent once the job's process group is killed.
-#
-# End of file on fd 3 means the worker is gone: the zygote kills every job it
-# started and exits.
+# The protocol on fd 3, one JSON object per datagram (ready, run, started,
+# failed, kill, exited), is described in zygote_protocol.md and specified in
+# zygote_protocol.json, next to this file; testdata/test_zygote.py checks
+# this file against it. End of file on fd 3 means the worker is gone: the
+# zygote kills every job it started and exits.
 #
 # Latency: forking a process of tens of megabytes, and the copy-on-write
 # faults of its first steps, cost more than a small job itself. So the zygote
@@ -255,13 +237,18 @@ class _Zygote:
             try:
                 req = json.loads(msg)
             except ValueError:
-                req = {}
+                req = None
+            if not isinstance(req, dict):
+                req = {}  # not a message: ignored
             op = req.get('op')
             if op == 'run':
-                if flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
-                    _send(self.ctl, {'op': 'failed', 'id': req.get('id'), 'error': 'malformed run request'})
+                jid = req.get('id')
+                if type(jid) is not int:
+                    jid = None  # no job of the worker's: the answer names none
+                if jid is None or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
+                    _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
-                    self.run(req['id'], msg, fds)
+                    self.run(jid, msg, fds)
             elif op == 'kill':
                 self.kill(req.get('id'))
         finally:

@@ -1,0 +1,659 @@
+"""Tests of zygote.py on its own, without the Go side.
+
+Each test starts zygote.py the way worker/runner starts it (the bootstrap of
+zygote_protocol.json with fd 3 a SOCK_SEQPACKET socket, the code as the
+first datagram), unsandboxed, and talks the protocol of
+zygote_protocol.json to it: every message the zygote sends is checked
+against that description, field by field. Static tests check that
+zygote.py sends and reads exactly the fields described there, including
+the sandbox's, which only a root worker can exercise.
+
+Run: python3 worker/runner/testdata/test_zygote.py -v
+(go test ./worker/runner runs it too: TestZygoteProtocolPython.)
+No root, no bubblewrap, nothing but the standard library.
+"""
+
+import ast
+import fcntl
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+RUNNER = os.path.dirname(HERE)
+ZYGOTE_PY = os.path.join(RUNNER, 'zygote.py')
+SPEC_JSON = os.path.join(RUNNER, 'zygote_protocol.json')
+
+with open(SPEC_JSON) as f:
+    SPEC = json.load(f)
+with open(ZYGOTE_PY, 'rb') as f:
+    SOURCE = f.read()
+
+# A bound on every wait, so that a broken zygote fails a test instead of
+# hanging it. Never reached by a passing run.
+TIMEOUT = 60
+
+
+# ---------------------------------------------------------------------------
+# The description's types.
+
+
+def parse_type(text):
+    """Parse a type of the description (int, list<T>, tuple<T,...>, ...)
+    into (name, [args] or None)."""
+    t = text.replace(' ', '')
+
+    def parse(i):
+        j = i
+        while j < len(t) and (t[j].isalnum() or t[j] == '_'):
+            j += 1
+        if j == i:
+            raise ValueError('bad type %r at %d' % (text, i))
+        name = t[i:j]
+        if j < len(t) and t[j] == '<':
+            args = []
+            j += 1
+            while True:
+                arg, j = parse(j)
+                args.append(arg)
+                if j < len(t) and t[j] == ',':
+                    j += 1
+                elif j < len(t) and t[j] == '>':
+                    return (name, args), j + 1
+                else:
+                    raise ValueError('bad type %r at %d' % (text, j))
+        return (name, None), j
+
+    ty, end = parse(0)
+    if end != len(t):
+        raise ValueError('bad type %r' % text)
+    return ty
+
+
+PRIMITIVES = {'int', 'float', 'string', 'bool'}
+GENERICS = {'list': 1, 'map': 1, 'tuple': None}
+
+
+def check_type_known(ty, where):
+    name, args = ty
+    if name in PRIMITIVES or name in SPEC['objects']:
+        if args is not None:
+            raise AssertionError('%s: %s takes no arguments' % (where, name))
+        return
+    if name not in GENERICS:
+        raise AssertionError('%s: unknown type %s' % (where, name))
+    if not args or (GENERICS[name] is not None and len(args) != GENERICS[name]):
+        raise AssertionError('%s: %s with %r' % (where, name, args))
+    for a in args:
+        check_type_known(a, where)
+
+
+def type_errors(value, ty, where):
+    """What is wrong with value as a ty; [] when nothing."""
+    name, args = ty
+    if name == 'int':
+        ok = isinstance(value, int) and not isinstance(value, bool)
+    elif name == 'float':
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    elif name == 'string':
+        ok = isinstance(value, str)
+    elif name == 'bool':
+        ok = isinstance(value, bool)
+    elif name == 'list':
+        if not isinstance(value, list):
+            return ['%s: %r is not a list' % (where, value)]
+        return [e for i, v in enumerate(value) for e in type_errors(v, args[0], '%s[%d]' % (where, i))]
+    elif name == 'map':
+        if not isinstance(value, dict):
+            return ['%s: %r is not an object' % (where, value)]
+        return [e for k, v in value.items() for e in type_errors(v, args[0], '%s[%r]' % (where, k))]
+    elif name == 'tuple':
+        if not isinstance(value, list) or len(value) != len(args):
+            return ['%s: %r is not a %d-tuple' % (where, value, len(args))]
+        return [e for i, (v, a) in enumerate(zip(value, args)) for e in type_errors(v, a, '%s[%d]' % (where, i))]
+    else:
+        return object_errors(value, SPEC['objects'][name]['fields'], where)
+    return [] if ok else ['%s: %r is not a %s' % (where, value, name)]
+
+
+def object_errors(value, fields, where):
+    if not isinstance(value, dict):
+        return ['%s: %r is not an object' % (where, value)]
+    errs = ['%s: unknown field %r' % (where, k) for k in value if k not in fields]
+    for k, f in fields.items():
+        if k not in value:
+            if f['required']:
+                errs.append('%s: no %r' % (where, k))
+            continue
+        if value[k] is None and f.get('nullable'):
+            continue
+        errs.extend(type_errors(value[k], parse_type(f['type']), '%s.%s' % (where, k)))
+    return errs
+
+
+def message_errors(msg, sender):
+    """What is wrong with msg as a message from sender; [] when nothing."""
+    if not isinstance(msg, dict):
+        return ['%r is not an object' % (msg,)]
+    m = SPEC['messages'].get(msg.get('op'))
+    if m is None:
+        return ['unknown op in %r' % (msg,)]
+    if m['from'] != sender:
+        return ['%s sent %r, a message of the %s' % (sender, msg['op'], m['from'])]
+    return object_errors(msg, m['fields'], msg['op'])
+
+
+def ops_from(sender):
+    return {op for op, m in SPEC['messages'].items() if m['from'] == sender}
+
+
+# ---------------------------------------------------------------------------
+# The description itself, and zygote.py read as code.
+
+
+class DescriptionTest(unittest.TestCase):
+    def test_types_resolve(self):
+        for oname, obj in SPEC['objects'].items():
+            for fname, f in obj['fields'].items():
+                check_type_known(parse_type(f['type']), '%s.%s' % (oname, fname))
+                self.assertIsInstance(f['required'], bool, fname)
+        for op, m in SPEC['messages'].items():
+            self.assertIn(m['from'], ('worker', 'zygote'), op)
+            self.assertIsInstance(m['fds'], list, op)
+            self.assertEqual(m['fields']['op'], {'type': 'string', 'required': True}, op)
+            for fname, f in m['fields'].items():
+                check_type_known(parse_type(f['type']), '%s.%s' % (op, fname))
+                self.assertIsInstance(f['required'], bool, fname)
+        self.assertEqual(SPEC['bootstrap']['config'], 'config')
+        self.assertIn('config', SPEC['objects'])
+
+    def test_checker_rejects(self):
+        # The checker that every test relies on must be able to fail.
+        good = {'op': 'exited', 'id': 1, 'status': 0}
+        self.assertEqual(message_errors(good, 'zygote'), [])
+        for bad in (
+            {'op': 'exited', 'id': 1},
+            {'op': 'exited', 'id': 1, 'status': 0, 'extra': 1},
+            {'op': 'exited', 'id': '1', 'status': 0},
+            {'op': 'exited', 'id': True, 'status': 0},
+            {'op': 'exited', 'id': None, 'status': 0},
+            {'op': 'run', 'id': 1, 'script': '/s', 'dir': '/', 'env': []},
+            {'op': 'nope'},
+        ):
+            self.assertNotEqual(message_errors(bad, 'zygote'), [], bad)
+        self.assertEqual(message_errors({'op': 'failed', 'id': None, 'error': 'x'}, 'zygote'), [])
+        run = {'op': 'run', 'id': 1, 'script': '/s', 'dir': '/', 'env': ['A=1'], 'rlimits': [[4, 0, -1]],
+               'confine': {'uid': 1000, 'gid': 1000, 'binds': [['/x', True]]}}
+        self.assertEqual(message_errors(run, 'worker'), [])
+        run['confine']['binds'] = [['/x']]
+        self.assertNotEqual(message_errors(run, 'worker'), [])
+
+
+def _const_str(node):
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        return node.value
+    return None
+
+
+class SourceTest(unittest.TestCase):
+    """zygote.py read as code: what it sends and the fields it reads."""
+
+    # The names zygote.py gives the protocol's objects, and which object
+    # each one holds. A string key read on any other name must be one of
+    # NOT_PROTOCOL: a new reader of a message fails the test until it is
+    # classified here.
+    RECEIVERS = {
+        'req': ('run', 'kill'),
+        'cfg': ('config',),
+        'sandbox': ('sandbox',),
+        'c': ('confine',),
+    }
+    NOT_PROTOCOL = {('env', 'TZ')}
+
+    @classmethod
+    def setUpClass(cls):
+        cls.tree = ast.parse(SOURCE, ZYGOTE_PY)
+
+    def fields_of(self, names):
+        out = set()
+        for n in names:
+            spec = SPEC['messages'].get(n) or SPEC['objects'][n]
+            out |= set(spec['fields'])
+        return out
+
+    def test_sends_exactly_the_described_fields(self):
+        sent = {}
+        for node in ast.walk(self.tree):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == '_send'):
+                continue
+            self.assertEqual(len(node.args), 2, ast.dump(node))
+            msg = node.args[1]
+            self.assertIsInstance(msg, ast.Dict, 'line %d: _send of something other than a dict literal' % node.lineno)
+            keys = [_const_str(k) for k in msg.keys]
+            self.assertNotIn(None, keys, 'line %d' % node.lineno)
+            op = _const_str(msg.values[keys.index('op')])
+            self.assertIsNotNone(op, 'line %d: op is not a constant' % node.lineno)
+            self.assertIn(op, ops_from('zygote'), 'line %d' % node.lineno)
+            self.assertEqual(set(keys), set(SPEC['messages'][op]['fields']), 'line %d: %s' % (node.lineno, op))
+            sent.setdefault(op, []).append(node.lineno)
+        self.assertEqual(set(sent), ops_from('zygote'))
+
+    def test_reads_exactly_the_described_fields(self):
+        read = {name: set() for name in self.RECEIVERS}
+        for node in ast.walk(self.tree):
+            recv = key = None
+            if isinstance(node, ast.Subscript) and isinstance(node.value, ast.Name) and isinstance(node.ctx, ast.Load):
+                recv, key = node.value.id, _const_str(node.slice)
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == 'get'
+                  and isinstance(node.func.value, ast.Name) and node.args):
+                recv, key = node.func.value.id, _const_str(node.args[0])
+            if key is None:
+                continue
+            if recv in read:
+                read[recv].add(key)
+            else:
+                self.assertIn((recv, key), self.NOT_PROTOCOL,
+                              'line %d: %s[%r] is read: a field of which message?' % (node.lineno, recv, key))
+        for name, objs in self.RECEIVERS.items():
+            self.assertEqual(read[name], self.fields_of(objs), '%s (%s)' % (name, ', '.join(objs)))
+
+    def test_bootstrap_names_the_code(self):
+        # Tracebacks are stripped of the zygote's frames by this name.
+        code = SPEC['bootstrap']['code']
+        names = [n for n in ast.walk(self.tree) if isinstance(n, ast.Assign)
+                 and any(isinstance(t, ast.Name) and t.id == '_ZYGOTE_FILE' for t in n.targets)]
+        self.assertEqual(len(names), 1)
+        self.assertIn(repr(names[0].value.value), code)
+        self.assertIn('fileno=3', code)
+        self.assertIn('_ctl', code)  # zygote.py's _main reads its socket from it
+        self.assertIn('_ctl', SOURCE.decode())
+        self.assertEqual(SPEC['transport']['max_datagram_bytes'], (1 << 20) - 1)
+        self.assertIn('recv(1<<20)', code)
+
+
+# ---------------------------------------------------------------------------
+# zygote.py running, driven over its socket.
+
+
+def read_all(fd):
+    """Read fd to end of file (bounded by TIMEOUT) and close it."""
+    out = b''
+    deadline = time.monotonic() + TIMEOUT
+    try:
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                raise AssertionError('no end of file on fd %d; read %r' % (fd, out))
+            r, _, _ = select.select([fd], [], [], left)
+            if not r:
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                return out
+            out += chunk
+    finally:
+        os.close(fd)
+
+
+def read_line(fd):
+    """Read up to a newline (bounded by TIMEOUT), leaving fd open."""
+    out = b''
+    deadline = time.monotonic() + TIMEOUT
+    while not out.endswith(b'\n'):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise AssertionError('no line on fd %d; read %r' % (fd, out))
+        r, _, _ = select.select([fd], [], [], left)
+        if r:
+            chunk = os.read(fd, 1)
+            if not chunk:
+                raise AssertionError('end of file on fd %d; read %r' % (fd, out))
+            out += chunk
+    return out
+
+
+def proc_stat(pid):
+    """(state, ppid) of pid from /proc, or None once it is gone."""
+    try:
+        with open('/proc/%d/stat' % pid) as f:
+            data = f.read()
+    except OSError:
+        return None
+    rest = data[data.rindex(')') + 2:].split()
+    return rest[0], int(rest[1])
+
+
+def wait_until(cond, what):
+    deadline = time.monotonic() + TIMEOUT
+    while True:
+        v = cond()
+        if v:
+            return v
+        if time.monotonic() > deadline:
+            raise AssertionError('gave up waiting for ' + what)
+        time.sleep(0.01)
+
+
+class Job:
+    """A run request's other ends: stdin's write end, stdout's and stderr's
+    read ends."""
+
+    def __init__(self, jid, stdin, stdout, stderr):
+        self.id, self.stdin, self.stdout, self.stderr = jid, stdin, stdout, stderr
+
+    def output(self):
+        if self.stdin is not None:
+            os.close(self.stdin)
+            self.stdin = None
+        return read_all(self.stdout), read_all(self.stderr)
+
+
+class Zygote:
+    """zygote.py started as zygote_linux.go starts it, unsandboxed."""
+
+    def __init__(self, test, preload=('json',), env=None):
+        self.test = test
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        # Out of the way of fd 3 here, so that the child's dup2 onto 3
+        # always makes a new, inheritable descriptor.
+        high = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 10)
+        theirs.close()
+        self.log = tempfile.TemporaryFile()
+        argv = [sys.executable, '-c', SPEC['bootstrap']['code'], json.dumps({'preload': list(preload)})]
+        self.proc = subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+            env=env if env is not None else {}, cwd='/', close_fds=False,
+            preexec_fn=lambda: os.dup2(high, 3))
+        os.close(high)
+        self.ctl = ours
+        self.ctl.settimeout(TIMEOUT)
+        self.ctl.send(SOURCE)
+        self.next_id = 0
+        test.addCleanup(self.close)
+
+    def output(self):
+        self.log.seek(0)
+        return self.log.read().decode(errors='replace')
+
+    def recv(self):
+        """The zygote's next message, checked against the description."""
+        try:
+            data = self.ctl.recv(1 << 20)
+        except socket.timeout:
+            raise AssertionError('no message from the zygote; its output:\n' + self.output())
+        if not data:
+            raise AssertionError('the zygote closed its socket; its output:\n' + self.output())
+        msg = json.loads(data)
+        errs = message_errors(msg, 'zygote')
+        self.test.assertEqual(errs, [], 'message %r' % (msg,))
+        return msg
+
+    def send(self, msg, fds=()):
+        data = msg if isinstance(msg, bytes) else json.dumps(msg).encode()
+        anc = []
+        if fds:
+            anc = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('%di' % len(fds), *fds))]
+        self.ctl.sendmsg([data], anc)
+
+    def ready(self):
+        msg = self.recv()
+        self.test.assertEqual(msg['op'], 'ready')
+        return msg
+
+    def run(self, script, dir=None, env=(), rlimits=None, stdin=b'', jid=None, request=None):
+        """Send a run request for script (its source, written to a file)
+        with fresh pipes; returns the Job."""
+        if jid is None:
+            self.next_id += 1
+            jid = self.next_id
+        d = dir or tempfile.mkdtemp(prefix='zygote-test-')
+        self.test.addCleanup(_rmtree, d)
+        path = os.path.join(d, 'job.py')
+        with open(path, 'w') as f:
+            f.write(script)
+        req = {'op': 'run', 'id': jid, 'script': path, 'dir': d, 'env': list(env)}
+        if rlimits is not None:
+            req['rlimits'] = rlimits
+        if request is not None:
+            req.update(request)
+        self.test.assertEqual(message_errors(req, 'worker'), [])
+        in_r, in_w = os.pipe()
+        out_r, out_w = os.pipe()
+        err_r, err_w = os.pipe()
+        os.write(in_w, stdin)  # small: it fits the pipe
+        try:
+            self.send(req, [in_r, out_w, err_w])
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        return Job(jid, in_w, out_r, err_r)
+
+    def finish(self, job):
+        """Expect started then exited for job; returns (pid, status,
+        stdout, stderr)."""
+        m = self.recv()
+        self.test.assertEqual((m['op'], m['id']), ('started', job.id), m)
+        pid = m['pid']
+        out, err = job.output()
+        m = self.recv()
+        self.test.assertEqual((m['op'], m['id']), ('exited', job.id), (m, out, err))
+        return pid, m['status'], out, err
+
+    def close(self):
+        if self.ctl.fileno() >= 0:
+            self.ctl.close()
+        try:
+            return self.proc.wait(TIMEOUT)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            raise AssertionError('the zygote did not exit at end of file')
+        finally:
+            self.log.close()
+
+
+def _rmtree(d):
+    import shutil
+
+    shutil.rmtree(d, ignore_errors=True)
+
+
+HELLO = 'import sys\nsys.stdout.write("out:" + sys.stdin.read())\nsys.stderr.write("err")\n'
+
+
+class ZygoteTest(unittest.TestCase):
+    def test_ready(self):
+        z = Zygote(self, preload=['json', 'codexec_no_such_module'])
+        m = z.ready()
+        self.assertEqual(m['pid'], z.proc.pid)
+        self.assertEqual(m['python'], '%d.%d.%d' % sys.version_info[:3])
+        self.assertEqual(m['preloaded'], ['json'])
+        self.assertEqual(list(m['failed']), ['codexec_no_such_module'])
+        self.assertTrue(m['failed']['codexec_no_such_module'].startswith('ModuleNotFoundError: '), m['failed'])
+        self.assertEqual(m['threads'], [])
+        self.assertGreaterEqual(m['import_ms'], 0)
+
+    def test_unsafe_zygote_says_so_and_exits(self):
+        d = tempfile.mkdtemp(prefix='zygote-test-')
+        self.addCleanup(_rmtree, d)
+        with open(os.path.join(d, 'codexec_starts_thread.py'), 'w') as f:
+            f.write('import threading, time\n'
+                    'threading.Thread(target=time.sleep, args=(600,), name="sleeper", daemon=True).start()\n')
+        z = Zygote(self, preload=['codexec_starts_thread'], env={'PYTHONPATH': d})
+        m = z.ready()
+        self.assertEqual(m['threads'], ['sleeper'])
+        self.assertEqual(z.proc.wait(TIMEOUT), 3)
+        self.assertEqual(z.ctl.recv(1 << 20), b'')  # nothing after ready
+
+    def test_run(self):
+        z = Zygote(self)
+        z.ready()
+        env = ['A=1', 'B=x=y', 'C=']
+        job = z.run('import json, os, sys\n'
+                    'print(json.dumps([os.getpid(), os.getcwd(), dict(os.environ), sys.argv, sys.stdin.read()]))\n'
+                    'sys.stderr.write("err")\n', env=env, stdin=b'in')
+        pid, status, out, err = z.finish(job)
+        got_pid, cwd, got_env, argv, stdin = json.loads(out)
+        self.assertEqual(got_pid, pid)  # started names the job's process
+        self.assertEqual(os.path.realpath(cwd), os.path.realpath(os.path.dirname(argv[0])))
+        self.assertEqual(got_env, {'A': '1', 'B': 'x=y', 'C': ''})
+        self.assertEqual(stdin, 'in')
+        self.assertEqual(err, b'err')
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status)
+
+    def test_exit_status_is_a_wait_status(self):
+        z = Zygote(self)
+        z.ready()
+        _, status, _, _ = z.finish(z.run('import sys\nsys.exit(7)\n'))
+        self.assertEqual(status, 7 << 8)
+        _, status, _, _ = z.finish(z.run('import os\nos._exit(9)\n'))  # no report: from waitpid
+        self.assertTrue(os.WIFEXITED(status) and os.WEXITSTATUS(status) == 9, status)
+        _, status, _, _ = z.finish(z.run('import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n'))
+        self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
+
+    def test_rlimits(self):
+        z = Zygote(self)
+        z.ready()
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        lim = min(64, hard)
+        job = z.run('import resource\nprint(resource.getrlimit(resource.RLIMIT_NOFILE), '
+                    'resource.getrlimit(resource.RLIMIT_CORE))\n',
+                    rlimits=[[resource.RLIMIT_NOFILE, lim, lim], [resource.RLIMIT_CORE, 0, -1]])
+        _, status, out, err = z.finish(job)
+        self.assertEqual(status, 0, err)
+        core_hard = resource.getrlimit(resource.RLIMIT_CORE)[1]
+        self.assertEqual(out.decode().strip(), '%r %r' % ((lim, lim), (0, core_hard)))
+
+    def test_kill(self):
+        z = Zygote(self)
+        z.ready()
+        job = z.run('import sys, time\nprint("up", flush=True)\ntime.sleep(600)\n')
+        m = z.recv()
+        self.assertEqual((m['op'], m['id']), ('started', job.id))
+        self.assertEqual(read_line(job.stdout), b'up\n')
+        z.send({'op': 'kill', 'id': job.id})
+        m = z.recv()
+        self.assertEqual((m['op'], m['id']), ('exited', job.id), m)
+        self.assertTrue(os.WIFSIGNALED(m['status']) and os.WTERMSIG(m['status']) == signal.SIGKILL, m)
+        job.output()  # end of file: nothing of the job holds its pipes
+        # A kill for a finished or an unknown job is ignored.
+        z.send({'op': 'kill', 'id': job.id})
+        z.send({'op': 'kill', 'id': 12345})
+        self.assertEqual(z.finish(z.run(HELLO))[1:], (0, b'out:', b'err'))
+
+    def test_jobs_interleave(self):
+        z = Zygote(self)
+        z.ready()
+        # a waits on its stdin, which stays open until b has finished.
+        a = z.run('import sys\nsys.stdout.write(sys.stdin.read())\n', stdin=b'a')
+        m = z.recv()
+        self.assertEqual((m['op'], m['id']), ('started', a.id))
+        b = z.run(HELLO, stdin=b'b')
+        self.assertEqual(z.finish(b)[1:], (0, b'out:b', b'err'))
+        self.assertEqual(a.output(), (b'a', b''))
+        m = z.recv()
+        self.assertEqual((m['op'], m['id'], m['status']), ('exited', a.id, 0))
+
+    def test_malformed_requests_are_refused(self):
+        z = Zygote(self)
+        z.ready()
+        hello = 'import sys\nsys.stdout.write("ok")\n'
+
+        def pipes_closed(send):
+            """send with the write end of a pipe; check that the zygote
+            closed its copy (the read end sees end of file)."""
+            r, w = os.pipe()
+            try:
+                send(w)
+            finally:
+                os.close(w)
+            self.assertEqual(read_all(r), b'')
+
+        # Answered with failed: a run request it cannot take.
+        base = {'op': 'run', 'script': '/nonexistent.py', 'dir': '/', 'env': []}
+        for req, nfds, want_id in (
+            (dict(base, id=101), 2, 101),
+            (dict(base, id=102), 0, 102),
+            (dict(base, id=103), 4, 103),
+            (base, 3, None),
+            (dict(base, id='104'), 3, None),
+            (dict(base, id=True), 3, None),
+            (dict(base, id=105.0), 3, None),
+        ):
+            with self.subTest(req=req, fds=nfds):
+                def send(w):
+                    z.send(req, [w] * nfds)
+                if nfds:
+                    pipes_closed(send)
+                else:
+                    send(None)
+                m = z.recv()
+                self.assertEqual(m, {'op': 'failed', 'id': want_id, 'error': 'malformed run request'})
+
+        # Ignored: not a message the zygote knows. The next message it sends
+        # is about the next job.
+        for data in (b'not json', b'\xff\xfe', b'[1, 2]', b'"run"', b'null', b'{}', b'{"op": "frobnicate", "id": 1}',
+                     b'{"op": "kill"}', b'{"op": "kill", "id": [1]}', b'{"op": 7}'):
+            with self.subTest(data=data):
+                pipes_closed(lambda w: z.send(data, [w, w, w]))
+                z.send(data)
+                self.assertEqual(z.finish(z.run(hello))[1:], (0, b'ok', b''))
+
+    def test_started_again_when_the_spare_died(self):
+        z = Zygote(self)
+        zpid = z.ready()['pid']
+
+        def children():
+            out = []
+            for name in os.listdir('/proc'):
+                if name.isdigit():
+                    st = proc_stat(int(name))
+                    if st is not None and st[1] == zpid:
+                        out.append(int(name))
+            return out
+
+        # The zygote forks a spare when it is idle; stop it, kill the spare,
+        # and only then send a job: the zygote hands the job to the dead
+        # spare, which it finds dead (the job is not lost), before it reaps it.
+        spare = wait_until(children, 'the spare')[0]
+        os.kill(zpid, signal.SIGSTOP)
+        try:
+            wait_until(lambda: proc_stat(zpid)[0] == 'T', 'the zygote to stop')
+            os.kill(spare, signal.SIGKILL)
+            wait_until(lambda: proc_stat(spare)[0] == 'Z', 'the spare to die')
+            job = z.run(HELLO, stdin=b'x')
+        finally:
+            os.kill(zpid, signal.SIGCONT)
+        m = z.recv()
+        self.assertEqual(m, {'op': 'started', 'id': job.id, 'pid': spare})
+        pid, status, out, err = z.finish(job)
+        self.assertNotEqual(pid, spare)
+        self.assertEqual((status, out, err), (0, b'out:x', b'err'))
+
+    def test_end_of_file_kills_every_job(self):
+        z = Zygote(self)
+        z.ready()
+        jobs = []
+        for _ in range(2):
+            job = z.run('import os, time\nos.fork()\nprint(os.getpid(), flush=True)\ntime.sleep(600)\n')
+            m = z.recv()
+            self.assertEqual((m['op'], m['id']), ('started', job.id))
+            self.assertTrue(read_line(job.stdout))
+            jobs.append(job)
+        self.assertEqual(z.close(), 0)
+        for job in jobs:
+            # Every process of the job (and its fork) held the pipes.
+            self.assertEqual(job.output()[1], b'')
+
+
+if __name__ == '__main__':
+    unittest.main()
