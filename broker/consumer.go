@@ -53,7 +53,27 @@ const (
 // ctx bounds the consumer's whole life: when it ends, the consumer stops as
 // Stop does with an expired context. The context given to handlers carries
 // ctx's values but is cancelled only by such a hard stop.
+//
+// Consume is NewConsumer then Start, with ctx bounding the consumer's life
+// besides its start.
 func (b *Broker) Consume(ctx context.Context, pool string, concurrency int, handle func(context.Context, *Delivery)) (*Consumer, error) {
+	c, err := b.NewConsumer(pool, concurrency, handle)
+	return startBound(ctx, c, err)
+}
+
+// startBound starts c, just made (with err), for the life of ctx.
+func startBound(ctx context.Context, c *Consumer, err error) (*Consumer, error) {
+	if err == nil {
+		err = c.start(ctx, true)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// NewConsumer returns the consumer that Consume starts, not started.
+func (b *Broker) NewConsumer(pool string, concurrency int, handle func(context.Context, *Delivery)) (*Consumer, error) {
 	if !wire.ValidPool(pool) {
 		return nil, fmt.Errorf("broker: consume: invalid pool %q", pool)
 	}
@@ -72,7 +92,7 @@ func (b *Broker) Consume(ctx context.Context, pool string, concurrency int, hand
 		MaxDeliver:    b.cfg.MaxDeliver,
 		DeliverPolicy: jetstream.DeliverAllPolicy,
 	}
-	return b.consume(ctx, cfg, pool, make(chan struct{}, concurrency), handle)
+	return b.newConsumer(cfg, pool, concurrency, handle), nil
 }
 
 // ConsumeWorker is Consume for the jobs sent to one worker of pool
@@ -82,6 +102,13 @@ func (b *Broker) Consume(ctx context.Context, pool string, concurrency int, hand
 // and a shared slot would be held by the other's idle pull, so a worker
 // consuming both may run up to the two concurrencies at once.
 func (b *Broker) ConsumeWorker(ctx context.Context, pool, worker string, inactive time.Duration, concurrency int, handle func(context.Context, *Delivery)) (*Consumer, error) {
+	c, err := b.NewWorkerConsumer(pool, worker, inactive, concurrency, handle)
+	return startBound(ctx, c, err)
+}
+
+// NewWorkerConsumer returns the consumer that ConsumeWorker starts, not
+// started.
+func (b *Broker) NewWorkerConsumer(pool, worker string, inactive time.Duration, concurrency int, handle func(context.Context, *Delivery)) (*Consumer, error) {
 	if !wire.ValidPool(pool) || !wire.ValidWorkerID(worker) {
 		return nil, fmt.Errorf("broker: consume: invalid pool %q or worker %q", pool, worker)
 	}
@@ -98,40 +125,59 @@ func (b *Broker) ConsumeWorker(ctx context.Context, pool, worker string, inactiv
 		DeliverPolicy:     jetstream.DeliverAllPolicy,
 		InactiveThreshold: inactive,
 	}
-	return b.consume(ctx, cfg, pool, make(chan struct{}, concurrency), handle)
+	return b.newConsumer(cfg, pool, concurrency, handle), nil
 }
 
-func (b *Broker) consume(ctx context.Context, cfg jetstream.ConsumerConfig, pool string, sem chan struct{}, handle func(context.Context, *Delivery)) (*Consumer, error) {
-	cons, err := b.js.CreateOrUpdateConsumer(ctx, wire.JobsStream, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("broker: consume %s: %w", cfg.Durable, err)
-	}
-	loopCtx, stopLoop := context.WithCancel(context.WithoutCancel(ctx))
-	c := &Consumer{
+func (b *Broker) newConsumer(cfg jetstream.ConsumerConfig, pool string, concurrency int, handle func(context.Context, *Delivery)) *Consumer {
+	return &Consumer{
 		b:        b,
 		cfg:      cfg,
-		cons:     cons,
+		pool:     pool,
 		handle:   handle,
 		log:      b.log.With("pool", pool),
 		ackWait:  b.cfg.AckWait,
-		sem:      sem,
-		baseCtx:  context.WithoutCancel(ctx),
-		loopCtx:  loopCtx,
-		stopLoop: stopLoop,
+		sem:      make(chan struct{}, concurrency),
 		loopDone: make(chan struct{}),
 		done:     make(chan struct{}),
 		inflight: make(map[*Delivery]struct{}),
 	}
+}
+
+// Start creates or updates the durable consumer on the server and starts
+// the pull loop (see Consume); ctx bounds only the start. The contexts
+// given to handlers carry ctx's values.
+func (c *Consumer) Start(ctx context.Context) error { return c.start(ctx, false) }
+
+// start is Start; with bound, ctx's end also hard-stops the consumer.
+func (c *Consumer) start(ctx context.Context, bound bool) error {
+	c.life.Lock()
+	defer c.life.Unlock()
+	if c.started || c.stopped {
+		return errors.New("broker: consumer already started or stopped")
+	}
+	c.started = true
+	cons, err := c.b.js.CreateOrUpdateConsumer(ctx, wire.JobsStream, c.cfg)
+	if err != nil {
+		return fmt.Errorf("broker: consume %s: %w", c.cfg.Durable, err)
+	}
+	c.cons = cons
+	c.baseCtx = context.WithoutCancel(ctx)
+	c.loopCtx, c.stopLoop = context.WithCancel(c.baseCtx)
+	b := c.b
 	b.mu.Lock()
 	if b.closed {
 		b.mu.Unlock()
-		stopLoop()
-		return nil, fmt.Errorf("broker: consume pool %s: %w", pool, nats.ErrConnectionClosed)
+		c.stopLoop()
+		return fmt.Errorf("broker: consume pool %s: %w", c.pool, nats.ErrConnectionClosed)
 	}
 	b.consumers[c] = struct{}{}
 	b.mu.Unlock()
 
-	c.stopWatch = context.AfterFunc(ctx, func() { c.abort(true) })
+	c.stopWatch = func() bool { return false }
+	if bound {
+		c.stopWatch = context.AfterFunc(ctx, func() { c.abort(true) })
+	}
+	c.running = true
 	go c.loop()
 	go func() {
 		<-c.loopDone
@@ -140,15 +186,18 @@ func (b *Broker) consume(ctx context.Context, cfg jetstream.ConsumerConfig, pool
 		b.mu.Lock()
 		delete(b.consumers, c)
 		b.mu.Unlock()
-		close(c.done)
+		c.closeDone()
 	}()
-	return c, nil
+	return nil
 }
 
-// Consumer is a running pull loop started by Broker.Consume.
+// Consumer is a pull loop on a durable consumer, started by Broker.Consume
+// (or made by NewConsumer and started by Start). It keeps the lifecycle
+// contract (package internal/lifecycle).
 type Consumer struct {
 	b       *Broker
 	cfg     jetstream.ConsumerConfig
+	pool    string
 	cons    jetstream.Consumer // owned by the loop goroutine
 	handle  func(context.Context, *Delivery)
 	log     *slog.Logger
@@ -161,7 +210,13 @@ type Consumer struct {
 	stopWatch func() bool // stops the Consume ctx watch
 	loopDone  chan struct{}
 	done      chan struct{}
+	doneOnce  sync.Once
 	wg        sync.WaitGroup // running handlers
+
+	life    sync.Mutex // over Start, and Stop's look at the state
+	started bool       // Start was called
+	running bool       // Start succeeded: the loop runs
+	stopped bool       // Stop was called
 
 	mu       sync.Mutex
 	inflight map[*Delivery]struct{}
@@ -172,10 +227,19 @@ type Consumer struct {
 // Stop stops fetching new jobs and waits for running handlers to return.
 // If ctx ends first, the contexts given to the handlers still running are
 // cancelled and their jobs Nak'd, so that the server redelivers them at once
-// to another worker, and Stop returns ctx.Err() without waiting further
-// (Done reports when the last handler has returned). Stop is idempotent and
-// safe to call concurrently; calls after the consumer finished return nil.
+// to another worker; Stop then waits for those handlers to return, and
+// returns ctx.Err(). Stop is idempotent and safe to call concurrently,
+// before Start and after a failed one; calls after the consumer finished
+// return nil.
 func (c *Consumer) Stop(ctx context.Context) error {
+	c.life.Lock()
+	c.stopped = true
+	running := c.running
+	c.life.Unlock()
+	if !running {
+		c.closeDone()
+		return nil
+	}
 	c.stopLoop()
 	<-c.loopDone
 	select {
@@ -188,12 +252,16 @@ func (c *Consumer) Stop(ctx context.Context) error {
 		return nil
 	case <-ctx.Done():
 		c.abort(true)
+		<-c.done
 		return ctx.Err()
 	}
 }
 
+func (c *Consumer) closeDone() { c.doneOnce.Do(func() { close(c.done) }) }
+
 // Done is closed once the consumer has stopped fetching and every handler
-// it started has returned.
+// it started has returned (or, for one that never ran, once Stop is
+// called).
 func (c *Consumer) Done() <-chan struct{} { return c.done }
 
 // abort stops the loop and settles every in-flight delivery, then cancels

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats-server/v2/server"
@@ -38,15 +39,36 @@ type EmbeddedConfig struct {
 	Logger *slog.Logger
 }
 
-// Embedded is a running in-process NATS server.
+// Embedded is an in-process NATS server. It keeps the lifecycle contract
+// (package internal/lifecycle): NewEmbedded, Start, Stop.
 type Embedded struct {
-	srv       *server.Server
+	opts      *server.Options
+	log       *slog.Logger
 	listening bool
+
+	mu      sync.Mutex
+	srv     *server.Server // set by a successful Start
+	started bool
+	stopped bool
 }
 
 // StartEmbedded starts a NATS server with JetStream in this process and
-// waits until it accepts connections.
+// waits until it accepts connections: NewEmbedded, then Start.
 func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
+	e, err := NewEmbedded(cfg)
+	if err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), embeddedReadyTimeout)
+	defer cancel()
+	if err := e.Start(ctx); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// NewEmbedded checks cfg and returns the server, not started.
+func NewEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if cfg.StoreDir == "" {
 		return nil, errors.New("broker: embedded: StoreDir is required")
 	}
@@ -82,24 +104,70 @@ func StartEmbedded(cfg EmbeddedConfig) (*Embedded, error) {
 	if p := int64(cfg.MaxPayload) * 2; p > server.MAX_PENDING_SIZE {
 		opts.MaxPending = p
 	}
-	srv, err := server.NewServer(opts)
-	if err != nil {
-		return nil, fmt.Errorf("broker: embedded: %w", err)
+	return &Embedded{opts: opts, log: cfg.Logger.With("component", "nats-server"), listening: cfg.Port != 0}, nil
+}
+
+// Start starts the server and waits, until ctx ends, for it to accept
+// connections with JetStream enabled. A server that cannot start (its
+// port taken, its StoreDir unusable) fails at once with the server's
+// reason, and is shut down before Start returns.
+func (e *Embedded) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.started || e.stopped {
+		return errors.New("broker: embedded: already started or stopped")
 	}
-	srv.SetLoggerV2(&serverLogger{log: cfg.Logger.With("component", "nats-server")}, false, false, false)
+	e.started = true
+	srv, err := server.NewServer(e.opts)
+	if err != nil {
+		return fmt.Errorf("broker: embedded: %w", err)
+	}
+	fatal := make(chan string, 1)
+	srv.SetLoggerV2(&serverLogger{log: e.log, fatal: fatal}, false, false, false)
 	srv.Start()
-	if !srv.ReadyForConnections(embeddedReadyTimeout) {
+	if err := waitReady(ctx, srv, fatal); err != nil {
 		srv.Shutdown()
 		srv.WaitForShutdown()
-		return nil, fmt.Errorf("broker: embedded: server not ready after %s", embeddedReadyTimeout)
+		return fmt.Errorf("broker: embedded: %w", err)
+	}
+	e.srv = srv
+	return nil
+}
+
+// waitReady waits until srv accepts connections with JetStream, the server
+// reports a fatal error, or ctx ends.
+func waitReady(ctx context.Context, srv *server.Server, fatal <-chan string) error {
+	for !srv.ReadyForConnections(50 * time.Millisecond) {
+		select {
+		case msg := <-fatal:
+			return errors.New(msg)
+		case <-ctx.Done():
+			return fmt.Errorf("server not ready: %w", context.Cause(ctx))
+		default:
+		}
 	}
 	if !srv.JetStreamEnabled() {
-		srv.Shutdown()
-		srv.WaitForShutdown()
-		return nil, errors.New("broker: embedded: JetStream did not start (see the server log)")
+		return errors.New("JetStream did not start (see the server log)")
 	}
-	return &Embedded{srv: srv, listening: cfg.Port != 0}, nil
+	return nil
 }
+
+// Stop shuts the server down and waits until it has. It is idempotent and
+// safe before Start and concurrently with itself.
+func (e *Embedded) Stop(context.Context) error {
+	e.mu.Lock()
+	e.stopped = true
+	srv := e.srv
+	e.mu.Unlock()
+	if srv != nil {
+		srv.Shutdown() // at once when another Stop did it
+		srv.WaitForShutdown()
+	}
+	return nil
+}
+
+// Shutdown is Stop.
+func (e *Embedded) Shutdown() { _ = e.Stop(context.Background()) }
 
 // ConnectOption is the nats.Option that connects a client to this server
 // in-process, without TCP. Put it in Config.ConnectOptions.
@@ -113,14 +181,12 @@ func (e *Embedded) ClientURL() string {
 	return e.srv.ClientURL()
 }
 
-// Shutdown stops the server and waits until it has.
-func (e *Embedded) Shutdown() {
-	e.srv.Shutdown()
-	e.srv.WaitForShutdown()
+// serverLogger sends the NATS server's logs to slog, and its first fatal
+// error to fatal, where Start looks for it.
+type serverLogger struct {
+	log   *slog.Logger
+	fatal chan<- string
 }
-
-// serverLogger sends the NATS server's logs to slog.
-type serverLogger struct{ log *slog.Logger }
 
 func (l *serverLogger) logf(level slog.Level, format string, v []any) {
 	ctx := context.Background()
@@ -131,7 +197,13 @@ func (l *serverLogger) logf(level slog.Level, format string, v []any) {
 
 func (l *serverLogger) Noticef(format string, v ...any) { l.logf(slog.LevelDebug, format, v) }
 func (l *serverLogger) Warnf(format string, v ...any)   { l.logf(slog.LevelDebug, format, v) }
-func (l *serverLogger) Fatalf(format string, v ...any)  { l.logf(slog.LevelError, format, v) }
-func (l *serverLogger) Errorf(format string, v ...any)  { l.logf(slog.LevelError, format, v) }
-func (l *serverLogger) Debugf(format string, v ...any)  { l.logf(slog.LevelDebug, format, v) }
-func (l *serverLogger) Tracef(format string, v ...any)  { l.logf(slog.LevelDebug, format, v) }
+func (l *serverLogger) Fatalf(format string, v ...any) {
+	l.logf(slog.LevelError, format, v)
+	select {
+	case l.fatal <- fmt.Sprintf(format, v...):
+	default:
+	}
+}
+func (l *serverLogger) Errorf(format string, v ...any) { l.logf(slog.LevelError, format, v) }
+func (l *serverLogger) Debugf(format string, v ...any) { l.logf(slog.LevelDebug, format, v) }
+func (l *serverLogger) Tracef(format string, v ...any) { l.logf(slog.LevelDebug, format, v) }
