@@ -74,9 +74,10 @@
 //   - Stop with time to spare waits for handlers to finish. Stop whose
 //     context ends first, Broker.Close, and the end of Consume's context
 //     cancel the handlers' contexts and Nak their jobs, so that another
-//     worker takes them at once rather than after AckWait. A worker that
-//     dies or loses its connection sends nothing: its jobs come back after
-//     AckWait, with Attempt one higher.
+//     worker takes them at once rather than after AckWait; Stop then
+//     waits for the handlers to return. A worker that dies or loses its
+//     connection sends nothing: its jobs come back after AckWait, with
+//     Attempt one higher.
 //
 // Delivery is at least once: a job can run twice (a worker partitioned for
 // longer than AckWait, an Ack lost on the way). The create-only result

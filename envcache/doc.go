@@ -153,6 +153,19 @@
 // resolved), for a worker's advert; Cache.Capabilities lists its available
 // managers and interpreter versions.
 //
+// New makes a Cache and Start opens it (its directories, the sweep); Stop
+// refuses new work, lets builds in progress finish while its context
+// lasts, then cancels them (the contract of package internal/lifecycle).
+// Env.Built says whether Ensure built the environment or found it ready on
+// disk, whoever built it and whenever.
+//
+// The cache's code is split by concern: config.go (Config and its
+// defaults), cache.go (the Cache, its lifecycle, Ensure and Env), build.go
+// (single-flight builds and seeding, under the locks of lock_unix.go),
+// evict.go (the budget, eviction and the start-up sweep), meta.go (the
+// metadata files), capabilities.go (the managers and interpreters a worker
+// advertises) and fanout.go (a build's output to every waiter).
+//
 // # Placement
 //
 // A worker publishes an envspec.Advert (its capabilities, held environments and
