@@ -21,6 +21,15 @@
 // Config.MaxLimits. Config.Sandbox decides what happens on a machine that
 // cannot have the sandbox.
 //
+// Where things are: worker.go has the lifecycle (Start, Stop) and the
+// table of handlers by job kind, after the checks every job passes (kind,
+// scope, deadline); the execute handler is there too, and the pure
+// classify (outcome.go) turns what its run reported into the result's
+// status, limit and message. envs.go has the install and inspect handlers
+// and environment builds; confine.go the sandbox, cgroups and limits. The
+// executor (runner.Executor: spawn, fresh sandboxed interpreters, or a
+// pool of zygotes) is chosen once, at Start.
+//
 // A worker also announces itself in the state store's presence set every
 // HeartbeatInterval, so frontends can tell "no live worker" from "busy".
 //

@@ -14,6 +14,12 @@
 //     script.py` would (see zygote.py for what that takes). A job whose
 //     zygote is not ready runs with Run; it never waits for one.
 //
+// Each way is an Executor (Spawn, Zygote, Pool, Fresh); the worker
+// chooses one when it starts, and the tests run each shared case against
+// every one (executor_test.go). Pool and Fresh keep the lifecycle contract
+// (package internal/lifecycle): Start, then Stop, which ends every
+// interpreter and goroutine they started.
+//
 // A fresh process per job, spawned or forked, is what keeps one job's state
 // (globals, imported modules, monkey-patches, open files) from leaking into
 // the next.
