@@ -439,9 +439,10 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 		return nil
 	}
 	b.logf("multi-process topology: %s, %s, codexec frontend and worker", natsBin, redisBin)
-	waitCtx, cancel := context.WithTimeout(ctx, readyTimeout)
+	// One timeout for the three servers to be ready.
+	rctx, cancel := context.WithTimeout(ctx, readyTimeout)
 	defer cancel()
-	nats, natsURL, _, err := e2e.StartNATS(waitCtx, b.start, natsBin, nil, filepath.Join(b.tmp, "nats"))
+	nats, natsURL, _, err := e2e.StartNATS(rctx, b.start, natsBin, nil, filepath.Join(b.tmp, "nats"))
 	if err != nil {
 		return err
 	}
@@ -456,11 +457,11 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 		return err
 	}
 	defer redis.Stop(stopGrace)
-	if _, err := redis.WaitFor(waitCtx, e2e.RedisReadyRe); err != nil {
+	if _, err := redis.WaitFor(rctx, e2e.RedisReadyRe); err != nil {
 		return err
 	}
 	common := e2e.CleanEnv("CODEXEC_NATS_URL="+natsURL, fmt.Sprintf("CODEXEC_REDIS_URL=redis://127.0.0.1:%d/0", redisPort))
-	fe, url, err := e2e.StartFrontend(waitCtx, b.start, b.exe, common)
+	fe, url, err := e2e.StartFrontend(rctx, b.start, b.exe, common)
 	if err != nil {
 		return err
 	}
@@ -474,7 +475,7 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 		}
 		env := append(slices.Clone(common), "CODEXEC_DATA_DIR="+filepath.Join(b.tmp, "worker-"+base),
 			"CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_WORKER_ID=bench-"+base, "CODEXEC_SANDBOX="+sb)
-		w, err := e2e.StartWorker(waitCtx, b.start, "worker-"+mode, b.exe, env)
+		w, err := b.startWorker(ctx, "worker-"+mode, env)
 		if err != nil {
 			return err
 		}
@@ -512,6 +513,13 @@ func (b *bench) findServer(name string) string {
 		}
 	}
 	return ""
+}
+
+// startWorker starts a worker of the cluster and waits until it is ready.
+func (b *bench) startWorker(ctx context.Context, name string, env []string) (*e2e.Proc, error) {
+	ctx, cancel := context.WithTimeout(ctx, readyTimeout)
+	defer cancel()
+	return e2e.StartWorker(ctx, b.start, name, b.exe, env)
 }
 
 // start starts a server process of the benchmark, stopped at its end.

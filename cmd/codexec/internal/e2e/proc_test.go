@@ -36,13 +36,36 @@ func TestProcWaitForAndStop(t *testing.T) {
 	default:
 		t.Fatal("Stop returned before the process exited")
 	}
-	// The child is gone, or a zombie on its way out.
-	if stat, err := os.ReadFile("/proc/" + m + "/stat"); err == nil {
-		s := string(stat)
-		if f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:]); len(f) > 0 && f[0] != "Z" {
-			t.Errorf("child %d of the stopped process is still running (state %s)", child, f[0])
+	// SIGTERM reached the child too: it is gone, or a zombie, soon. (A
+	// pid reused since then is not named sleep.)
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		state := procState(m)
+		if state == "" || state == "Z" {
+			break
 		}
+		if time.Now().After(deadline) {
+			t.Fatalf("child %d of the stopped process is still running (state %s)", child, state)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// procState is the state of process pid if it runs sleep, else "".
+func procState(pid string) string {
+	stat, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ""
+	}
+	s := string(stat)
+	open, end := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
+	if open < 0 || end < open || s[open+1:end] != "sleep" {
+		return ""
+	}
+	if f := strings.Fields(s[end+1:]); len(f) > 0 {
+		return f[0]
+	}
+	return ""
 }
 
 func TestWaitForExitedProcess(t *testing.T) {
