@@ -97,16 +97,7 @@ func (s *BoltStore) Get(ctx context.Context, key string) ([]byte, error) {
 		return nil, err
 	}
 	var out []byte
-	var expired bool
-	err := s.db.View(func(tx *bolt.Tx) error {
-		m, ok := readMeta(tx, key)
-		if !ok {
-			return ErrNotFound
-		}
-		if m.expired(time.Now()) {
-			expired = true
-			return ErrNotFound
-		}
+	err := s.viewLive(key, func(tx *bolt.Tx, m meta) error {
 		out = make([]byte, 0, m.length)
 		p := keyPrefix(key)
 		c := tx.Bucket(bucketChunks).Cursor()
@@ -118,9 +109,6 @@ func (s *BoltStore) Get(ctx context.Context, key string) ([]byte, error) {
 		}
 		return nil
 	})
-	if expired {
-		s.dropExpired(key)
-	}
 	if err != nil {
 		return nil, boltErr("get", err)
 	}
@@ -225,22 +213,10 @@ func (s *BoltStore) Len(ctx context.Context, key string) (int64, error) {
 		return 0, err
 	}
 	var n int64
-	var expired bool
-	err := s.db.View(func(tx *bolt.Tx) error {
-		m, ok := readMeta(tx, key)
-		if !ok {
-			return ErrNotFound
-		}
-		if m.expired(time.Now()) {
-			expired = true
-			return ErrNotFound
-		}
+	err := s.viewLive(key, func(_ *bolt.Tx, m meta) error {
 		n = int64(m.length)
 		return nil
 	})
-	if expired {
-		s.dropExpired(key)
-	}
 	if err != nil {
 		return 0, boltErr("len", err)
 	}
@@ -424,6 +400,28 @@ func (s *BoltStore) check(ctx context.Context) error {
 		return ErrClosed
 	}
 	return ctx.Err()
+}
+
+// viewLive runs fn in a read transaction with key's metadata, or returns
+// ErrNotFound when key has no value or its value has expired; an expired
+// value is then deleted (a read transaction cannot), as dropExpired does.
+func (s *BoltStore) viewLive(key string, fn func(tx *bolt.Tx, m meta) error) error {
+	var expired bool
+	err := s.db.View(func(tx *bolt.Tx) error {
+		m, ok := readMeta(tx, key)
+		if !ok {
+			return ErrNotFound
+		}
+		if m.expired(time.Now()) {
+			expired = true
+			return ErrNotFound
+		}
+		return fn(tx, m)
+	})
+	if expired {
+		s.dropExpired(key)
+	}
+	return err
 }
 
 // dropExpired deletes key's value if it is still expired. It is best effort:
