@@ -514,18 +514,27 @@ func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, er
 	}
 	defer func() { _ = sub.Unsubscribe() }()
 
+	// read reads the key: done says that r or err is the answer, and not
+	// done that the bucket has no result yet.
+	read := func() (r *wire.Result, done bool, err error) {
+		r, err = b.GetResult(ctx, jobID)
+		switch {
+		case err == nil:
+			return r, true, nil
+		case ctx.Err() != nil:
+			return nil, true, ctx.Err()
+		case !errors.Is(err, wire.ErrResultNotFound):
+			return nil, true, fmt.Errorf("broker: wait result %s: %w", jobID, err)
+		}
+		return nil, false, nil
+	}
+
 	recheck := waitRecheckMin
 	timer := time.NewTimer(recheck)
 	defer timer.Stop()
 	for first := true; ; first = false {
-		r, err := b.GetResult(ctx, jobID)
-		switch {
-		case err == nil:
-			return r, nil
-		case ctx.Err() != nil:
-			return nil, ctx.Err()
-		case !errors.Is(err, wire.ErrResultNotFound):
-			return nil, fmt.Errorf("broker: wait result %s: %w", jobID, err)
+		if r, done, err := read(); done {
+			return r, err
 		}
 		if first && b.waitingHook != nil {
 			b.waitingHook(jobID)
@@ -537,14 +546,8 @@ func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, er
 			if op := m.Header.Get(kvOperationHeader); op != "" && op != "PUT" {
 				continue // a delete or purge: read the key again
 			}
-			r, err := b.GetResult(ctx, jobID)
-			switch {
-			case err == nil:
-				return r, nil
-			case ctx.Err() != nil:
-				return nil, ctx.Err()
-			case !errors.Is(err, wire.ErrResultNotFound):
-				return nil, fmt.Errorf("broker: wait result %s: %w", jobID, err)
+			if r, done, err := read(); done {
+				return r, err
 			}
 			return b.decodeResult(ctx, jobID, m.Data)
 		case <-timer.C:
