@@ -83,6 +83,32 @@ func stopConsumer(t testing.TB, c *broker.Consumer) {
 	})
 }
 
+// consume starts a consumer of the default pool on b, which is stopped
+// when t ends.
+func consume(t testing.TB, ctx context.Context, b *broker.Broker, concurrency int, handle func(context.Context, *broker.Delivery)) *broker.Consumer {
+	t.Helper()
+	c, err := b.Consume(ctx, wire.DefaultPool, concurrency, handle)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stopConsumer(t, c)
+	return c
+}
+
+// ackIDs starts a consumer of the default pool on b that acks each job and
+// sends its id on the channel it returns, which holds buffered ids.
+func ackIDs(t testing.TB, ctx context.Context, b *broker.Broker, concurrency, buffered int) <-chan string {
+	t.Helper()
+	ids := make(chan string, buffered)
+	consume(t, ctx, b, concurrency, func(ctx context.Context, d *broker.Delivery) {
+		if err := d.Ack(); err != nil {
+			t.Errorf("Ack: %v", err)
+		}
+		ids <- d.Job.ID
+	})
+	return ids
+}
+
 func recv[T any](t testing.TB, ctx context.Context, ch <-chan T) T {
 	t.Helper()
 	select {
@@ -113,7 +139,7 @@ func TestRoundTrip(t *testing.T) {
 	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
 	ctx := testCtx(t)
 
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 2, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, tb.b, 2, func(ctx context.Context, d *broker.Delivery) {
 		r := newResult(d.Job.ID, "ran: "+d.Job.Code)
 		r.Attempt = d.Attempt
 		if _, err := tb.b.PutResult(ctx, r); err != nil {
@@ -123,10 +149,6 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("Ack: %v", err)
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
 
 	job := newJob("print(1)")
 	watching := make(chan struct{})
@@ -237,17 +259,7 @@ func TestDedup(t *testing.T) {
 		t.Fatalf("stream holds %d jobs, want 1", n)
 	}
 
-	acked := make(chan string, 2)
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 2, func(ctx context.Context, d *broker.Delivery) {
-		if err := d.Ack(); err != nil {
-			t.Errorf("Ack: %v", err)
-		}
-		acked <- d.Job.ID
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
+	acked := ackIDs(t, ctx, tb.b, 2, 2)
 	if id := recv(t, ctx, acked); id != job.ID {
 		t.Fatalf("got job %s, want %s", id, job.ID)
 	}
@@ -264,17 +276,7 @@ func TestJobsStreamAnchor(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
 	ctx := testCtx(t)
-	done := make(chan string, 4)
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
-		if err := d.Ack(); err != nil {
-			t.Errorf("Ack: %v", err)
-		}
-		done <- d.Job.ID
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
+	done := ackIDs(t, ctx, tb.b, 1, 4)
 	for range 3 {
 		if err := broker.RenewAnchor(ctx, tb.b); err != nil {
 			t.Fatal(err)
@@ -410,13 +412,9 @@ func TestLargeJobsUseObjectStore(t *testing.T) {
 
 	type got struct{ id, code, ref string }
 	gotc := make(chan got, 2)
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 2, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, tb.b, 2, func(ctx context.Context, d *broker.Delivery) {
 		gotc <- got{d.Job.ID, d.Job.Code, d.Job.CodeRef}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
 	for range 2 {
 		g := recv(t, ctx, gotc)
 		want, ok := jobs[g.id]
@@ -456,7 +454,7 @@ func TestInProgressHeartbeats(t *testing.T) {
 	var mu sync.Mutex
 	var attempts []int
 	done := make(chan struct{})
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 2, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, tb.b, 2, func(ctx context.Context, d *broker.Delivery) {
 		mu.Lock()
 		attempts = append(attempts, d.Attempt)
 		first := len(attempts) == 1
@@ -474,10 +472,6 @@ func TestInProgressHeartbeats(t *testing.T) {
 		}
 		close(done)
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
 	if err := tb.b.PublishJob(ctx, newJob("import time; time.sleep(5)")); err != nil {
 		t.Fatal(err)
 	}
@@ -537,13 +531,9 @@ func TestStopNaksInFlight(t *testing.T) {
 	}
 
 	again := make(chan *broker.Delivery, 1)
-	c2, err := b2.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, b2, 1, func(ctx context.Context, d *broker.Delivery) {
 		again <- d
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c2)
 	d := recv(t, ctx, again)
 	if d.Job.ID != job.ID || d.Attempt != 2 {
 		t.Errorf("second consumer got job %s attempt %d, want %s attempt 2", d.Job.ID, d.Attempt, job.ID)
@@ -571,13 +561,9 @@ func TestConsumeContextEndsHardStop(t *testing.T) {
 	cancel()
 	recv(t, ctx, c.Done())
 
-	c2, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
 		started <- d.Attempt
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c2)
 	if a := recv(t, ctx, started); a != 2 {
 		t.Errorf("redelivery attempt = %d, want 2", a)
 	}
@@ -607,13 +593,9 @@ func TestDeadConsumerRedelivered(t *testing.T) {
 	recv(t, ctx, c1.Done())
 
 	again := make(chan *broker.Delivery, 1)
-	c2, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
 		again <- d
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c2)
 	d := recv(t, ctx, again)
 	if d.Job.ID != job.ID || d.Attempt != 2 {
 		t.Errorf("got job %s attempt %d, want %s attempt 2", d.Job.ID, d.Attempt, job.ID)
@@ -657,19 +639,11 @@ func TestConcurrencyLimit(t *testing.T) {
 	}
 	var cnt1, cnt2 counter
 	started1, started2 := make(chan struct{}, 5), make(chan struct{}, 5)
-	c1, err := tb.b.Consume(ctx, wire.DefaultPool, 2, handler(&cnt1, started1))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c1)
+	c1 := consume(t, ctx, tb.b, 2, handler(&cnt1, started1))
 	recv(t, ctx, started1)
 	recv(t, ctx, started1)
 	// The first consumer is full and must not hold the other three.
-	c2, err := b2.Consume(ctx, wire.DefaultPool, 5, handler(&cnt2, started2))
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c2)
+	c2 := consume(t, ctx, b2, 5, handler(&cnt2, started2))
 	for range 3 {
 		recv(t, ctx, started2)
 	}
@@ -728,13 +702,9 @@ func TestGarbageTerminated(t *testing.T) {
 		t.Fatal(err)
 	}
 	handled := make(chan string, 4)
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+	c := consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
 		handled <- d.Job.ID
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
 
 	for _, want := range []string{"undecodable", "version", "foreign code ref"} {
 		m := recv(t, ctx, advisories)
@@ -764,16 +734,12 @@ func TestHandlerPanicNaks(t *testing.T) {
 	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
 	ctx := testCtx(t)
 	attempts := make(chan int, 2)
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+	consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
 		attempts <- d.Attempt
 		if d.Attempt == 1 {
 			panic("boom")
 		}
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
 	if err := tb.b.PublishJob(ctx, newJob("x")); err != nil {
 		t.Fatal(err)
 	}
@@ -819,11 +785,7 @@ func TestSurvivesRestart(t *testing.T) {
 		}
 	}
 	ids := make(chan string, 1)
-	c, err := b2.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) { ids <- d.Job.ID })
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
+	consume(t, ctx, b2, 1, func(ctx context.Context, d *broker.Delivery) { ids <- d.Job.ID })
 	if id := recv(t, ctx, ids); id != queued.ID {
 		t.Errorf("queued job %s, got %s", queued.ID, id)
 	}
@@ -889,17 +851,7 @@ func TestConsumerRecreated(t *testing.T) {
 	t.Parallel()
 	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
 	ctx := testCtx(t)
-	ids := make(chan string, 2)
-	c, err := tb.b.Consume(ctx, wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
-		if err := d.Ack(); err != nil {
-			t.Errorf("Ack: %v", err)
-		}
-		ids <- d.Job.ID
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	stopConsumer(t, c)
+	ids := ackIDs(t, ctx, tb.b, 1, 2)
 	first := newJob("1")
 	if err := tb.b.PublishJob(ctx, first); err != nil {
 		t.Fatal(err)
