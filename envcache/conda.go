@@ -138,13 +138,9 @@ func (c *Conda) env() []string {
 // createArgs returns the argv of a create: the options for the prefix,
 // channels and index, then the specs.
 func (c *Conda) createArgs(dir string, idx IndexConfig, specs []string) ([]string, error) {
-	bin, micro, err := c.binary()
+	args, micro, err := c.argv("create", "--yes", "--json", "--prefix", dir)
 	if err != nil {
 		return nil, err
-	}
-	args := []string{bin, "create", "--yes", "--json", "--prefix", dir}
-	if micro && c.RootPrefix != "" {
-		args = append(args, "--root-prefix", c.RootPrefix)
 	}
 	if c.OverrideChannels {
 		args = append(args, "--override-channels")
@@ -223,19 +219,8 @@ type condaListEntry struct {
 // from the prefix's site-packages (see Installed), matched by normalised
 // name. It lists every conda package, Python or not (openssl, libgcc).
 func (c *Conda) List(ctx context.Context, dir string) ([]envspec.Dist, error) {
-	bin, micro, err := c.binary()
+	out, err := c.query(ctx, "list", "--json", "--prefix", dir)
 	if err != nil {
-		return nil, err
-	}
-	args := []string{bin, "list", "--json", "--prefix", dir}
-	if micro && c.RootPrefix != "" {
-		args = append(args, "--root-prefix", c.RootPrefix)
-	}
-	out, err := runQuiet(ctx, args, c.env())
-	if err != nil {
-		if ce := parseCondaFailure(out); ce != nil {
-			return nil, fmt.Errorf("%w (%v)", ce, err)
-		}
 		return nil, err
 	}
 	return parseCondaList(out, dir)
@@ -269,13 +254,34 @@ func parseCondaList(out []byte, dir string) ([]envspec.Dist, error) {
 // EnvList runs <bin> env list --json and returns the prefixes of the
 // environments conda knows.
 func (c *Conda) EnvList(ctx context.Context) ([]string, error) {
-	bin, micro, err := c.binary()
+	out, err := c.query(ctx, "env", "list", "--json")
 	if err != nil {
 		return nil, err
 	}
-	args := []string{bin, "env", "list", "--json"}
+	return parseCondaEnvList(out)
+}
+
+// argv returns the argv of the subcommand sub: the executable, sub, and
+// for micromamba the root prefix when one is set; micro says whether the
+// executable is micromamba.
+func (c *Conda) argv(sub ...string) (args []string, micro bool, err error) {
+	bin, micro, err := c.binary()
+	if err != nil {
+		return nil, false, err
+	}
+	args = append([]string{bin}, sub...)
 	if micro && c.RootPrefix != "" {
 		args = append(args, "--root-prefix", c.RootPrefix)
+	}
+	return args, micro, nil
+}
+
+// query runs the subcommand sub quietly and returns its output, or the
+// failure that output reports when it reports one.
+func (c *Conda) query(ctx context.Context, sub ...string) ([]byte, error) {
+	args, _, err := c.argv(sub...)
+	if err != nil {
+		return nil, err
 	}
 	out, err := runQuiet(ctx, args, c.env())
 	if err != nil {
@@ -284,7 +290,7 @@ func (c *Conda) EnvList(ctx context.Context) ([]string, error) {
 		}
 		return nil, err
 	}
-	return parseCondaEnvList(out)
+	return out, nil
 }
 
 func parseCondaEnvList(out []byte) ([]string, error) {
