@@ -251,6 +251,20 @@ func venvActivation(dir string) Activation {
 	return Activation{Vars: map[string]string{"VIRTUAL_ENV": dir}, PathPrefix: []string{filepath.Join(dir, "bin")}}
 }
 
+// newInterpreterBuild starts a build, by the manager named name, of an
+// environment at dir on req.Interpreter: it checks that there is an
+// interpreter and that dir is new (see checkNewDir), and prepares the
+// build's confinement (see newConfinement).
+func newInterpreterBuild(name, dir string, req CreateRequest) (*confinement, error) {
+	if req.Interpreter == "" {
+		return nil, fmt.Errorf("envcache: %s: no interpreter given", name)
+	}
+	if err := checkNewDir(dir); err != nil {
+		return nil, err
+	}
+	return newConfinement(req.Confine, dir)
+}
+
 // checkNewDir checks that dir is absolute and does not exist, and that its
 // parent does.
 func checkNewDir(dir string) error {

@@ -3,7 +3,6 @@ package envcache
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"github.com/codexec/codexec/envspec"
 	"io"
@@ -145,13 +144,7 @@ func (u *UV) env() []string {
 // copy keeps a build, which may write dir, from changing files that other
 // environments share through the cache.
 func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
-	if req.Interpreter == "" {
-		return errors.New("envcache: uv: no interpreter given")
-	}
-	if err := checkNewDir(dir); err != nil {
-		return err
-	}
-	cf, err := newConfinement(req.Confine, dir)
+	cf, err := newInterpreterBuild("uv", dir, req)
 	if err != nil {
 		return err
 	}

@@ -374,13 +374,7 @@ func (v *Venv) env() []string {
 // instead of hard links: pip's build scripts may write into dir, and must
 // not reach the seed's files through it.
 func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
-	if req.Interpreter == "" {
-		return errors.New("envcache: venv: no interpreter given")
-	}
-	if err := checkNewDir(dir); err != nil {
-		return err
-	}
-	cf, err := newConfinement(req.Confine, dir)
+	cf, err := newInterpreterBuild("venv", dir, req)
 	if err != nil {
 		return err
 	}
