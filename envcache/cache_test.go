@@ -284,45 +284,9 @@ func cacheHelper(dir, house string) int {
 func TestCacheEnsureBuildsOnceAcrossProcesses(t *testing.T) {
 	t.Parallel()
 	setupUV(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir, house := t.TempDir(), setupWheelhouse(t)
-	const n = 4
-	cmds := make([]*exec.Cmd, n)
-	stdins := make([]io.WriteCloser, n)
-	outs := make([]bytes.Buffer, n)
-	for i := range n {
-		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), cacheHelperEnv+"="+dir, cacheHelperHouseEnv+"="+house)
-		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
-		if stdins[i], err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
-	for _, w := range stdins {
-		w.Close()
-	}
-	builds := 0
 	want := filepath.Join(dir, "envs", envspec.Spec{Manager: "uv", Packages: []string{"alpha"}}.ID(), "bin", "python")
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("helper %d: %v\n%s", i, err, outs[i].String())
-			continue
-		}
-		lines := strings.Fields(outs[i].String())
-		if len(lines) == 0 || lines[len(lines)-1] != want {
-			t.Errorf("helper %d printed %q, want %s", i, outs[i].String(), want)
-		}
-		if len(lines) > 0 && lines[0] == "built" {
-			builds++
-		}
-	}
+	builds := buildRace(t, 4, want, cacheHelperEnv+"="+dir, cacheHelperHouseEnv+"="+house)
 	if builds != 1 {
 		t.Errorf("%d processes built the environment, want exactly 1", builds)
 	}

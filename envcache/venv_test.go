@@ -54,6 +54,51 @@ func ensureHelper(dir, python string) int {
 	return 0
 }
 
+// buildRace starts n copies of this test binary, with env added to their
+// environment, that each build or reuse one environment (see TestMain);
+// it releases them at once by closing their stdin, and checks that each
+// exits 0 having printed interpreter, the environment's python, last. It
+// returns how many printed "built" first: how many built.
+func buildRace(t *testing.T, n int, interpreter string, env ...string) (builds int) {
+	t.Helper()
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmds := make([]*exec.Cmd, n)
+	stdins := make([]io.WriteCloser, n)
+	outs := make([]bytes.Buffer, n)
+	for i := range n {
+		cmd := exec.Command(self)
+		cmd.Env = append(os.Environ(), env...)
+		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
+		if stdins[i], err = cmd.StdinPipe(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds[i] = cmd
+	}
+	for _, w := range stdins {
+		w.Close() // go
+	}
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Errorf("helper %d: %v\n%s", i, err, outs[i].String())
+			continue
+		}
+		lines := strings.Fields(outs[i].String())
+		if len(lines) == 0 || lines[len(lines)-1] != interpreter {
+			t.Errorf("helper %d printed %q, want %s", i, outs[i].String(), interpreter)
+		}
+		if len(lines) > 0 && lines[0] == "built" {
+			builds++
+		}
+	}
+	return builds
+}
+
 // python is the real interpreter behind python3 on PATH.
 var python = sync.OnceValues(func() (string, error) { return ResolvePython("python3") })
 
@@ -172,44 +217,8 @@ func TestEnsureVenvConcurrentGoroutines(t *testing.T) {
 func TestEnsureVenvConcurrentProcesses(t *testing.T) {
 	t.Parallel()
 	py := setupPython(t)
-	self, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
-	}
 	dir := filepath.Join(t.TempDir(), "venv")
-	const n = 4
-	cmds := make([]*exec.Cmd, n)
-	stdins := make([]io.WriteCloser, n)
-	outs := make([]bytes.Buffer, n)
-	for i := range n {
-		cmd := exec.Command(self)
-		cmd.Env = append(os.Environ(), helperDirEnv+"="+dir, helperPythonEnv+"="+py)
-		cmd.Stdout, cmd.Stderr = &outs[i], &outs[i]
-		if stdins[i], err = cmd.StdinPipe(); err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		cmds[i] = cmd
-	}
-	for _, w := range stdins {
-		w.Close() // go
-	}
-	builds := 0
-	for i, cmd := range cmds {
-		if err := cmd.Wait(); err != nil {
-			t.Errorf("helper %d: %v\n%s", i, err, outs[i].String())
-			continue
-		}
-		lines := strings.Fields(outs[i].String())
-		if len(lines) == 0 || lines[len(lines)-1] != filepath.Join(dir, "bin", "python") {
-			t.Errorf("helper %d printed %q", i, outs[i].String())
-		}
-		if len(lines) > 0 && lines[0] == "built" {
-			builds++
-		}
-	}
+	builds := buildRace(t, 4, filepath.Join(dir, "bin", "python"), helperDirEnv+"="+dir, helperPythonEnv+"="+py)
 	if builds != 1 {
 		t.Errorf("%d processes built the venv, want exactly 1", builds)
 	}
