@@ -108,23 +108,13 @@ func Choose(adverts []Advert, spec Spec, specID string) (workerID string, hit bo
 		}).WorkerID
 	}
 
-	var holders []Advert
-	for _, a := range adverts {
-		if slices.Contains(a.Envs, specID) {
-			holders = append(holders, a)
-		}
-	}
+	holders := filter(adverts, func(a Advert) bool { return slices.Contains(a.Envs, specID) })
 	if len(holders) > 0 {
 		return best(holders), true, nil
 	}
 
 	if n.Existing != "" {
-		var has []Advert
-		for _, a := range adverts {
-			if slices.Contains(a.Capabilities.Existing, n.Existing) {
-				has = append(has, a)
-			}
-		}
+		has := filter(adverts, func(a Advert) bool { return slices.Contains(a.Capabilities.Existing, n.Existing) })
 		if len(has) == 0 {
 			return "", false, fmt.Errorf("%w: no live worker has the existing %s environment %q (existing environments are not built on demand); workers have: %s",
 				ErrNoWorker, n.Manager, n.Existing, describe(adverts, func(a Advert) []string { return a.Capabilities.Existing }))
@@ -132,12 +122,7 @@ func Choose(adverts []Advert, spec Spec, specID string) (workerID string, hit bo
 		return best(has), false, nil
 	}
 
-	var withManager []Advert
-	for _, a := range adverts {
-		if slices.Contains(a.Capabilities.Managers, n.Manager) {
-			withManager = append(withManager, a)
-		}
-	}
+	withManager := filter(adverts, func(a Advert) bool { return slices.Contains(a.Capabilities.Managers, n.Manager) })
 	if len(withManager) == 0 {
 		return "", false, fmt.Errorf("%w: none of the %d live workers has the %s manager (%s)",
 			ErrNoWorker, len(adverts), n.Manager, describe(adverts, func(a Advert) []string { return a.Capabilities.Managers }))
@@ -145,17 +130,25 @@ func Choose(adverts []Advert, spec Spec, specID string) (workerID string, hit bo
 	if n.Python == "" || n.Manager == ManagerConda {
 		return best(withManager), false, nil
 	}
-	var able []Advert
-	for _, a := range withManager {
-		if slices.ContainsFunc(a.Capabilities.Pythons, func(p string) bool { return pythonMatches(p, n.Python) }) {
-			able = append(able, a)
-		}
-	}
+	able := filter(withManager, func(a Advert) bool {
+		return slices.ContainsFunc(a.Capabilities.Pythons, func(p string) bool { return pythonMatches(p, n.Python) })
+	})
 	if len(able) == 0 {
 		return "", false, fmt.Errorf("%w: none of the %d live workers with the %s manager has Python %s (%s)",
 			ErrNoWorker, len(withManager), n.Manager, n.Python, describe(withManager, func(a Advert) []string { return a.Capabilities.Pythons }))
 	}
 	return best(able), false, nil
+}
+
+// filter returns the adverts that keep accepts, in their order.
+func filter(adverts []Advert, keep func(Advert) bool) []Advert {
+	var out []Advert
+	for _, a := range adverts {
+		if keep(a) {
+			out = append(out, a)
+		}
+	}
+	return out
 }
 
 // pythonMatches reports whether an interpreter of version have ("3.12.1")
