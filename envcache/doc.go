@@ -1,46 +1,10 @@
-// Package envcache owns the Python environments that jobs run in: what an
-// environment is (envspec.Spec) and its identity, the managers that build one
-// (venv, uv, conda), the on-disk cache of a worker that builds each at most
-// once and evicts the least recently used within a disk budget, and the
-// placement records that tell a frontend which worker holds or can build
-// which environment. Nothing here knows NATS or Redis; the worker and the
-// frontend wire it up.
-//
-// # Specs and identity
-//
-// A envspec.Spec names a manager, a Python version ("" for the worker's default),
-// and a package set; or an environment that already exists on the workers
-// (Existing: a venv path, a conda name or prefix). envspec.Spec.Normalize turns it
-// into its canonical form: the manager in lower case, every package parsed
-// by envspec.ParseRequirement and rewritten canonically (PEP 503 names, sorted
-// extras, specifiers without whitespace), duplicates removed, sorted.
-// envspec.Spec.Canonical encodes that as compact JSON with a format version, and
-// envspec.Spec.ID hashes it ("env-" and 16 hex digits of SHA-256): two specs with
-// the same ID are the same environment, on every worker. envspec.Spec.Parent is
-// informational and not part of the identity.
-//
-// Environments are never modified. Installing packages into a session's
-// environment is envspec.Derive(parent, extra): a new spec with the parent's
-// packages and the extra ones (a requirement in extra replaces the parent's
-// for the same name), which the cache builds like any other. envspec.Derive refuses
-// an Existing parent (envspec.ErrExistingEnv): codexec does not install into an
-// environment the operator made, and there is no honest way to layer a new
-// environment over one (a venv made with --system-site-packages sees its
-// base interpreter's packages, not a parent venv's).
-//
-// # Untrusted package strings
-//
-// No user string reaches a shell: every command runs from an argv list,
-// requirements come after "--" for pip and uv, and installers run in the
-// cache's own directory. envspec.ParseRequirement accepts only a PEP 508 subset
-// (name, extras, version specifiers, an environment marker, and "name @
-// https://..." when URLs are allowed) and refuses everything else with a
-// *envspec.RequirementError that names the input and the reason: options such as
-// --index-url or -e, local paths and file names, other URLs, shell
-// metacharacters, a second whitespace-separated item, over-long or
-// non-ASCII input. FuzzParseRequirement checks that what it accepts never
-// starts with "-", holds no metacharacter or whitespace outside its marker,
-// and parses back to itself.
+// Package envcache builds and keeps the Python environments that jobs run
+// in: the managers that build one (venv, uv, conda), confined, and the
+// on-disk cache of a worker that builds each at most once and evicts the
+// least recently used within a disk budget. What an environment is (an
+// envspec.Spec and its identity), requirement parsing and placement are
+// package envspec, which the frontend imports without linking these
+// builders. Nothing here knows NATS or Redis; the worker wires it up.
 //
 // # Managers
 //
@@ -165,16 +129,6 @@
 // evict.go (the budget, eviction and the start-up sweep), meta.go (the
 // metadata files), capabilities.go (the managers and interpreters a worker
 // advertises) and fanout.go (a build's output to every waiter).
-//
-// # Placement
-//
-// A worker publishes an envspec.Advert (its capabilities, held environments and
-// load) in its presence record; envspec.DecodeAdverts reads a presence set's
-// members. envspec.Choose picks a worker for a spec: the least loaded live worker
-// holding it, else the least loaded one able to build it (the manager, and
-// for venv and uv an interpreter of the version), else an error wrapping
-// envspec.ErrNoWorker that says what is missing on which worker. An existing
-// environment goes only to workers that hold or advertise it.
 //
 // # The default environment
 //

@@ -13,9 +13,9 @@
 // codefiles.CodeStore.Resolve; see there for what is accepted.
 //
 // A tool that fails returns a *toolError (errors.go) from its helpers; it
-// becomes an MCP result in one place per result shape: execResult for the
+// becomes an MCP result in one place per result shape: execFailure for the
 // tools that run code, envFailure for the environment tools, fileFailure
-// for the code-file tools.
+// for the code-file tools and listFailure for the listings.
 //
 // Session scopes (see scope.go) decide whose working directory and files a
 // call touches. They are derived from the transport, never taken from tool

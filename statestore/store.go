@@ -1,6 +1,6 @@
 // Package statestore is codexec's shared state: which workers are alive and
 // what they hold, per-session settings, code files and the code of recent
-// runs (their layout is frontend.CodeStore's; their keys are built here).
+// runs (their layout is codefiles.CodeStore's; their keys are built here).
 //
 // Store is one small interface with two implementations: Redis (go-redis) for
 // clusters, and an embedded bbolt file for `codexec dev`, whose state survives

@@ -168,8 +168,9 @@ func (p *Pool) background(fn func()) {
 	}()
 }
 
-// Run runs s in its zygote when that is ready, else with the package-level
-// Run. Its results mean what Run's do; an error wrapping ErrZygoteDied says
+// Run runs s in its zygote when that is ready, else in a fresh interpreter:
+// sandboxed (Fresh) when the pool has a sandbox, else spawned (the
+// package-level Run). Its results mean what Run's do; an error wrapping ErrZygoteDied says
 // the job was lost with its zygote.
 func (p *Pool) Run(ctx context.Context, s Spec) (Outcome, error) {
 	if e := p.acquire(s); e != nil {
@@ -178,7 +179,7 @@ func (p *Pool) Run(ctx context.Context, s Spec) (Outcome, error) {
 		if !errors.Is(err, ErrNotStarted) {
 			return out, err
 		}
-		p.log.Warn("job not started by its zygote; running it with spawn", "python", s.Python, "err", err)
+		p.log.Warn("job not started by its zygote; running it in a fresh interpreter", "python", s.Python, "err", err)
 	}
 	if p.fresh != nil {
 		return p.fresh.Run(ctx, s)
@@ -505,8 +506,8 @@ func (p *Pool) Stop(ctx context.Context) error {
 	return err
 }
 
-// ZygoteStats describes one of a pool's zygotes.
-type ZygoteStats struct {
+// zygoteStats describes one of a pool's zygotes.
+type zygoteStats struct {
 	// Python is the interpreter.
 	Python string
 	// State is "starting", "ready", "unsafe" or "failed".
@@ -524,13 +525,13 @@ type ZygoteStats struct {
 	Err       string
 }
 
-// Stats describes the pool's zygotes, sorted by interpreter.
-func (p *Pool) Stats() []ZygoteStats {
+// stats describes the pool's zygotes, sorted by interpreter.
+func (p *Pool) stats() []zygoteStats {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]ZygoteStats, 0, len(p.entries))
+	out := make([]zygoteStats, 0, len(p.entries))
 	for _, e := range p.entries {
-		st := ZygoteStats{Python: e.python, State: e.state.String(), Running: e.running}
+		st := zygoteStats{Python: e.python, State: e.state.String(), Running: e.running}
 		if e.z != nil {
 			info := e.z.Info()
 			st.PID, st.RSSBytes, st.Jobs, st.Preloaded = info.PID, e.z.RSS(), e.z.Jobs(), info.Preloaded
@@ -540,7 +541,7 @@ func (p *Pool) Stats() []ZygoteStats {
 		}
 		out = append(out, st)
 	}
-	slices.SortFunc(out, func(a, b ZygoteStats) int { return strings.Compare(a.Python, b.Python) })
+	slices.SortFunc(out, func(a, b zygoteStats) int { return strings.Compare(a.Python, b.Python) })
 	return out
 }
 
