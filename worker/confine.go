@@ -320,34 +320,3 @@ func DiskUsage(dir string) int64 {
 	})
 	return total
 }
-
-// limitHit names the limit a failed job ran into, with a message for the
-// caller, or "" when its failure was its own. What the kernel reports is
-// the evidence: the cgroup's counters, the signal of RLIMIT_CPU, the
-// errors Python raises when an rlimit refuses a request.
-func limitHit(out runner.Outcome, usage cgroup.Usage, set limits.Set, cgroupMemory bool) (name, msg string) {
-	stderr := string(out.Stderr)
-	switch {
-	case usage.OOMKills > 0:
-		return wire.LimitMemory, fmt.Sprintf("memory limit reached (%s): the job was killed", mib(set.Memory))
-	case set.CPU > 0 && out.Signal == syscall.SIGXCPU.String():
-		return wire.LimitCPU, fmt.Sprintf("CPU time limit reached (%s per process)", set.CPU)
-	case usage.PidsMaxHits > 0:
-		return wire.LimitProcesses, fmt.Sprintf("process limit reached (%d processes and threads)", set.Procs)
-	case !cgroupMemory && set.Memory > 0 && strings.Contains(stderr, "MemoryError"):
-		return wire.LimitMemory, fmt.Sprintf("memory limit reached (%s of address space per process)", mib(set.Memory))
-	case set.Disk > 0 && (set.FileSize == 0 || set.Disk < set.FileSize) && strings.Contains(stderr, "[Errno 27] File too large"):
-		return wire.LimitDisk, fmt.Sprintf("disk limit reached (%s in the working directory): a file reached it", mib(set.Disk))
-	case set.FileSize > 0 && strings.Contains(stderr, "[Errno 27] File too large"):
-		return wire.LimitFileSize, fmt.Sprintf("file size limit reached (%s per file)", mib(set.FileSize))
-	case set.OpenFiles > 0 && strings.Contains(stderr, "[Errno 24] Too many open files"):
-		return wire.LimitOpenFiles, fmt.Sprintf("open files limit reached (%d per process)", set.OpenFiles)
-	case set.Procs > 0 && strings.Contains(stderr, "[Errno 11] Resource temporarily unavailable") &&
-		(strings.Contains(stderr, "fork") || strings.Contains(stderr, "thread") || strings.Contains(stderr, "spawn")):
-		return wire.LimitProcesses, fmt.Sprintf("process limit reached (%d processes and threads)", set.Procs)
-	}
-	return "", ""
-}
-
-// mib writes a size in MiB, the unit of the per-call limits.
-func mib(n int64) string { return fmt.Sprintf("%d MiB", n>>20) }

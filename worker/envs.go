@@ -52,7 +52,7 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 	c, err := envcache.New(envcache.Config{
 		Dir: dir, BudgetBytes: w.cfg.EnvBudget, Managers: managers,
 		DefaultPython: w.cfg.Python, Index: w.cfg.Index, AllowURLs: w.cfg.AllowURLRequirements,
-		Logger: w.log.With("component", "envcache"), Confine: confine,
+		Logger: w.log.With("part", "envcache"), Confine: confine,
 	})
 	if err == nil {
 		err = c.Start(ctx)

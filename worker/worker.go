@@ -170,7 +170,7 @@ func (w *Worker) startExecutor(ctx context.Context) error {
 	case w.cfg.ExecMode == ExecZygote:
 		w.pool = runner.NewPool(runner.PoolConfig{
 			Preload: w.cfg.Preload, MaxZygotes: w.cfg.MaxZygotes, IdleTimeout: w.cfg.ZygoteIdle,
-			Logger: w.log.With("component", "zygote"), Sandbox: w.sandboxCfg,
+			Logger: w.log.With("part", "zygote"), Sandbox: w.sandboxCfg,
 		})
 		if err := w.pool.Start(ctx); err != nil {
 			return fmt.Errorf("worker: zygotes: %w", err)
@@ -184,7 +184,7 @@ func (w *Worker) startExecutor(ctx context.Context) error {
 			_ = w.pool.Warm(context.WithoutCancel(ctx), w.spec("", "", ""))
 		}()
 	case w.sandboxCfg != nil:
-		w.fresh = runner.NewFresh(w.sandboxCfg, w.log.With("component", "sandbox"))
+		w.fresh = runner.NewFresh(w.sandboxCfg, w.log.With("part", "sandbox"))
 		if err := w.fresh.Start(ctx); err != nil {
 			return fmt.Errorf("worker: sandbox: %w", err)
 		}
