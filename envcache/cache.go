@@ -409,8 +409,8 @@ func (c *Cache) Held() []string {
 	return slices.Compact(ids)
 }
 
-// Entry describes one environment in the cache.
-type Entry struct {
+// entry describes one environment in the cache.
+type entry struct {
 	ID        string       `json:"id"`
 	Spec      envspec.Spec `json:"spec"`
 	Dir       string       `json:"dir"`
@@ -422,14 +422,14 @@ type Entry struct {
 	InUse int `json:"in_use"`
 }
 
-// Entries lists the ready environments on disk, least recently used
+// entries lists the ready environments on disk, least recently used
 // first.
-func (c *Cache) Entries() []Entry {
+func (c *Cache) entries() []entry {
 	metas := c.readAllMeta()
-	out := make([]Entry, 0, len(metas))
+	out := make([]entry, 0, len(metas))
 	c.mu.Lock()
 	for _, m := range metas {
-		e := Entry{ID: m.ID, Spec: m.Spec, Dir: c.envDir(m.ID), SizeBytes: m.SizeBytes, BuiltAt: m.BuiltAt, LastUsed: m.LastUsed}
+		e := entry{ID: m.ID, Spec: m.Spec, Dir: c.envDir(m.ID), SizeBytes: m.SizeBytes, BuiltAt: m.BuiltAt, LastUsed: m.LastUsed}
 		if h := c.held[m.ID]; h != nil {
 			e.InUse = h.refs
 		}

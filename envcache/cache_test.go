@@ -224,15 +224,15 @@ func TestCacheEnsureBuildsOnceUnderConcurrency(t *testing.T) {
 	if held := c.Held(); !slices.Equal(held, []string{env.ID}) {
 		t.Errorf("Held = %v", held)
 	}
-	if e := c.Entries(); len(e) != 1 || e[0].InUse != n || e[0].SizeBytes != env.SizeBytes {
-		t.Errorf("Entries = %+v, want one in use %d times", e, n)
+	if e := c.entries(); len(e) != 1 || e[0].InUse != n || e[0].SizeBytes != env.SizeBytes {
+		t.Errorf("entries = %+v, want one in use %d times", e, n)
 	}
 	for _, e := range envs {
 		e.Release()
 		e.Release() // harmless
 	}
-	if e := c.Entries(); len(e) != 1 || e[0].InUse != 0 {
-		t.Errorf("after release, Entries = %+v", e)
+	if e := c.entries(); len(e) != 1 || e[0].InUse != 0 {
+		t.Errorf("after release, entries = %+v", e)
 	}
 	// A later call takes it from disk, without building.
 	again := ensure(t, c, spec)
@@ -381,8 +381,8 @@ func TestCacheWaitersLeaveAndJoin(t *testing.T) {
 		outB.String() != "fake: finished\n" || strings.Contains(outC.String(), "finished") {
 		t.Errorf("progress: first %q, joined later %q, left %q", outA.String(), outB.String(), outC.String())
 	}
-	if e := c.Entries(); len(e) != 1 || e[0].InUse != 2 {
-		t.Errorf("Entries = %+v, want one held twice", e)
+	if e := c.entries(); len(e) != 1 || e[0].InUse != 2 {
+		t.Errorf("entries = %+v, want one held twice", e)
 	}
 }
 

@@ -349,8 +349,8 @@ func TestZygoteThreadsAtImport(t *testing.T) {
 		if err != nil || string(out.Stdout) != "False\n" {
 			t.Fatalf("Run = %v, stdout %q stderr %q: want a spawned interpreter", err, out.Stdout, out.Stderr)
 		}
-		if st := pool.Stats(); len(st) != 1 || st[0].State != "unsafe" {
-			t.Errorf("Stats = %+v", st)
+		if st := pool.stats(); len(st) != 1 || st[0].State != "unsafe" {
+			t.Errorf("stats = %+v", st)
 		}
 	})
 	t.Run("module exiting at import", func(t *testing.T) {
@@ -403,8 +403,8 @@ func TestPoolDoesNotWaitForAStartingZygote(t *testing.T) {
 	if d := time.Since(began); d > 20*time.Second {
 		t.Errorf("three jobs took %v: they waited for the zygote", d)
 	}
-	if st := pool.Stats(); len(st) != 1 || st[0].State != "starting" {
-		t.Errorf("Stats = %+v, want one starting zygote", st)
+	if st := pool.stats(); len(st) != 1 || st[0].State != "starting" {
+		t.Errorf("stats = %+v, want one starting zygote", st)
 	}
 }
 
@@ -456,9 +456,9 @@ func TestPoolRunsInZygote(t *testing.T) {
 	if err != nil || string(out.Stdout) != "True\n" {
 		t.Fatalf("Run = %v, %q %q: want the preloaded json", err, out.Stdout, out.Stderr)
 	}
-	st := pool.Stats()
+	st := pool.stats()
 	if len(st) != 1 || st[0].State != "ready" || st[0].Jobs != 1 || st[0].RSSBytes <= 0 || st[0].PID <= 0 {
-		t.Errorf("Stats = %+v", st)
+		t.Errorf("stats = %+v", st)
 	}
 }
 
@@ -524,8 +524,8 @@ func TestPoolStopsIdleZygotes(t *testing.T) {
 	if z != nil {
 		<-z.Done() // stopped by the janitor, not by the test's cleanup
 	}
-	if st := pool.Stats(); len(st) != 0 {
-		t.Errorf("Stats = %+v after the idle stop", st)
+	if st := pool.stats(); len(st) != 0 {
+		t.Errorf("stats = %+v after the idle stop", st)
 	}
 	// The next job starts a new one.
 	if err := pool.Warm(context.Background(), s); err != nil {
@@ -543,8 +543,8 @@ func TestPoolCapsZygotes(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-first.Done() // the least recently used one made room
-	if st := pool.Stats(); len(st) != 1 || st[0].State != "ready" || len(st[0].Preloaded) != 2 {
-		t.Errorf("Stats = %+v", st)
+	if st := pool.stats(); len(st) != 1 || st[0].State != "ready" || len(st[0].Preloaded) != 2 {
+		t.Errorf("stats = %+v", st)
 	}
 	out, err := pool.Run(context.Background(), b.spec(t, "import sys\nprint('decimal' in sys.modules)\n"))
 	if err != nil || string(out.Stdout) != "False\n" {
