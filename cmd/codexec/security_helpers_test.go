@@ -653,9 +653,16 @@ func zygotes(pid int) []*hostProc {
 	isZygote := func(p *hostProc) bool {
 		return p != nil && strings.Contains(p.cmdline, "codexec-zygote") && p.comm != "bwrap" && !strings.HasSuffix(p.argv0, "bwrap")
 	}
+	// A zygote's parent is the worker (no sandbox) or its bubblewrap. A
+	// job's processes inherit the zygote's command line too, and while a
+	// finished job's PID namespace is torn down its parent may already be
+	// gone from /proc: so the parent must be seen, and be one of those two.
+	isParent := func(q *hostProc) bool {
+		return q != nil && (q.pid == pid || q.comm == "bwrap" || strings.HasSuffix(q.argv0, "bwrap"))
+	}
 	var out []*hostProc
 	for _, p := range descendants(procs, pid) {
-		if isZygote(p) && !isZygote(procs[p.ppid]) {
+		if isZygote(p) && isParent(procs[p.ppid]) {
 			out = append(out, p)
 		}
 	}

@@ -20,48 +20,50 @@ var layers = map[string]int{
 	// 0: vocabularies and contracts that import nothing of ours.
 	"envspec":            0,
 	"internal/lifecycle": 0,
+	"internal/archtest":  0, // this test
 
 	// 1: the wire vocabulary, the state store, mechanisms with one job each.
-	"wire":           1,
-	"statestore":     1,
-	"worker/sandbox": 1,
-	"worker/cgroup":  1,
+	"wire":                       1,
+	"statestore":                 1,
+	"codefiles/internal/safedir": 1,
+	"worker/sandbox":             1,
+	"worker/cgroup":              1,
 
 	// 2: what the roles are built from.
-	"broker":                     2,
-	"codefiles":                  2,
-	"codefiles/internal/safedir": 1,
-	"envcache":                   2,
-	"worker/runner":              2,
+	"broker":        2,
+	"codefiles":     2,
+	"envcache":      2,
+	"worker/runner": 2,
 
-	// 3: limits sit on the runner.
+	// 3: the operator's limit sets, expressed in the runner's rlimits.
 	"worker/limits": 3,
 
 	// 4: the roles.
 	"frontend": 4,
 	"worker":   4,
 
-	// 5: the end-to-end harness (it starts whole codexec processes and
-	// talks MCP to them), and the benchmark built on it.
-	"cmd/codexec/internal/e2e":   5,
+	// 5: the end-to-end harness: it starts whole codexec processes and
+	// talks MCP to them, for the e2e tests and the benchmark.
+	"cmd/codexec/internal/e2e": 5,
+
+	// 6: the benchmark.
 	"cmd/codexec/internal/bench": 6,
 
-	// This test's own package.
-	"internal/archtest": 0,
-
-	// 7: the command line, and the binary.
+	// 7: the command line; 8: the binary.
 	"cmd/codexec/internal/cli": 7,
 	"cmd/codexec":              8,
 }
 
 // testHarnesses may be imported by test files of any package: they start
-// real services (redis-server, JetStream) or check contracts.
+// real services (redis-server, JetStream), check contracts or write
+// fixtures (wheels).
 var testHarnesses = map[string]bool{
 	"statestore/redistest":             true,
 	"statestore/storetest":             true,
 	"broker/brokertest":                true,
 	"internal/lifecycle/lifecycletest": true,
-	"internal/e2e":                     true,
+	"internal/wheeltest":               true,
+	"cmd/codexec/internal/e2e":         true,
 }
 
 func TestPackagesFormLayers(t *testing.T) {
