@@ -1,10 +1,7 @@
 package main
 
 import (
-	"archive/zip"
 	"context"
-	"crypto/sha256"
-	"encoding/base64"
 	"fmt"
 	"net"
 	"os"
@@ -19,6 +16,7 @@ import (
 
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/internal/wheeltest"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -31,45 +29,7 @@ import (
 // VALUE is "<dist> <version>".
 func e2eWheel(t testing.TB, dir, dist, version, module string, requires ...string) {
 	t.Helper()
-	base := strings.ReplaceAll(strings.ToLower(dist), "-", "_")
-	info := fmt.Sprintf("%s-%s.dist-info", base, version)
-	meta := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\n", dist, version)
-	for _, r := range requires {
-		meta += "Requires-Dist: " + r + "\n"
-	}
-	files := [][2]string{
-		{module + "/__init__.py", fmt.Sprintf("VALUE = %q\n", dist+" "+version)},
-		{info + "/METADATA", meta},
-		{info + "/WHEEL", "Wheel-Version: 1.0\nGenerator: codexec-test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"},
-		{info + "/top_level.txt", module + "\n"},
-	}
-	var record strings.Builder
-	for _, f := range files {
-		sum := sha256.Sum256([]byte(f[1]))
-		fmt.Fprintf(&record, "%s,sha256=%s,%d\n", f[0], base64.RawURLEncoding.EncodeToString(sum[:]), len(f[1]))
-	}
-	record.WriteString(info + "/RECORD,,\n")
-	files = append(files, [2]string{info + "/RECORD", record.String()})
-	out, err := os.Create(filepath.Join(dir, fmt.Sprintf("%s-%s-py3-none-any.whl", base, version)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	zw := zip.NewWriter(out)
-	for _, f := range files {
-		fw, err := zw.Create(f[0])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := fw.Write([]byte(f[1])); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if err := zw.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if err := out.Close(); err != nil {
-		t.Fatal(err)
-	}
+	wheeltest.Wheel{Dist: dist, Version: version, Module: module, Requires: requires, TopLevel: true}.Write(t, dir)
 }
 
 // wheelhouse writes the test packages: alpha (needs gamma), gamma, beta 1.0
