@@ -1169,18 +1169,26 @@ print(json.dumps(out))
 	s.run(t, fmt.Sprintf("import json, os\nfor n in json.loads(%s):\n    if os.path.islink(n):\n        os.remove(n)", pyStr(string(lj))), &jobOpts{timeout: 30})
 }
 
+// readableVictim writes a file of the host that every user may read, in a
+// directory every user may enter (t.TempDir's is private), for a job to try
+// to change; it returns the file and its directory.
+func readableVictim(t *testing.T) (file, dir string) {
+	dir = t.TempDir()
+	file = filepath.Join(dir, "victim.txt")
+	if err := os.WriteFile(file, []byte("victim"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return file, dir
+}
+
 // Hard links to files outside the working directory cannot be made (with
 // one, a later chown or chmod of the session's files would reach the
 // host's).
 func caseHardLinks(t *testing.T, tg *secTarget, s *secSession) {
-	victimDir := t.TempDir()
-	victim := filepath.Join(victimDir, "victim.txt")
-	if err := os.WriteFile(victim, []byte("victim"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(victimDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	victim, _ := readableVictim(t)
 	res, er := s.run(t, `import json, os, sys
 print(os.path.realpath(sys.executable))`, nil)
 	realExe := strings.TrimSpace(er.Stdout)
@@ -1514,14 +1522,7 @@ func TestSecurityDevHostileBuild(t *testing.T) {
 	t.Parallel()
 	wh := t.TempDir()
 	marker := "codexec-sec-build-" + randHex(t, 6)
-	victimDir := t.TempDir()
-	victim := filepath.Join(victimDir, "victim.txt")
-	if err := os.WriteFile(victim, []byte("victim"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(victimDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	victim, victimDir := readableVictim(t)
 	venv := venvFor(t)
 	site, _ := filepath.Glob(filepath.Join(venv, "lib", "python3*", "site-packages"))
 
