@@ -105,7 +105,9 @@ type fileMeta struct {
 	Updated time.Time `json:"updated"`
 }
 
-// RunInfo describes one recorded run: a job the frontend published.
+// RunInfo describes one recorded run: a job the frontend published. It is
+// also an entry of list_code_files' structured output (frontend.ListResult),
+// so its JSON tags are part of that tool's output schema.
 type RunInfo struct {
 	JobID string `json:"job_id"`
 	// Filename is the name the script ran under.

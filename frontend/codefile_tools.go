@@ -55,13 +55,13 @@ type FileResult struct {
 
 // ListResult is the structured content of list_code_files.
 type ListResult struct {
-	Status       string      `json:"status"`
-	Files        []FileEntry `json:"files"`
-	Runs         []RunEntry  `json:"runs" jsonschema_description:"recent runs, newest first"`
-	TotalRuns    int         `json:"total_runs" jsonschema_description:"runs kept for this session, of which runs lists the newest"`
-	MaxFileBytes int64       `json:"max_file_bytes"`
-	MaxFiles     int         `json:"max_files"`
-	Message      string      `json:"message"`
+	Status       string              `json:"status"`
+	Files        []FileEntry         `json:"files"`
+	Runs         []codefiles.RunInfo `json:"runs" jsonschema_description:"recent runs, newest first"`
+	TotalRuns    int                 `json:"total_runs" jsonschema_description:"runs kept for this session, of which runs lists the newest"`
+	MaxFileBytes int64               `json:"max_file_bytes"`
+	MaxFiles     int                 `json:"max_files"`
+	Message      string              `json:"message"`
 }
 
 // FileEntry is one code file in ListResult.
@@ -71,15 +71,6 @@ type FileEntry struct {
 	Size     int64     `json:"size"`
 	Created  time.Time `json:"created"`
 	Updated  time.Time `json:"updated"`
-}
-
-// RunEntry is one recorded run in ListResult.
-type RunEntry struct {
-	JobID      string    `json:"job_id"`
-	Filename   string    `json:"filename"`
-	SourceFile string    `json:"source_file,omitempty"`
-	Size       int64     `json:"size"`
-	Time       time.Time `json:"time"`
 }
 
 const (
@@ -326,7 +317,7 @@ func (f *Frontend) listCodeFiles(ctx context.Context, req mcp.CallToolRequest, s
 		return nil, internal("listing runs failed: %v", err)
 	}
 	out := ListResult{
-		Status: fileStatusOK, Files: []FileEntry{}, Runs: []RunEntry{}, TotalRuns: len(runs),
+		Status: fileStatusOK, Files: []FileEntry{}, Runs: []codefiles.RunInfo{}, TotalRuns: len(runs),
 		MaxFileBytes: cf.MaxFileBytes, MaxFiles: cf.MaxFiles,
 	}
 	var b strings.Builder
@@ -346,7 +337,7 @@ func (f *Frontend) listCodeFiles(ctx context.Context, req mcp.CallToolRequest, s
 		fmt.Fprintf(&b, "%d runs recorded, newest first:\n", len(runs))
 	}
 	for _, r := range shown {
-		out.Runs = append(out.Runs, RunEntry(r))
+		out.Runs = append(out.Runs, r)
 		from := ""
 		if r.SourceFile != "" {
 			from = " from code file " + r.SourceFile

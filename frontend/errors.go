@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -104,7 +105,7 @@ func fileFailure(err error) *mcp.CallToolResult {
 // listFailure renders a failure of list_code_files as a ListResult.
 func listFailure(err error) *mcp.CallToolResult {
 	te := asToolError(err)
-	out := mcp.NewToolResultStructured(ListResult{Status: string(te.Status), Files: []FileEntry{}, Runs: []RunEntry{}, Message: te.Message},
+	out := mcp.NewToolResultStructured(ListResult{Status: string(te.Status), Files: []FileEntry{}, Runs: []codefiles.RunInfo{}, Message: te.Message},
 		statusLine(string(te.Status), te.Message))
 	out.IsError = true
 	return out
