@@ -109,6 +109,20 @@ func ackIDs(t testing.TB, ctx context.Context, b *broker.Broker, concurrency, bu
 	return ids
 }
 
+// requireRedelivered starts a consumer on b and checks that the first job
+// it gets is the second delivery of job jobID.
+func requireRedelivered(t testing.TB, ctx context.Context, b *broker.Broker, jobID string) {
+	t.Helper()
+	again := make(chan *broker.Delivery, 1)
+	consume(t, ctx, b, 1, func(ctx context.Context, d *broker.Delivery) {
+		again <- d
+	})
+	d := recv(t, ctx, again)
+	if d.Job.ID != jobID || d.Attempt != 2 {
+		t.Errorf("the next consumer got job %s attempt %d, want %s attempt 2", d.Job.ID, d.Attempt, jobID)
+	}
+}
+
 func recv[T any](t testing.TB, ctx context.Context, ch <-chan T) T {
 	t.Helper()
 	select {
@@ -530,14 +544,7 @@ func TestStopNaksInFlight(t *testing.T) {
 		t.Errorf("second Stop = %v", err)
 	}
 
-	again := make(chan *broker.Delivery, 1)
-	consume(t, ctx, b2, 1, func(ctx context.Context, d *broker.Delivery) {
-		again <- d
-	})
-	d := recv(t, ctx, again)
-	if d.Job.ID != job.ID || d.Attempt != 2 {
-		t.Errorf("second consumer got job %s attempt %d, want %s attempt 2", d.Job.ID, d.Attempt, job.ID)
-	}
+	requireRedelivered(t, ctx, b2, job.ID)
 }
 
 func TestConsumeContextEndsHardStop(t *testing.T) {
@@ -554,19 +561,14 @@ func TestConsumeContextEndsHardStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := tb.b.PublishJob(ctx, newJob("x")); err != nil {
+	job := newJob("x")
+	if err := tb.b.PublishJob(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	recv(t, ctx, started)
 	cancel()
 	recv(t, ctx, c.Done())
-
-	consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
-		started <- d.Attempt
-	})
-	if a := recv(t, ctx, started); a != 2 {
-		t.Errorf("redelivery attempt = %d, want 2", a)
-	}
+	requireRedelivered(t, ctx, tb.b, job.ID)
 }
 
 func TestDeadConsumerRedelivered(t *testing.T) {
@@ -592,14 +594,7 @@ func TestDeadConsumerRedelivered(t *testing.T) {
 	dying.Conn().Close() // the worker dies without acking
 	recv(t, ctx, c1.Done())
 
-	again := make(chan *broker.Delivery, 1)
-	consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
-		again <- d
-	})
-	d := recv(t, ctx, again)
-	if d.Job.ID != job.ID || d.Attempt != 2 {
-		t.Errorf("got job %s attempt %d, want %s attempt 2", d.Job.ID, d.Attempt, job.ID)
-	}
+	requireRedelivered(t, ctx, tb.b, job.ID)
 }
 
 func TestConcurrencyLimit(t *testing.T) {
