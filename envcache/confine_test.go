@@ -68,58 +68,67 @@ func confinedManagers(tmp string) map[string]Manager {
 	}
 }
 
+// forEachBuilder runs test as a subtest for uv (skipped without uv) and for
+// venv, each with a new directory tmp and its manager of confinedManagers.
+func forEachBuilder(t *testing.T, parallel bool, test func(t *testing.T, name string, m Manager, tmp string)) {
+	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
+		t.Run(name, func(t *testing.T) {
+			if parallel {
+				t.Parallel()
+			}
+			if name == envspec.ManagerUV {
+				setupUV(t)
+			}
+			tmp := t.TempDir()
+			test(t, name, confinedManagers(tmp)[name], tmp)
+		})
+	}
+}
+
 func TestConfinedBuildFromLocalWheels(t *testing.T) {
 	t.Parallel()
 	conf := setupConfiner(t)
 	py := setupPython(t)
 	house := setupWheelhouse(t)
-	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			if name == envspec.ManagerUV {
-				setupUV(t)
+	forEachBuilder(t, true, func(t *testing.T, name string, m Manager, tmp string) {
+		rc := &recordingConfiner{sb: conf.sb}
+		dir := filepath.Join(tmp, "envs", "env")
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		var progress strings.Builder
+		req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "alpha", "beta==2.0"), Index: wheelhouseIndex(house), Confine: rc.confine}
+		if err := m.Create(context.Background(), dir, req, &syncWriter{w: &progress}); err != nil {
+			t.Fatal(err)
+		}
+		got := runPython(t, m.Python(dir), "import alpha, gamma, beta, sys; print(alpha.VALUE, beta.VALUE, sys.prefix)")
+		if want := "alpha 1.0 beta 2.0 " + dir; got != want {
+			t.Errorf("imports printed %q, want %q", got, want)
+		}
+		// Both commands of the build went through the confiner, each
+		// able to write the environment and nothing of the cache's
+		// directory but the environment and the package cache.
+		want := map[string][]string{envspec.ManagerUV: {"uv venv", "uv pip"}, envspec.ManagerVenv: {filepath.Base(py) + " -m", "python -m"}}[name]
+		if got := rc.commands(); !slices.Equal(got, want) {
+			t.Errorf("confined commands = %v, want %v", got, want)
+		}
+		for _, c := range rc.calls {
+			if !slices.Contains(c.writable, dir) {
+				t.Errorf("%v: writable %v lacks the environment", c.argv, c.writable)
 			}
-			tmp := t.TempDir()
-			m := confinedManagers(tmp)[name]
-			rc := &recordingConfiner{sb: conf.sb}
-			dir := filepath.Join(tmp, "envs", "env")
-			if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			var progress strings.Builder
-			req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "alpha", "beta==2.0"), Index: wheelhouseIndex(house), Confine: rc.confine}
-			if err := m.Create(context.Background(), dir, req, &syncWriter{w: &progress}); err != nil {
-				t.Fatal(err)
-			}
-			got := runPython(t, m.Python(dir), "import alpha, gamma, beta, sys; print(alpha.VALUE, beta.VALUE, sys.prefix)")
-			if want := "alpha 1.0 beta 2.0 " + dir; got != want {
-				t.Errorf("imports printed %q, want %q", got, want)
-			}
-			// Both commands of the build went through the confiner, each
-			// able to write the environment and nothing of the cache's
-			// directory but the environment and the package cache.
-			want := map[string][]string{envspec.ManagerUV: {"uv venv", "uv pip"}, envspec.ManagerVenv: {filepath.Base(py) + " -m", "python -m"}}[name]
-			if got := rc.commands(); !slices.Equal(got, want) {
-				t.Errorf("confined commands = %v, want %v", got, want)
-			}
-			for _, c := range rc.calls {
-				if !slices.Contains(c.writable, dir) {
-					t.Errorf("%v: writable %v lacks the environment", c.argv, c.writable)
-				}
-				for _, w := range c.writable {
-					if w != dir && !strings.HasSuffix(w, "-cache") && !strings.Contains(w, "envcache-build-") {
-						t.Errorf("%v: writable %s is neither the environment, a package cache nor the scratch directory", c.argv, w)
-					}
-				}
-				if !slices.Contains(c.readOnly, filepath.Dir(filepath.Dir(py))) && !sandbox.SystemPath(py) {
-					t.Errorf("%v: read-only %v lacks the interpreter's installation", c.argv, c.readOnly)
+			for _, w := range c.writable {
+				if w != dir && !strings.HasSuffix(w, "-cache") && !strings.Contains(w, "envcache-build-") {
+					t.Errorf("%v: writable %s is neither the environment, a package cache nor the scratch directory", c.argv, w)
 				}
 			}
-			if got := rc.calls[len(rc.calls)-1].readOnly; !slices.Contains(got, house) {
-				t.Errorf("the install cannot read the find-links directory: %v", got)
+			if !slices.Contains(c.readOnly, filepath.Dir(filepath.Dir(py))) && !sandbox.SystemPath(py) {
+				t.Errorf("%v: read-only %v lacks the interpreter's installation", c.argv, c.readOnly)
 			}
-		})
-	}
+		}
+		if got := rc.calls[len(rc.calls)-1].readOnly; !slices.Contains(got, house) {
+			t.Errorf("the install cannot read the find-links directory: %v", got)
+		}
+	})
 }
 
 func TestCacheConfinesBuilds(t *testing.T) {
@@ -233,88 +242,81 @@ func TestConfinedBuildContainsHostileSdist(t *testing.T) {
 	t.Setenv(secretVar, "hunter2")
 	conf := setupConfiner(t)
 	py := setupPython(t)
-	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
-		t.Run(name, func(t *testing.T) {
-			if name == envspec.ManagerUV {
-				setupUV(t)
-			}
-			tmp := t.TempDir()
-			m := confinedManagers(tmp)[name]
-			dir := filepath.Join(tmp, "envs", "env-"+name)
-			for _, d := range []string{filepath.Dir(dir), filepath.Join(tmp, "meta")} {
-				if err := os.MkdirAll(d, 0o755); err != nil {
-					t.Fatal(err)
-				}
-			}
-			canary := filepath.Join(tmp, "worker-data", "canary.txt")
-			if err := os.MkdirAll(filepath.Dir(canary), 0o755); err != nil {
+	forEachBuilder(t, false, func(t *testing.T, name string, m Manager, tmp string) {
+		dir := filepath.Join(tmp, "envs", "env-"+name)
+		for _, d := range []string{filepath.Dir(dir), filepath.Join(tmp, "meta")} {
+			if err := os.MkdirAll(d, 0o755); err != nil {
 				t.Fatal(err)
 			}
-			if err := os.WriteFile(canary, []byte("original\n"), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			unique := fmt.Sprintf("%d-%s", os.Getpid(), name)
-			home, _ := os.UserHomeDir()
-			sitePackages := runPython(t, py, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
-			absent := []string{
-				filepath.Join(filepath.Dir(dir), "env-other"),          // another environment
-				filepath.Join(tmp, "meta", "env-other.json"),           // the cache's metadata
-				filepath.Join(tmp, "worker-data", "planted.txt"),       // the worker's data
-				"/tmp/codexec-hostile-" + unique,                       // the host's /tmp
-				filepath.Join(home, "codexec-hostile-"+unique),         // the worker's home
-				filepath.Join(sitePackages, "codexec-hostile-"+unique), // the base interpreter
-			}
-			for _, p := range absent {
-				t.Cleanup(func() { os.Remove(p) }) // should it fail, leave the host clean
-			}
-			targets := append(slices.Clone(absent), canary, "/tmp/.."+canary)
-			house := setupWheelhouse(t)
-			hostileSdist(t, house, targets)
+		}
+		canary := filepath.Join(tmp, "worker-data", "canary.txt")
+		if err := os.MkdirAll(filepath.Dir(canary), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(canary, []byte("original\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		unique := fmt.Sprintf("%d-%s", os.Getpid(), name)
+		home, _ := os.UserHomeDir()
+		sitePackages := runPython(t, py, "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+		absent := []string{
+			filepath.Join(filepath.Dir(dir), "env-other"),          // another environment
+			filepath.Join(tmp, "meta", "env-other.json"),           // the cache's metadata
+			filepath.Join(tmp, "worker-data", "planted.txt"),       // the worker's data
+			"/tmp/codexec-hostile-" + unique,                       // the host's /tmp
+			filepath.Join(home, "codexec-hostile-"+unique),         // the worker's home
+			filepath.Join(sitePackages, "codexec-hostile-"+unique), // the base interpreter
+		}
+		for _, p := range absent {
+			t.Cleanup(func() { os.Remove(p) }) // should it fail, leave the host clean
+		}
+		targets := append(slices.Clone(absent), canary, "/tmp/.."+canary)
+		house := setupWheelhouse(t)
+		hostileSdist(t, house, targets)
 
-			rc := &recordingConfiner{sb: conf.sb}
-			req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: sourceIndex(house), Confine: rc.confine}
-			var progress strings.Builder
-			err := m.Create(context.Background(), dir, req, &syncWriter{w: &progress})
+		rc := &recordingConfiner{sb: conf.sb}
+		req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: sourceIndex(house), Confine: rc.confine}
+		var progress strings.Builder
+		err := m.Create(context.Background(), dir, req, &syncWriter{w: &progress})
 
-			// What matters first: the host is untouched.
-			for _, p := range absent {
-				if _, serr := os.Lstat(p); serr == nil {
-					t.Errorf("the package build wrote %s outside its environment", p)
-				}
+		// What matters first: the host is untouched.
+		for _, p := range absent {
+			if _, serr := os.Lstat(p); serr == nil {
+				t.Errorf("the package build wrote %s outside its environment", p)
 			}
-			if data, rerr := os.ReadFile(canary); rerr != nil || string(data) != "original\n" {
-				t.Errorf("the package build changed %s: %q, %v", canary, data, rerr)
-			}
-			if err != nil {
-				t.Logf("the build failed (allowed): %v", err)
-				return
-			}
-			// It built: what it saw inside the sandbox.
-			out := runPython(t, m.Python(dir), "import evil; print(evil.RESULTS)")
-			var res struct {
-				Writes  map[string]string `json:"writes"`
-				Shadow  int               `json:"shadow"`
-				Environ []string          `json:"environ"`
-				Home    string            `json:"home"`
-			}
-			if err := json.Unmarshal([]byte(out), &res); err != nil {
-				t.Fatalf("evil.RESULTS = %q: %v", out, err)
-			}
-			if res.Shadow > 0 {
-				t.Errorf("the package build read %d bytes of /etc/shadow", res.Shadow)
-			}
-			if slices.Contains(res.Environ, secretVar) {
-				t.Errorf("the package build saw the worker's %s", secretVar)
-			}
-			if res.Home == home || !strings.Contains(res.Home, "envcache-build-") {
-				t.Errorf("the package build had HOME=%q, want its scratch directory", res.Home)
-			}
-			t.Logf("inside the sandbox: %v", res.Writes)
-			if len(rc.calls) == 0 {
-				t.Error("nothing was confined")
-			}
-		})
-	}
+		}
+		if data, rerr := os.ReadFile(canary); rerr != nil || string(data) != "original\n" {
+			t.Errorf("the package build changed %s: %q, %v", canary, data, rerr)
+		}
+		if err != nil {
+			t.Logf("the build failed (allowed): %v", err)
+			return
+		}
+		// It built: what it saw inside the sandbox.
+		out := runPython(t, m.Python(dir), "import evil; print(evil.RESULTS)")
+		var res struct {
+			Writes  map[string]string `json:"writes"`
+			Shadow  int               `json:"shadow"`
+			Environ []string          `json:"environ"`
+			Home    string            `json:"home"`
+		}
+		if err := json.Unmarshal([]byte(out), &res); err != nil {
+			t.Fatalf("evil.RESULTS = %q: %v", out, err)
+		}
+		if res.Shadow > 0 {
+			t.Errorf("the package build read %d bytes of /etc/shadow", res.Shadow)
+		}
+		if slices.Contains(res.Environ, secretVar) {
+			t.Errorf("the package build saw the worker's %s", secretVar)
+		}
+		if res.Home == home || !strings.Contains(res.Home, "envcache-build-") {
+			t.Errorf("the package build had HOME=%q, want its scratch directory", res.Home)
+		}
+		t.Logf("inside the sandbox: %v", res.Writes)
+		if len(rc.calls) == 0 {
+			t.Error("nothing was confined")
+		}
+	})
 }
 
 func TestConfinedEnvKeepsOnlyInstallerVariables(t *testing.T) {
@@ -423,23 +425,16 @@ func sourceIndex(house string) IndexConfig {
 // code never runs, confined or not.
 func TestWheelsOnlyByDefault(t *testing.T) {
 	py := setupPython(t)
-	for _, name := range []string{envspec.ManagerUV, envspec.ManagerVenv} {
-		t.Run(name, func(t *testing.T) {
-			if name == envspec.ManagerUV {
-				setupUV(t)
-			}
-			tmp := t.TempDir()
-			m := confinedManagers(tmp)[name]
-			house := setupWheelhouse(t)
-			marker := filepath.Join(t.TempDir(), "the-build-ran")
-			hostileSdist(t, house, []string{marker})
-			err := m.Create(context.Background(), filepath.Join(tmp, "env"), CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: wheelhouseIndex(house)}, nil)
-			if err == nil {
-				t.Fatal("a package with no wheel was installed without source builds")
-			}
-			if _, serr := os.Lstat(marker); serr == nil {
-				t.Fatal("the package's build code ran")
-			}
-		})
-	}
+	forEachBuilder(t, false, func(t *testing.T, name string, m Manager, tmp string) {
+		house := setupWheelhouse(t)
+		marker := filepath.Join(t.TempDir(), "the-build-ran")
+		hostileSdist(t, house, []string{marker})
+		err := m.Create(context.Background(), filepath.Join(tmp, "env"), CreateRequest{Interpreter: py, Packages: mustReqs(t, "evil"), Index: wheelhouseIndex(house)}, nil)
+		if err == nil {
+			t.Fatal("a package with no wheel was installed without source builds")
+		}
+		if _, serr := os.Lstat(marker); serr == nil {
+			t.Fatal("the package's build code ran")
+		}
+	})
 }
