@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/codefiles"
+	"github.com/codexec/codexec/internal/units"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -417,13 +418,12 @@ func hexSHA256(s string) string {
 	return hex.EncodeToString(sum[:])
 }
 
-// formatSize prints n bytes the way the configuration does ("32 MiB").
+// formatSize writes n bytes for a reader of a tool's text: "32 MiB",
+// "512 KiB", "1000 bytes".
 func formatSize(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%d KiB", n>>10)
+	count, unit := units.Scale(n, units.MiB)
+	if unit == "" {
+		unit = "bytes"
 	}
-	return fmt.Sprintf("%d bytes", n)
+	return fmt.Sprintf("%d %s", count, unit)
 }

@@ -220,3 +220,26 @@ func TestCodeFileToolsHostilePaths(t *testing.T) {
 		t.Fatalf("a malformed job id: %+v", fr)
 	}
 }
+
+// formatSize is the size in the code-file tools' descriptions and listing:
+// a unit, after a space, when one divides the size exactly, else bytes.
+func TestFormatSize(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		n    int64
+		want string
+	}{
+		{0, "0 bytes"},
+		{1000, "1000 bytes"},
+		{1 << 10, "1 KiB"},
+		{1536, "1536 bytes"},
+		{512 << 10, "512 KiB"},
+		{32 << 20, "32 MiB"},
+		{1 << 30, "1024 MiB"},
+		{1<<20 + 1<<10, "1025 KiB"},
+	} {
+		if got := formatSize(tc.n); got != tc.want {
+			t.Errorf("formatSize(%d) = %q, want %q", tc.n, got, tc.want)
+		}
+	}
+}

@@ -19,8 +19,9 @@
 //	nofile  open descriptors per process (RLIMIT_NOFILE)
 //
 // Sizes are plain bytes or a whole number with a unit, case-insensitive:
-// KiB, MiB, GiB, TiB and the bare K, M, G, T are powers of 1024 (as in
-// codexec's other size flags); KB, MB, GB, TB are powers of 1000. Fractions
+// KiB, MiB, GiB, TiB and the bare K, M, G, T are powers of 1024; KB, MB,
+// GB, TB are powers of 1000. internal/units reads them, as it reads
+// codexec's other size flags (--output-limit 1M). Fractions
 // are not accepted ("1.5GiB": write 1536MiB). A value must be more than
 // zero; "key=none" means no limit, and "none" alone means no limits at all.
 // Set.String writes the canonical form, which Parse reads back.

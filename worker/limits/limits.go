@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/codexec/codexec/internal/units"
 )
 
 // Set is a set of per-job limits; a zero field means no limit.
@@ -159,7 +161,7 @@ func (f field) parse(val string) (int64, error) {
 	)
 	switch f.kind {
 	case kindSize:
-		n, err = parseSize(val)
+		n, err = units.ParseSize(val)
 	case kindCount:
 		n, err = strconv.ParseInt(val, 10, 64)
 		if err != nil {
@@ -185,35 +187,6 @@ func (f field) hint() string {
 		return "use seconds or a duration, e.g. 90, 90s, 10m"
 	}
 	return "use a whole number, e.g. 256"
-}
-
-// units are the size suffixes, lower case. The bare letters are binary, as
-// in codexec's other size flags (--output-limit 1M).
-var units = map[string]int64{
-	"": 1, "b": 1,
-	"k": 1 << 10, "kib": 1 << 10, "kb": 1e3,
-	"m": 1 << 20, "mib": 1 << 20, "mb": 1e6,
-	"g": 1 << 30, "gib": 1 << 30, "gb": 1e9,
-	"t": 1 << 40, "tib": 1 << 40, "tb": 1e12,
-}
-
-func parseSize(s string) (int64, error) {
-	i := 0
-	for i < len(s) && s[i] >= '0' && s[i] <= '9' {
-		i++
-	}
-	if i == 0 {
-		return 0, errors.New("not a size")
-	}
-	mult, ok := units[strings.ToLower(strings.TrimSpace(s[i:]))]
-	if !ok {
-		return 0, fmt.Errorf("unknown unit %q", strings.TrimSpace(s[i:]))
-	}
-	n, err := strconv.ParseInt(s[:i], 10, 64)
-	if err != nil || n > math.MaxInt64/mult {
-		return 0, errors.New("too large")
-	}
-	return n * mult, nil
 }
 
 func parseDuration(s string) (int64, error) {
@@ -259,23 +232,11 @@ func (f field) format(v int64) string {
 	}
 	switch f.kind {
 	case kindSize:
-		return formatSize(v)
+		return units.FormatSize(v, units.TiB)
 	case kindDuration:
 		return formatDuration(time.Duration(v))
 	}
 	return strconv.FormatInt(v, 10)
-}
-
-func formatSize(n int64) string {
-	for _, u := range []struct {
-		name string
-		mult int64
-	}{{"TiB", 1 << 40}, {"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}} {
-		if n%u.mult == 0 {
-			return strconv.FormatInt(n/u.mult, 10) + u.name
-		}
-	}
-	return strconv.FormatInt(n, 10)
 }
 
 func formatDuration(d time.Duration) string {
