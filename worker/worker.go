@@ -18,6 +18,7 @@ import (
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/internal/lifecycle"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/cgroup"
@@ -231,12 +232,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if w.stopped {
 		w.mu.Unlock()
-		select {
-		case <-w.stopDone:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return lifecycle.Wait(ctx, w.stopDone)
 	}
 	w.stopped = true
 	c, tc := w.consumer, w.targeted

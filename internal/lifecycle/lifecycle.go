@@ -30,3 +30,15 @@ type Service interface {
 	Start(ctx context.Context) error
 	Stop(ctx context.Context) error
 }
+
+// Wait returns nil once done is closed, or ctx's error if ctx ends first.
+// It is how a Stop after the first waits for the first: done is closed when
+// the first Stop returns.
+func Wait(ctx context.Context, done <-chan struct{}) error {
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}

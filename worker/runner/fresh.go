@@ -6,6 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/codexec/codexec/internal/lifecycle"
 )
 
 // Fresh runs jobs that must have an interpreter of their own (spawn mode,
@@ -211,12 +213,7 @@ func (f *Fresh) Stop(ctx context.Context) error {
 	f.mu.Lock()
 	if f.closed {
 		f.mu.Unlock()
-		select {
-		case <-f.stopDone:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return lifecycle.Wait(ctx, f.stopDone)
 	}
 	f.closed = true
 	entries := f.ready

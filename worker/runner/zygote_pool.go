@@ -11,6 +11,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/codexec/codexec/internal/lifecycle"
 )
 
 // PoolConfig configures a Pool. The zero value is usable.
@@ -471,12 +473,7 @@ func (p *Pool) Stop(ctx context.Context) error {
 	p.mu.Lock()
 	if p.closed {
 		p.mu.Unlock()
-		select {
-		case <-p.stopDone:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+		return lifecycle.Wait(ctx, p.stopDone)
 	}
 	defer close(p.stopDone)
 	p.closed = true
