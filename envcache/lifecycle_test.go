@@ -82,9 +82,13 @@ func TestCacheStopLetsBuildsFinish(t *testing.T) {
 			defer cancel()
 			stopped <- c.Stop(ctx)
 		}()
-		// Stop has begun once new work is refused.
+		// Stop has begun once new work is refused. The probe names an
+		// existing environment that is not there: refused at once before
+		// Stop, ErrClosed after, and it never starts a build (one would
+		// wait on the gate, and a soft Stop on it: a deadlock).
+		probe := envspec.Spec{Manager: "venv", Existing: filepath.Join(t.TempDir(), "absent")}
 		for {
-			if _, err := c.Ensure(context.Background(), envspec.Spec{Manager: "venv", Packages: []string{"b"}}, nil); errors.Is(err, ErrClosed) {
+			if _, err := c.Ensure(context.Background(), probe, nil); errors.Is(err, ErrClosed) {
 				break
 			}
 		}
