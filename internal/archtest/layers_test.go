@@ -44,8 +44,11 @@ var layers = map[string]int{
 	"worker":   4,
 
 	// 5: the end-to-end harness: it starts whole codexec processes and
-	// talks MCP to them, for the e2e tests and the benchmark.
-	"cmd/codexec/internal/e2e": 5,
+	// talks MCP to them, for the e2e tests and the benchmark; and the
+	// flags, read from the environment, of the benchmark and the command
+	// line.
+	"cmd/codexec/internal/e2e":     5,
+	"cmd/codexec/internal/flagenv": 5,
 
 	// 6: the benchmark.
 	"cmd/codexec/internal/bench": 6,

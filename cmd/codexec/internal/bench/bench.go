@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -30,6 +29,7 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/worker/runner"
 )
@@ -53,48 +53,42 @@ const (
 // codexec dev over stdio and, when nats-server and redis-server are found,
 // the multi-process topology over Streamable HTTP; zygote against spawn;
 // and plain interpreter starts for reference. It prints a table and, last,
-// one JSON line. An error in the command line is a UsageError; -h returns
+// one JSON line. An error in the command line is a flagenv.UsageError; -h returns
 // flag.ErrHelp.
 func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	f := flag.NewFlagSet("codexec bench", flag.ContinueOnError)
-	f.SetOutput(stderr)
+	// bench reads no environment variables: every flag has env "".
+	f := flagenv.New("codexec bench", stderr)
 	var o benchOptions
-	f.IntVar(&o.n, "n", 200, "calls per latency scenario")
-	f.IntVar(&o.nSlow, "n-slow", 40, "calls per scenario that starts an interpreter importing modules (about 100 ms each)")
-	f.IntVar(&o.concurrency, "concurrency", 8, "concurrent callers of the throughput scenarios")
-	f.DurationVar(&o.duration, "duration", 5*time.Second, "length of each throughput scenario")
-	f.IntVar(&o.cold, "cold", 5, "fresh servers whose first call is measured (cold environment)")
-	f.StringVar(&o.python, "python", "python3", "interpreter to build the benchmark's venv from (a path, a name on PATH or a version)")
-	f.StringVar(&o.venv, "venv", "", "use this existing venv (default: one built once and kept in the user's cache directory)")
-	f.StringVar(&o.cluster, "cluster", "auto", "multi-process scenarios: auto (when nats-server and redis-server are found), on or off")
-	f.StringVar(&o.modes, "modes", "zygote,spawn", "exec modes to measure, comma-separated")
-	f.StringVar(&o.sandboxes, "sandbox", "off,on", "measure each exec mode without the sandbox (off), with it (on), or both, side by side")
-	f.BoolVar(&o.baselines, "baselines", true, "measure plain interpreter starts for reference")
-	f.BoolVar(&o.keep, "keep", false, "keep the temporary directory (the servers' data directories)")
+	f.Int(&o.n, "n", "", 200, "calls per latency scenario")
+	f.Int(&o.nSlow, "n-slow", "", 40, "calls per scenario that starts an interpreter importing modules (about 100 ms each)")
+	f.Int(&o.concurrency, "concurrency", "", 8, "concurrent callers of the throughput scenarios")
+	f.Duration(&o.duration, "duration", "", 5*time.Second, "length of each throughput scenario")
+	f.Int(&o.cold, "cold", "", 5, "fresh servers whose first call is measured (cold environment)")
+	f.String(&o.python, "python", "", "python3", "interpreter to build the benchmark's venv from (a path, a name on PATH or a version)")
+	f.String(&o.venv, "venv", "", "", "use this existing venv (default: one built once and kept in the user's cache directory)")
+	f.String(&o.cluster, "cluster", "", "auto", "multi-process scenarios: auto (when nats-server and redis-server are found), on or off")
+	f.String(&o.modes, "modes", "", "zygote,spawn", "exec modes to measure, comma-separated")
+	f.String(&o.sandboxes, "sandbox", "", "off,on", "measure each exec mode without the sandbox (off), with it (on), or both, side by side")
+	f.Bool(&o.baselines, "baselines", "", true, "measure plain interpreter starts for reference")
+	f.Bool(&o.keep, "keep", "", false, "keep the temporary directory (the servers' data directories)")
 	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return UsageError{err}
-	}
-	if f.NArg() > 0 {
-		return UsageError{fmt.Errorf("unexpected arguments: %s", strings.Join(f.Args(), " "))}
+		return err
 	}
 	switch {
 	case o.n < 1 || o.nSlow < 1 || o.concurrency < 1 || o.cold < 0 || o.duration <= 0:
-		return UsageError{errors.New("-n, -n-slow and -concurrency must be positive, -cold not negative, -duration positive")}
+		return flagenv.UsageError{Err: errors.New("-n, -n-slow and -concurrency must be positive, -cold not negative, -duration positive")}
 	case o.cluster != "auto" && o.cluster != "on" && o.cluster != "off":
-		return UsageError{fmt.Errorf("-cluster %q: auto, on or off", o.cluster)}
+		return flagenv.UsageError{Err: fmt.Errorf("-cluster %q: auto, on or off", o.cluster)}
 	}
 	for _, m := range strings.Split(o.modes, ",") {
 		if m = strings.TrimSpace(m); m != "zygote" && m != "spawn" {
-			return UsageError{fmt.Errorf("-modes: unknown exec mode %q (zygote, spawn)", m)}
+			return flagenv.UsageError{Err: fmt.Errorf("-modes: unknown exec mode %q (zygote, spawn)", m)}
 		}
 		o.modeList = append(o.modeList, m)
 	}
 	for _, s := range strings.Split(o.sandboxes, ",") {
 		if s = strings.TrimSpace(s); s != "off" && s != "on" {
-			return UsageError{fmt.Errorf("-sandbox: %q: off, on, or off,on", s)}
+			return flagenv.UsageError{Err: fmt.Errorf("-sandbox: %q: off, on, or off,on", s)}
 		}
 		o.sandboxList = append(o.sandboxList, s == "on")
 	}
@@ -119,13 +113,6 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	b.report(stdout)
 	return nil
 }
-
-// UsageError is an error in the command line (the caller exits with
-// status 2, not 1).
-type UsageError struct{ Err error }
-
-func (e UsageError) Error() string { return e.Err.Error() }
-func (e UsageError) Unwrap() error { return e.Err }
 
 type benchOptions struct {
 	n, nSlow, concurrency, cold int

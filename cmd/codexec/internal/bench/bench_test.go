@@ -9,6 +9,8 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 )
 
 func TestShellQuote(t *testing.T) {
@@ -32,7 +34,7 @@ func TestProcessesCPU(t *testing.T) {
 }
 
 // Main's command line: -h is help (not an error), and a bad command line is
-// a UsageError naming what is wrong, before anything is measured.
+// a flagenv.UsageError naming what is wrong, before anything is measured.
 func TestBenchMainFlags(t *testing.T) {
 	t.Parallel()
 	var stderr bytes.Buffer
@@ -56,9 +58,9 @@ func TestBenchMainFlags(t *testing.T) {
 		{[]string{"extra"}, "unexpected arguments: extra"},
 	} {
 		err := Main(context.Background(), tc.args, &bytes.Buffer{}, &bytes.Buffer{})
-		var ue UsageError
+		var ue flagenv.UsageError
 		if !errors.As(err, &ue) || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%q: %v (%T), want a UsageError with %q", tc.args, err, err, tc.want)
+			t.Errorf("%q: %v (%T), want a flagenv.UsageError with %q", tc.args, err, err, tc.want)
 		}
 	}
 }

@@ -10,12 +10,9 @@ import (
 	"os"
 	"path/filepath"
 	"runtime/debug"
-	"slices"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/codexec/codexec/cmd/codexec/internal/bench"
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/worker/limits"
 )
 
@@ -36,9 +33,6 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runWorker(ctx, args[1:], stderr)
 	case "bench":
 		err = bench.Main(ctx, args[1:], stdout, stderr)
-		if errors.As(err, new(bench.UsageError)) {
-			err = usageError{err}
-		}
 	case "export":
 		err = runExport(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
@@ -56,8 +50,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return 0
 	}
 	if err != nil {
-		var ue usageError
-		if errors.As(err, &ue) {
+		if errors.As(err, new(flagenv.UsageError)) {
 			fmt.Fprintf(stderr, "codexec %s: %v\n", args[0], err)
 			return 2
 		}
@@ -91,174 +84,24 @@ func Version() string {
 	return "dev"
 }
 
-type usageError struct{ error }
-
-// flags wraps a FlagSet whose flags take their defaults from environment
-// variables, named in each flag's help.
-type flags struct {
-	*flag.FlagSet
-	errs []error
+// newFlags returns the flags of command name ("codexec name").
+func newFlags(name string, out io.Writer) *flagenv.Flags {
+	return flagenv.New("codexec "+name, out)
 }
 
-func newFlags(name string, out io.Writer) *flags {
-	fs := flag.NewFlagSet("codexec "+name, flag.ContinueOnError)
-	fs.SetOutput(out)
-	return &flags{FlagSet: fs}
-}
-
-func (f *flags) str(p *string, name, env, def, help string) {
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		def = v
-	}
-	f.StringVar(p, name, def, help+" ($"+env+")")
-}
-
-func (f *flags) boolean(p *bool, name, env string, def bool, help string) {
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		b, err := strconv.ParseBool(v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
-		}
-		def = b
-	}
-	f.BoolVar(p, name, def, help+" ($"+env+")")
-}
-
-func (f *flags) integer(p *int, name, env string, def int, help string) {
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
-		}
-		def = n
-	}
-	f.IntVar(p, name, def, help+" ($"+env+")")
-}
-
-func (f *flags) duration(p *time.Duration, name, env string, def time.Duration, help string) {
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
-		}
-		def = d
-	}
-	f.DurationVar(p, name, def, help+" ($"+env+")")
-}
-
-func (f *flags) bytes(p *int64, name, env string, def int64, help string) {
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		n, err := parseBytes(v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
-		}
-		def = n
-	}
-	*p = def
-	f.Func(name, fmt.Sprintf("%s ($%s) (default %s)", help, env, formatBytes(def)), func(s string) error {
-		n, err := parseBytes(s)
-		if err == nil {
-			*p = n
-		}
-		return err
-	})
-}
-
-// choice is a string flag whose value must be one of options.
-func (f *flags) choice(p *string, name, env, def string, options []string, help string) {
-	check := func(v string) error {
-		if !slices.Contains(options, v) {
-			return fmt.Errorf("%q is not one of %s", v, strings.Join(options, ", "))
-		}
-		return nil
-	}
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		if err := check(v); err != nil {
-			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
-		}
-		def = v
-	}
-	*p = def
-	f.Func(name, fmt.Sprintf("%s ($%s) (default %s)", help, env, def), func(s string) error {
-		if err := check(s); err != nil {
-			return err
-		}
-		*p = s
-		return nil
-	})
-}
-
-// limitSet is a flag holding a limits.Set, written as limits.Parse reads it
-// and read over base: keys given replace base's, "key=none" removes one and
-// "none" all.
-func (f *flags) limitSet(p *limits.Set, name, env string, base limits.Set, help string) {
-	*p = base
-	if v, ok := os.LookupEnv(env); ok && v != "" {
-		s, err := limits.ParseOver(base, v)
-		if err != nil {
-			f.errs = append(f.errs, fmt.Errorf("$%s: %w", env, err))
-		}
-		*p = s
-	}
-	f.Func(name, fmt.Sprintf("%s ($%s) (default %s)", help, env, base), func(v string) error {
-		s, err := limits.ParseOver(base, v)
-		if err == nil {
-			*p = s
-		}
-		return err
-	})
-}
-
-func (f *flags) parse(args []string) error {
-	if err := f.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return err
-		}
-		return usageError{err}
-	}
-	if f.NArg() > 0 {
-		return usageError{fmt.Errorf("unexpected arguments: %s", strings.Join(f.Args(), " "))}
-	}
-	if len(f.errs) > 0 {
-		return usageError{errors.Join(f.errs...)}
-	}
-	return nil
-}
-
-// parseBytes reads "1048576", "512KiB", "1MiB", "1M", "2GiB".
-func parseBytes(s string) (int64, error) {
-	s = strings.TrimSpace(s)
-	mult := int64(1)
-	for _, u := range []struct {
-		suffix string
-		mult   int64
-	}{{"GiB", 1 << 30}, {"MiB", 1 << 20}, {"KiB", 1 << 10}, {"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}, {"B", 1}} {
-		if strings.HasSuffix(s, u.suffix) {
-			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
-			break
-		}
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("invalid size %q (use e.g. 1048576, 512KiB, 1MiB)", s)
-	}
-	return n * mult, nil
-}
-
-func formatBytes(n int64) string {
-	switch {
-	case n >= 1<<20 && n%(1<<20) == 0:
-		return fmt.Sprintf("%dMiB", n>>20)
-	case n >= 1<<10 && n%(1<<10) == 0:
-		return fmt.Sprintf("%dKiB", n>>10)
-	}
-	return strconv.FormatInt(n, 10)
+// limitSet registers a flag holding a limits.Set, written as limits.Parse
+// reads it and read over base: keys given replace base's, "key=none"
+// removes one and "none" all. Its help shows base as the default.
+func limitSet(f *flagenv.Flags, p *limits.Set, name, env string, base limits.Set, help string) {
+	flagenv.Value(f, p, name, env, base,
+		func(v string) (limits.Set, error) { return limits.ParseOver(base, v) },
+		func(limits.Set) string { return base.String() }, help)
 }
 
 func newLogger(w io.Writer, level string) (*slog.Logger, error) {
 	var l slog.Level
 	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, usageError{fmt.Errorf("invalid log level %q (debug, info, warn, error)", level)}
+		return nil, flagenv.UsageError{Err: fmt.Errorf("invalid log level %q (debug, info, warn, error)", level)}
 	}
 	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }

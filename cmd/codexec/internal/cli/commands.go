@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
@@ -26,11 +27,11 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var dataDir, logLevel string
 	var ff frontendFlags
 	var wf workerFlags
-	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
-	f.str(&logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
+	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
+	f.String(&logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
 	ff.register(f, "")
 	wf.register(f)
-	if err := f.parse(args); err != nil {
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if err := wf.check(); err != nil {
@@ -41,7 +42,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	if err := applyLegacyEnv(&wf); err != nil {
-		return usageError{err}
+		return flagenv.UsageError{Err: err}
 	}
 	if dataDir, err = mkdirPrivate(dataDir); err != nil {
 		return err
@@ -65,7 +66,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 
 	w, err := worker.New(wf.config(dataDir, wire.DefaultPool, &ff, log.With("component", "worker")), b, st)
 	if err != nil {
-		return usageError{err}
+		return flagenv.UsageError{Err: err}
 	}
 	if err := w.Start(ctx); err != nil {
 		return err
@@ -81,7 +82,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	fe, err := frontend.New(ff.config(wire.DefaultPool, log.With("component", "frontend")), b, st)
 	if err != nil {
-		return usageError{err}
+		return flagenv.UsageError{Err: err}
 	}
 	log.Info("codexec dev ready", "data_dir", dataDir, "version", Version())
 	return serveFrontend(ctx, fe, ff.http, stdin, stdout, log)
@@ -122,18 +123,18 @@ type clusterFlags struct {
 	retention, ackWait                time.Duration
 }
 
-func (cf *clusterFlags) register(f *flags) {
-	f.str(&cf.natsURL, "nats", "CODEXEC_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL (JetStream enabled)")
-	f.str(&cf.redisURL, "redis", "CODEXEC_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
-	f.str(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
-	f.str(&cf.logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
-	f.duration(&cf.retention, "retention", "CODEXEC_RETENTION", 24*time.Hour, "how long results are kept, addressable by job id")
-	f.duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", 30*time.Second, "how long a job's lease lasts without a heartbeat before another worker gets it")
+func (cf *clusterFlags) register(f *flagenv.Flags) {
+	f.String(&cf.natsURL, "nats", "CODEXEC_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL (JetStream enabled)")
+	f.String(&cf.redisURL, "redis", "CODEXEC_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	f.String(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
+	f.String(&cf.logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
+	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", 24*time.Hour, "how long results are kept, addressable by job id")
+	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", 30*time.Second, "how long a job's lease lasts without a heartbeat before another worker gets it")
 }
 
 func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer) (*broker.Broker, statestore.Store, func(), error) {
 	if !wire.ValidPool(cf.pool) {
-		return nil, nil, nil, usageError{fmt.Errorf("invalid pool %q: lower-case letters, digits, '-' and '_'", cf.pool)}
+		return nil, nil, nil, flagenv.UsageError{Err: fmt.Errorf("invalid pool %q: lower-case letters, digits, '-' and '_'", cf.pool)}
 	}
 	st, err := openRedis(ctx, cf.redisURL)
 	if err != nil {
@@ -155,8 +156,8 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	var stdio bool
 	cf.register(f)
 	ff.register(f, "127.0.0.1:8080")
-	f.boolean(&stdio, "stdio", "CODEXEC_STDIO", false, "serve MCP on stdio instead of HTTP")
-	if err := f.parse(args); err != nil {
+	f.Bool(&stdio, "stdio", "CODEXEC_STDIO", false, "serve MCP on stdio instead of HTTP")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	log, err := newLogger(stderr, cf.logLevel)
@@ -170,7 +171,7 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	defer closeAll()
 	fe, err := frontend.New(ff.config(cf.pool, log), b, st)
 	if err != nil {
-		return usageError{err}
+		return flagenv.UsageError{Err: err}
 	}
 	addr := ff.http
 	if stdio {
@@ -187,12 +188,12 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	var wf workerFlags
 	var dataDir string
 	cf.register(f)
-	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where environments, session directories and scripts live")
-	f.duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest wall-clock limit of any job")
-	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
-	f.boolean(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
+	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where environments, session directories and scripts live")
+	f.Duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest wall-clock limit of any job")
+	f.Bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
+	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	wf.register(f)
-	if err := f.parse(args); err != nil {
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if err := wf.check(); err != nil {
@@ -212,7 +213,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	defer closeAll()
 	w, err := worker.New(wf.config(dataDir, cf.pool, &ff, log), b, st)
 	if err != nil {
-		return usageError{err}
+		return flagenv.UsageError{Err: err}
 	}
 	if err := w.Start(ctx); err != nil {
 		return err

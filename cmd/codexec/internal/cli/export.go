@@ -3,12 +3,12 @@ package cli
 import (
 	"context"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
@@ -21,32 +21,30 @@ import (
 func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f := newFlags("export", stderr)
 	var out, redisURL, dataDir, session string
-	f.str(&out, "out", "CODEXEC_EXPORT_OUT", "", "directory to write into, created if missing (required)")
-	f.str(&redisURL, "redis", "CODEXEC_REDIS_URL", "", "read a cluster's state from the Redis at this URL")
-	f.str(&dataDir, "data-dir", "CODEXEC_DATA_DIR", "", "read the embedded state of codexec dev (not running) in this data directory; the default when --redis is not set: "+defaultDataDir())
-	f.str(&session, "session", "CODEXEC_EXPORT_SESSION", "", "export only this session scope (e.g. local); default every session")
-	if err := f.parse(args); err != nil {
+	f.String(&out, "out", "CODEXEC_EXPORT_OUT", "", "directory to write into, created if missing (required)")
+	f.String(&redisURL, "redis", "CODEXEC_REDIS_URL", "", "read a cluster's state from the Redis at this URL")
+	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", "", "read the embedded state of codexec dev (not running) in this data directory; the default when --redis is not set: "+defaultDataDir())
+	f.String(&session, "session", "CODEXEC_EXPORT_SESSION", "", "export only this session scope (e.g. local); default every session")
+	if err := f.Parse(args); err != nil {
 		return err
 	}
 	if out == "" {
-		return usageError{errors.New("--out is required")}
+		return flagenv.UsageError{Err: errors.New("--out is required")}
 	}
 	if session != "" && !wire.ValidScope(session) {
-		return usageError{fmt.Errorf("invalid --session %q: session scopes are lower-case letters, digits and '-'", session)}
+		return flagenv.UsageError{Err: fmt.Errorf("invalid --session %q: session scopes are lower-case letters, digits and '-'", session)}
 	}
 	// A flag on the command line wins over the environment: a machine may
 	// have both CODEXEC_REDIS_URL and CODEXEC_DATA_DIR set.
-	given := map[string]bool{}
-	f.Visit(func(fl *flag.Flag) { given[fl.Name] = true })
 	switch {
-	case given["redis"] && given["data-dir"]:
-		return usageError{errors.New("give --redis or --data-dir, not both")}
-	case given["redis"]:
+	case f.Given("redis") && f.Given("data-dir"):
+		return flagenv.UsageError{Err: errors.New("give --redis or --data-dir, not both")}
+	case f.Given("redis"):
 		dataDir = ""
-	case given["data-dir"]:
+	case f.Given("data-dir"):
 		redisURL = ""
 	case redisURL != "" && dataDir != "":
-		return usageError{errors.New("both $CODEXEC_REDIS_URL and $CODEXEC_DATA_DIR are set: say which store to read with --redis or --data-dir")}
+		return flagenv.UsageError{Err: errors.New("both $CODEXEC_REDIS_URL and $CODEXEC_DATA_DIR are set: say which store to read with --redis or --data-dir")}
 	case redisURL == "" && dataDir == "":
 		dataDir = defaultDataDir()
 	}

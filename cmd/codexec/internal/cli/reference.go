@@ -103,7 +103,7 @@ var (
 
 // parseFlagHelp reads the output of flag.FlagSet.PrintDefaults: a line
 // "  -name type" (no type for a bool) per flag, then its help on lines
-// indented by four spaces and a tab. The flags' helpers in cli.go end the
+// indented by four spaces and a tab. The flags of package flagenv end the
 // help with " ($VAR)", and the flag package, or the helper for flags of its
 // own type, adds " (default X)" after it.
 func parseFlagHelp(text string) ([]flagDoc, error) {

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
@@ -40,18 +41,18 @@ type frontendFlags struct {
 	filesMirror string
 }
 
-func (ff *frontendFlags) register(f *flags, httpDefault string) {
-	f.str(&ff.http, "http", "CODEXEC_HTTP_ADDR", httpDefault, "serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio")
-	f.duration(&ff.timeout, "timeout", "CODEXEC_TIMEOUT", frontend.DefaultTimeout, "default wall-clock limit of a job")
-	f.duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest timeout_seconds a call may ask for")
-	f.duration(&ff.queueWait, "queue-wait", "CODEXEC_QUEUE_WAIT", frontend.DefaultQueueWait, "how long beyond its timeout a call waits for a worker")
-	f.bytes(&ff.maxCode, "max-code", "CODEXEC_MAX_CODE", frontend.DefaultMaxCodeBytes, "largest code a call may send")
-	f.bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
-	f.bytes(&ff.maxFile, "max-file", "CODEXEC_MAX_FILE", codefiles.DefaultMaxFileBytes, "largest size of a code file (initialize_code_file plus appends)")
-	f.integer(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", codefiles.DefaultMaxFiles, "most code files one session may hold")
-	f.integer(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", codefiles.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
-	f.duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", codefiles.DefaultRunRetention, "how long the code of a run is kept")
-	f.boolean(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
+func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
+	f.String(&ff.http, "http", "CODEXEC_HTTP_ADDR", httpDefault, "serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio")
+	f.Duration(&ff.timeout, "timeout", "CODEXEC_TIMEOUT", frontend.DefaultTimeout, "default wall-clock limit of a job")
+	f.Duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest timeout_seconds a call may ask for")
+	f.Duration(&ff.queueWait, "queue-wait", "CODEXEC_QUEUE_WAIT", frontend.DefaultQueueWait, "how long beyond its timeout a call waits for a worker")
+	f.Bytes(&ff.maxCode, "max-code", "CODEXEC_MAX_CODE", frontend.DefaultMaxCodeBytes, "largest code a call may send")
+	f.Bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
+	f.Bytes(&ff.maxFile, "max-file", "CODEXEC_MAX_FILE", codefiles.DefaultMaxFileBytes, "largest size of a code file (initialize_code_file plus appends)")
+	f.Int(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", codefiles.DefaultMaxFiles, "most code files one session may hold")
+	f.Int(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", codefiles.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
+	f.Duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", codefiles.DefaultRunRetention, "how long the code of a run is kept")
+	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 }
 
 func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
@@ -98,44 +99,44 @@ type workerFlags struct {
 	sandboxDev string
 }
 
-func (wf *workerFlags) register(f *flags) {
-	f.str(&wf.id, "id", "CODEXEC_WORKER_ID", "", "worker id (default: hostname plus a random suffix)")
-	f.str(&wf.python, "python", "CODEXEC_PYTHON", "python3", "interpreter the default venv is built from: a path, a name on PATH, or a version such as 3.12")
-	f.str(&wf.venv, "venv", "CODEXEC_VENV", "", "use this existing venv as the default environment instead of building one")
-	f.str(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where every script that runs is kept (default DATA_DIR/scripts)")
-	f.integer(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: number of CPUs)")
-	f.str(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
-	f.str(&wf.execMode, "exec-mode", "CODEXEC_EXEC_MODE", worker.ExecZygote, "zygote: fork each job from a warm interpreter that has done its imports; spawn: a fresh interpreter per job")
-	f.str(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
-	f.integer(&wf.maxZygotes, "max-zygotes", "CODEXEC_MAX_ZYGOTES", runner.DefaultMaxZygotes, "most warm interpreters alive at once (the least recently used idle one makes room)")
-	f.duration(&wf.zygoteIdle, "zygote-idle", "CODEXEC_ZYGOTE_IDLE", runner.DefaultZygoteIdle, "stop a warm interpreter that ran no job for this long")
-	f.bytes(&wf.envBudget, "env-budget", "CODEXEC_ENV_BUDGET", envcache.DefaultBudgetBytes, "disk the cache of built environments may use (least recently used evicted past it)")
-	f.str(&wf.managers, "managers", "CODEXEC_MANAGERS", "venv,uv,conda", "comma-separated environment managers offered (those missing on the machine are left out)")
-	f.str(&wf.pythons, "pythons", "CODEXEC_PYTHONS", "", "comma-separated Python versions offered for environments, e.g. 3.11,3.12 (default: those found among 3.8 to 3.14)")
-	f.str(&wf.indexURL, "index-url", "CODEXEC_INDEX_URL", "", "package index pip and uv install from (default PyPI)")
-	f.str(&wf.extraIndex, "extra-index-url", "CODEXEC_EXTRA_INDEX_URL", "", "comma-separated extra package indexes")
-	f.str(&wf.findLinks, "find-links", "CODEXEC_FIND_LINKS", "", "comma-separated directories or pages of wheels and archives to install from")
-	f.boolean(&wf.sourceBuilds, "source-builds", "CODEXEC_SOURCE_BUILDS", false, "let installs build packages from source distributions (runs the package's build code at install time; by default wheels only)")
-	f.boolean(&wf.noIndex, "no-index", "CODEXEC_NO_INDEX", false, "use no package index, only --find-links (air-gapped clusters)")
-	f.str(&wf.labels, "labels", "CODEXEC_LABELS", "", "comma-separated KEY=VALUE labels advertised for placement, e.g. gpu=1")
-	f.str(&wf.existingEnvs, "existing-envs", "CODEXEC_EXISTING_ENVS", "", "comma-separated environments that exist on this worker (venv paths, conda names) that sessions may select")
-	f.limitSet(&wf.limits, "limits", "CODEXEC_LIMITS", limits.Default,
+func (wf *workerFlags) register(f *flagenv.Flags) {
+	f.String(&wf.id, "id", "CODEXEC_WORKER_ID", "", "worker id (default: hostname plus a random suffix)")
+	f.String(&wf.python, "python", "CODEXEC_PYTHON", "python3", "interpreter the default venv is built from: a path, a name on PATH, or a version such as 3.12")
+	f.String(&wf.venv, "venv", "CODEXEC_VENV", "", "use this existing venv as the default environment instead of building one")
+	f.String(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where every script that runs is kept (default DATA_DIR/scripts)")
+	f.Int(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: number of CPUs)")
+	f.String(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
+	f.String(&wf.execMode, "exec-mode", "CODEXEC_EXEC_MODE", worker.ExecZygote, "zygote: fork each job from a warm interpreter that has done its imports; spawn: a fresh interpreter per job")
+	f.String(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
+	f.Int(&wf.maxZygotes, "max-zygotes", "CODEXEC_MAX_ZYGOTES", runner.DefaultMaxZygotes, "most warm interpreters alive at once (the least recently used idle one makes room)")
+	f.Duration(&wf.zygoteIdle, "zygote-idle", "CODEXEC_ZYGOTE_IDLE", runner.DefaultZygoteIdle, "stop a warm interpreter that ran no job for this long")
+	f.Bytes(&wf.envBudget, "env-budget", "CODEXEC_ENV_BUDGET", envcache.DefaultBudgetBytes, "disk the cache of built environments may use (least recently used evicted past it)")
+	f.String(&wf.managers, "managers", "CODEXEC_MANAGERS", "venv,uv,conda", "comma-separated environment managers offered (those missing on the machine are left out)")
+	f.String(&wf.pythons, "pythons", "CODEXEC_PYTHONS", "", "comma-separated Python versions offered for environments, e.g. 3.11,3.12 (default: those found among 3.8 to 3.14)")
+	f.String(&wf.indexURL, "index-url", "CODEXEC_INDEX_URL", "", "package index pip and uv install from (default PyPI)")
+	f.String(&wf.extraIndex, "extra-index-url", "CODEXEC_EXTRA_INDEX_URL", "", "comma-separated extra package indexes")
+	f.String(&wf.findLinks, "find-links", "CODEXEC_FIND_LINKS", "", "comma-separated directories or pages of wheels and archives to install from")
+	f.Bool(&wf.sourceBuilds, "source-builds", "CODEXEC_SOURCE_BUILDS", false, "let installs build packages from source distributions (runs the package's build code at install time; by default wheels only)")
+	f.Bool(&wf.noIndex, "no-index", "CODEXEC_NO_INDEX", false, "use no package index, only --find-links (air-gapped clusters)")
+	f.String(&wf.labels, "labels", "CODEXEC_LABELS", "", "comma-separated KEY=VALUE labels advertised for placement, e.g. gpu=1")
+	f.String(&wf.existingEnvs, "existing-envs", "CODEXEC_EXISTING_ENVS", "", "comma-separated environments that exist on this worker (venv paths, conda names) that sessions may select")
+	limitSet(f, &wf.limits, "limits", "CODEXEC_LIMITS", limits.Default,
 		"limits of every job that asks for nothing else, as KEY=VALUE,... over the default (keys memory, cpu, procs, fsize, disk, nofile; KEY=none: no such limit; none: no limits)")
-	f.limitSet(&wf.maxLimits, "max-limits", "CODEXEC_MAX_LIMITS", limits.DefaultMax,
+	limitSet(f, &wf.maxLimits, "max-limits", "CODEXEC_MAX_LIMITS", limits.DefaultMax,
 		"most a call's limits parameter may ask for, in the form of --limits (KEY=none: no maximum)")
-	f.choice(&wf.sandbox, "sandbox", "CODEXEC_SANDBOX", worker.SandboxAuto, []string{worker.SandboxAuto, worker.SandboxRequire, worker.SandboxOff},
+	f.Choice(&wf.sandbox, "sandbox", "CODEXEC_SANDBOX", worker.SandboxAuto, []string{worker.SandboxAuto, worker.SandboxRequire, worker.SandboxOff},
 		"auto: bubblewrap around every job when the machine has it; require: refuse to start without it; off: no sandbox")
-	f.choice(&wf.jobNetwork, "job-network", "CODEXEC_JOB_NETWORK", worker.NetworkNone, []string{worker.NetworkNone, worker.NetworkAllow},
+	f.Choice(&wf.jobNetwork, "job-network", "CODEXEC_JOB_NETWORK", worker.NetworkNone, []string{worker.NetworkNone, worker.NetworkAllow},
 		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
-	f.str(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
-	f.str(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
+	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
+	f.String(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
 }
 
 // check refuses settings that parse but do not fit together, naming the
 // flags, before anything starts.
 func (wf *workerFlags) check() error {
 	if err := wf.limits.Check(wf.maxLimits); err != nil {
-		return usageError{fmt.Errorf("--limits is not within --max-limits: %w", err)}
+		return flagenv.UsageError{Err: fmt.Errorf("--limits is not within --max-limits: %w", err)}
 	}
 	return nil
 }

@@ -22,7 +22,7 @@ func parseWorkerFlags(t *testing.T, args ...string) (worker.Config, error) {
 	var ff frontendFlags
 	var wf workerFlags
 	wf.register(f)
-	if err := f.parse(args); err != nil {
+	if err := f.Parse(args); err != nil {
 		return worker.Config{}, err
 	}
 	if err := wf.check(); err != nil {
@@ -141,5 +141,38 @@ func TestWorkerIsolationFlagErrors(t *testing.T) {
 				}
 			}
 		}
+	}
+}
+
+// The byte flags read sizes as --limits does (one parser, internal/units):
+// "1MB" is accepted by both, and is the same number of bytes.
+func TestSizeFlagsReadLikeLimits(t *testing.T) {
+	t.Parallel()
+	f := newFlags("dev", io.Discard)
+	var ff frontendFlags
+	var wf workerFlags
+	ff.register(f, "")
+	wf.register(f)
+	if err := f.Parse([]string{"--max-code", "1MB", "--output-limit", "512kib", "--max-file", "2m", "--env-budget", "1 TiB",
+		"--limits", "memory=1MB"}); err != nil {
+		t.Fatal(err)
+	}
+	if ff.maxCode != 1e6 || ff.outputLimit != 512<<10 || ff.maxFile != 2<<20 || wf.envBudget != 1<<40 {
+		t.Errorf("sizes: max-code %d, output-limit %d, max-file %d, env-budget %d", ff.maxCode, ff.outputLimit, ff.maxFile, wf.envBudget)
+	}
+	if wf.limits.Memory != ff.maxCode {
+		t.Errorf("--limits memory=1MB is %d bytes, --max-code 1MB %d", wf.limits.Memory, ff.maxCode)
+	}
+}
+
+// A bad command line of bench exits with status 2, as the other commands'.
+func TestBenchUsageExitCode(t *testing.T) {
+	t.Parallel()
+	var stderr bytes.Buffer
+	if rc := Main(context.Background(), []string{"bench", "-n", "0"}, strings.NewReader(""), &bytes.Buffer{}, &stderr); rc != 2 {
+		t.Errorf("bench -n 0: exit code %d, want 2; stderr %s", rc, stderr.String())
+	}
+	if !strings.Contains(stderr.String(), "codexec bench: -n, -n-slow and -concurrency must be positive") {
+		t.Errorf("bench -n 0: stderr %q", stderr.String())
 	}
 }
