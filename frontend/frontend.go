@@ -24,7 +24,8 @@ type Config struct {
 	Pool string
 	// DefaultTimeout is a job's wall-clock limit when the call names none. Default 60s.
 	DefaultTimeout time.Duration
-	// MaxTimeout is the largest timeout_seconds a call may ask for. Default 10m.
+	// MaxTimeout is the largest timeout_seconds a call may ask for. Default
+	// wire.DefaultMaxTimeout (10m), as the workers'.
 	MaxTimeout time.Duration
 	// MaxCodeBytes is the largest code a call may send. Default 16 MiB.
 	MaxCodeBytes int
@@ -61,7 +62,6 @@ type Config struct {
 // Defaults.
 const (
 	DefaultTimeout      = 60 * time.Second
-	DefaultMaxTimeout   = 10 * time.Minute
 	DefaultMaxCodeBytes = 16 << 20
 	DefaultQueueWait    = 2 * time.Minute
 )
@@ -75,7 +75,7 @@ func (c Config) WithDefaults() Config {
 		c.DefaultTimeout = DefaultTimeout
 	}
 	if c.MaxTimeout <= 0 {
-		c.MaxTimeout = DefaultMaxTimeout
+		c.MaxTimeout = wire.DefaultMaxTimeout
 	}
 	if c.DefaultTimeout > c.MaxTimeout {
 		c.DefaultTimeout = c.MaxTimeout

@@ -186,6 +186,12 @@ type Result struct {
 	Data json.RawMessage `json:"data,omitempty"`
 }
 
+// DefaultMaxTimeout is the largest wall-clock limit of a job (TimeoutMS)
+// unless the operator sets --max-timeout: the most a frontend lets a call
+// ask for and the most a worker runs a job for. Both roles default to this
+// one constant, so a cluster that sets neither agrees.
+const DefaultMaxTimeout = 10 * time.Minute
+
 // Subject and resource names. Pool names are validated by ValidPool, so a
 // subject built from one never carries wildcards or separators.
 const (

@@ -39,7 +39,8 @@ type Config struct {
 	VenvPath string
 	// Concurrency is how many jobs run at once. Default: the number of CPUs.
 	Concurrency int
-	// MaxTimeout caps any job's wall-clock limit. Default 10 minutes.
+	// MaxTimeout caps any job's wall-clock limit. Default
+	// wire.DefaultMaxTimeout (10 minutes), as the frontends'.
 	MaxTimeout time.Duration
 	// OutputLimit caps stdout and stderr, each, in bytes. Default 1 MiB.
 	OutputLimit int64
@@ -120,7 +121,6 @@ type Config struct {
 
 // Defaults.
 const (
-	DefaultMaxTimeout        = 10 * time.Minute
 	DefaultOutputLimit int64 = 1 << 20
 	DefaultHeartbeat         = 5 * time.Second
 )
@@ -167,7 +167,7 @@ func (c Config) WithDefaults() Config {
 		c.Concurrency = runtime.NumCPU()
 	}
 	if c.MaxTimeout <= 0 {
-		c.MaxTimeout = DefaultMaxTimeout
+		c.MaxTimeout = wire.DefaultMaxTimeout
 	}
 	if c.OutputLimit <= 0 {
 		c.OutputLimit = DefaultOutputLimit

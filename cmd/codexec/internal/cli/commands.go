@@ -128,8 +128,8 @@ func (cf *clusterFlags) register(f *flagenv.Flags) {
 	f.String(&cf.redisURL, "redis", "CODEXEC_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
 	f.String(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
 	f.String(&cf.logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
-	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", 24*time.Hour, "how long results are kept, addressable by job id")
-	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", 30*time.Second, "how long a job's lease lasts without a heartbeat before another worker gets it")
+	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", broker.DefaultRetention, "how long results are kept, addressable by job id")
+	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", broker.DefaultAckWait, "how long a job's lease lasts without a heartbeat before another worker gets it")
 }
 
 func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer) (*broker.Broker, statestore.Store, func(), error) {
@@ -189,7 +189,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	var dataDir string
 	cf.register(f)
 	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where environments, session directories and scripts live")
-	f.Duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest wall-clock limit of any job")
+	f.Duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", wire.DefaultMaxTimeout, "largest wall-clock limit of any job")
 	f.Bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	wf.register(f)

@@ -19,6 +19,7 @@ import (
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
@@ -44,7 +45,7 @@ type frontendFlags struct {
 func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.String(&ff.http, "http", "CODEXEC_HTTP_ADDR", httpDefault, "serve MCP Streamable HTTP at http://ADDR/mcp instead of stdio")
 	f.Duration(&ff.timeout, "timeout", "CODEXEC_TIMEOUT", frontend.DefaultTimeout, "default wall-clock limit of a job")
-	f.Duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", frontend.DefaultMaxTimeout, "largest timeout_seconds a call may ask for")
+	f.Duration(&ff.maxTimeout, "max-timeout", "CODEXEC_MAX_TIMEOUT", wire.DefaultMaxTimeout, "largest timeout_seconds a call may ask for")
 	f.Duration(&ff.queueWait, "queue-wait", "CODEXEC_QUEUE_WAIT", frontend.DefaultQueueWait, "how long beyond its timeout a call waits for a worker")
 	f.Bytes(&ff.maxCode, "max-code", "CODEXEC_MAX_CODE", frontend.DefaultMaxCodeBytes, "largest code a call may send")
 	f.Bytes(&ff.outputLimit, "output-limit", "CODEXEC_OUTPUT_LIMIT", worker.DefaultOutputLimit, "cap on stdout and on stderr of a job, each")

@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
 	"github.com/codexec/codexec/worker/limits"
 )
@@ -174,5 +176,24 @@ func TestBenchUsageExitCode(t *testing.T) {
 	}
 	if !strings.Contains(stderr.String(), "codexec bench: -n, -n-slow and -concurrency must be positive") {
 		t.Errorf("bench -n 0: stderr %q", stderr.String())
+	}
+}
+
+// Frontends and workers default to the same largest job timeout, and so do
+// the flags of every command, so a cluster that sets no --max-timeout
+// agrees with itself.
+func TestRolesAgreeOnMaxTimeout(t *testing.T) {
+	t.Parallel()
+	fe := frontend.Config{}.WithDefaults().MaxTimeout
+	w := worker.Config{DataDir: t.TempDir()}.WithDefaults().MaxTimeout
+	if fe != wire.DefaultMaxTimeout || w != wire.DefaultMaxTimeout {
+		t.Errorf("default max timeout: frontend %v, worker %v, want %v", fe, w, wire.DefaultMaxTimeout)
+	}
+	for _, cmd := range []string{"dev", "frontend", "worker"} {
+		var stderr bytes.Buffer
+		Main(context.Background(), []string{cmd, "-h"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
+		if want := "($CODEXEC_MAX_TIMEOUT) (default " + wire.DefaultMaxTimeout.String() + ")"; !strings.Contains(stderr.String(), want) {
+			t.Errorf("codexec %s -h lacks %q:\n%s", cmd, want, stderr.String())
+		}
 	}
 }
