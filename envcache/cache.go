@@ -235,7 +235,7 @@ func (e *Env) Release() {
 // manager can (venv; see Venv). A spec naming an Existing environment is
 // resolved, not built: a venv path is checked, a conda name is looked up.
 func (c *Cache) Ensure(ctx context.Context, spec envspec.Spec, progress io.Writer) (*Env, error) {
-	n, err := spec.Normalize()
+	n, id, err := spec.Identity()
 	if err != nil {
 		return nil, err
 	}
@@ -248,7 +248,6 @@ func (c *Cache) Ensure(ctx context.Context, spec envspec.Spec, progress io.Write
 	if m == nil {
 		return nil, fmt.Errorf("envcache: the %s manager is not configured on this worker", n.Manager)
 	}
-	id := n.ID()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()

@@ -268,6 +268,16 @@ func (s Spec) ID() string {
 	return n.id()
 }
 
+// Identity returns s normalised and its ID in one pass (ID alone normalises
+// again): for callers on a job's path that need both.
+func (s Spec) Identity() (Spec, string, error) {
+	n, err := s.Normalize()
+	if err != nil {
+		return Spec{}, "", err
+	}
+	return n, n.id(), nil
+}
+
 // id hashes a spec that is already normalised.
 func (s Spec) id() string {
 	sum := sha256.Sum256(s.canonical())

@@ -188,3 +188,19 @@ func TestSpecRequirementsAppliesURLPolicy(t *testing.T) {
 		t.Errorf("Requirements(false): %v, want a refusal", err)
 	}
 }
+
+func TestSpecIdentityInOnePass(t *testing.T) {
+	t.Parallel()
+	s := Spec{Manager: "venv-uv", Python: "3.12", Packages: []string{"Pandas", "numpy >= 2"}}
+	n, id, err := s.Identity()
+	want, werr := s.Normalize()
+	if err != nil || werr != nil {
+		t.Fatalf("Identity: %v; Normalize: %v", err, werr)
+	}
+	if !slices.Equal(n.Packages, want.Packages) || n.Manager != want.Manager || id != s.ID() || id == "" {
+		t.Errorf("Identity = %+v, %q; want %+v, %q", n, id, want, s.ID())
+	}
+	if _, id, err := (Spec{Manager: "pip"}).Identity(); !errors.Is(err, ErrBadSpec) || id != "" {
+		t.Errorf("Identity of a bad spec = %q, %v", id, err)
+	}
+}

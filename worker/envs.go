@@ -77,8 +77,8 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger) (env *envcache.Env, built bool, err error) {
 	spec := *job.Env
 	id := ""
-	if n, nerr := spec.Normalize(); nerr == nil {
-		id = n.ID()
+	if _, sid, nerr := spec.Identity(); nerr == nil {
+		id = sid
 	}
 	var progress *lineWriter
 	if job.Progress {
