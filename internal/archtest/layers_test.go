@@ -29,6 +29,7 @@ var layers = map[string]int{
 	"codefiles/internal/safedir": 1,
 	"worker/sandbox":             1,
 	"worker/cgroup":              1,
+	"worker/seccomp":             1,
 
 	// 2: what the roles are built from.
 	"broker":        2,
