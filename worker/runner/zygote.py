@@ -567,6 +567,57 @@ def _enter_namespaces(sandbox):
         os.close(fd)
     if netns:
         _loopback_up()
+    _own_ptys()
+    _own_session_keyring()
+
+
+# Terminals a job may hold at once: its devpts instance's bound (max=).
+_PTY_MAX = 16
+
+
+def _own_ptys():
+    """Give the child a devpts instance of its own. bubblewrap's --dev made
+    one for the whole zygote: every job saw the others' terminals in
+    /dev/pts and took from one pool, so that one job could take every pty
+    the kernel lends (kernel.pty.max) from the others and the host."""
+    if not os.path.isdir('/dev/pts'):
+        return
+    _mount('devpts', '/dev/pts', 'devpts', _MS_NOSUID | _MS_NOEXEC,
+           'newinstance,ptmxmode=0666,mode=620,max=%d' % _PTY_MAX)
+    # bubblewrap's /dev/ptmx is a link to pts/ptmx, which now names the new
+    # instance; a device node (a /dev bound from the host) would open the
+    # host's: put the instance's over it.
+    if os.path.exists('/dev/ptmx') and not os.path.islink('/dev/ptmx'):
+        _mount('/dev/pts/ptmx', '/dev/ptmx', None, _MS_BIND, None)
+
+
+# keyctl(2)'s number, by machine (libc has no wrapper; libkeyutils does).
+_KEYCTL_NR = {
+    'x86_64': 250, 'aarch64': 219, 'riscv64': 219, 'loongarch64': 219,
+    'ppc64le': 280, 'ppc64': 280, 's390x': 280, 'i686': 288, 'i386': 288, 'armv7l': 311,
+}
+_KEYCTL_JOIN_SESSION_KEYRING = 1
+
+
+def _own_session_keyring():
+    """Join a new, empty session keyring (the job's processes inherit it).
+    The one inherited from the zygote is the worker's (systemd gives a
+    service one, a login session has one), possessed by every job, so a key
+    that one job added to it (add_key(..., KEY_SPEC_SESSION_KEYRING)) any
+    other could read. This one goes away with the job. Each session's user
+    keyring is its uid's, apart as the uids are (without root all jobs share
+    one uid, hence one user keyring: only a system-call filter keeps jobs
+    from it)."""
+    machine = os.uname().machine
+    nr = _KEYCTL_NR.get(machine)
+    if nr is None:
+        raise OSError('keyctl: no system call number known for %s' % machine)
+    if _libc.syscall(ctypes.c_long(nr), ctypes.c_long(_KEYCTL_JOIN_SESSION_KEYRING), None) < 0:
+        e = ctypes.get_errno()
+        # No keyrings in the kernel, or keyctl refused to the zygote (a
+        # container's filter): then jobs cannot use keyrings either.
+        if e not in (1, 38):  # EPERM, ENOSYS
+            raise OSError(e, 'keyctl(KEYCTL_JOIN_SESSION_KEYRING): %s' % os.strerror(e))
 
 
 def _loopback_up():
