@@ -95,6 +95,12 @@ type SandboxConfig struct {
 	// Hidden are the roots, among Mounts, that no job sees: each job sees
 	// only its Confinement.Binds under them.
 	Hidden []string
+	// Seccomp, when set, is the system-call filter every job runs under
+	// (worker/seccomp.Program: an array of struct sock_filter). Each job's
+	// process installs it as its last step before the job's code, after
+	// its namespaces, mounts and privilege drop, which need the calls it
+	// refuses; bubblewrap's --seccomp would filter the zygote itself.
+	Seccomp []byte
 }
 
 // zygoteCaps are the capabilities a sandboxed zygote keeps, for its

@@ -60,6 +60,7 @@ except Exception:  # an interpreter without ctypes: jobs outlive a killed zygote
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
 _PR_SET_NO_NEW_PRIVS = 38
+_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _CLONE_NEWNS = 0x00020000
 _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
@@ -507,6 +508,8 @@ def _setup_job(req, fds):
     if confine is not None:
         _drop_privileges(confine)
         os.chdir(req['dir'])  # the session's uid may enter it; root may not
+    if _seccomp is not None:
+        _install_seccomp()  # last: every step above needs calls it refuses
 
 
 # ---------------------------------------------------------------------------
@@ -705,6 +708,37 @@ def _drop_privileges(c):
         raise OSError(ctypes.get_errno(), 'no_new_privs')
     if os.getuid() != uid or os.geteuid() != uid:
         raise OSError('the privilege drop did not take')
+
+
+_seccomp = None  # (struct sock_fprog, its instructions): every job's filter
+
+
+def _prepare_seccomp(b64):
+    """Decode the jobs' system-call filter (worker/seccomp) once, in the
+    zygote, so that installing it costs each job one prctl."""
+    global _seccomp
+    import binascii
+
+    prog = binascii.a2b_base64(b64)
+    if _libc is None:
+        raise OSError('ctypes is not available: the system-call filter cannot be installed')
+    if not prog or len(prog) % 8 or len(prog) // 8 > 4096:
+        raise ValueError('malformed seccomp program of %d bytes' % len(prog))
+
+    class SockFprog(ctypes.Structure):
+        _fields_ = [('len', ctypes.c_ushort), ('filter', ctypes.c_void_p)]
+
+    buf = ctypes.create_string_buffer(prog, len(prog))
+    _seccomp = (SockFprog(len(prog) // 8, ctypes.addressof(buf)), buf)
+
+
+def _install_seccomp():
+    """Put the job's process, and all it starts, under the filter: calls it
+    refuses fail with EPERM. no_new_privs, which an unprivileged process
+    needs for this, is set (_drop_privileges); the process has one thread."""
+    if _prctl(_PR_SET_SECCOMP, _SECCOMP_MODE_FILTER, ctypes.byref(_seccomp[0]), 0, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, 'seccomp filter: %s' % os.strerror(e))
 
 
 def _enter_pid_namespace(report):
@@ -935,6 +969,8 @@ def _main():
     if sys.path and sys.path[0] == '':
         del sys.path[0]
     sandbox = cfg.get('sandbox')
+    if sandbox is not None and sandbox.get('seccomp'):
+        _prepare_seccomp(sandbox['seccomp'])
     if sandbox is not None and not sandbox.get('rootless'):
         # Each job mounts a /proc of its own PID namespace; this one is the
         # zygote's, hidden from other uids all the same.

@@ -70,7 +70,9 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	zc := zygoteConfig{Preload: nonNil(cfg.Preload)}
 	var mounts []sandbox.Mount
 	if sb := cfg.Sandbox; sb != nil {
-		zc.Sandbox = &zygoteSandboxCfg{NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden), Rootless: sb.Box.Rootless()}
+		zc.Sandbox = &zygoteSandboxCfg{
+			NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden), Rootless: sb.Box.Rootless(), Seccomp: sb.Seccomp,
+		}
 		im, err := sandbox.InterpreterMounts(cfg.Python)
 		if err != nil {
 			return nil, fmt.Errorf("runner: zygote: %w", err)

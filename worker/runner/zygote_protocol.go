@@ -74,4 +74,7 @@ type zygoteSandboxCfg struct {
 	// jobs keep its uid (they drop the namespace's capabilities), /proc
 	// cannot be remounted, and leftovers are not told apart by uid.
 	Rootless bool `json:"rootless,omitempty"`
+	// Seccomp is SandboxConfig.Seccomp, base64 in the JSON (as
+	// encoding/json writes a []byte): each job's process installs it.
+	Seccomp []byte `json:"seccomp,omitempty"`
 }
