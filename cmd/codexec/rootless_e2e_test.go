@@ -105,6 +105,9 @@ def attempt(f):
 r['secret'] = attempt(lambda: open(%q).read())
 r['loopback'] = attempt(lambda: socket.create_connection(('127.0.0.1', %d), timeout=3).recv(100))
 r['write_python'] = attempt(lambda: open(sys.executable, 'ab'))
+# The sandbox's /dev is the user's (a tmpfs it made) and every job's: a job
+# that planted a file there (or a link over /dev/null) would reach the others.
+r['write_dev'] = attempt(lambda: open('/dev/codexec-planted', 'w'))
 r['home'] = sorted(os.listdir('/')) 
 open('/tmp/rootless-was-here', 'w').write('x')
 if os.fork() == 0:
@@ -137,13 +140,14 @@ print(json.dumps(r))
 	b, _ := json.Marshal(raw)
 	_ = json.Unmarshal(b, &r)
 	r.WritePython, _ = raw["write_python"].(string)
+	writeDev, _ := raw["write_dev"].(string)
 	if r.UID != nobody {
 		t.Errorf("the job runs as uid %d, want the worker's (%d)", r.UID, nobody)
 	}
 	if r.Caps != strings.Repeat("0", 64) || r.NNP != "1" {
 		t.Errorf("capabilities %s, no_new_privs %s: want none, and no_new_privs", r.Caps, r.NNP)
 	}
-	for what, got := range map[string]string{"read a host file the user may read": r.Secret, "reach the host's loopback": r.Loopback, "write the interpreter": r.WritePython} {
+	for what, got := range map[string]string{"read a host file the user may read": r.Secret, "reach the host's loopback": r.Loopback, "write the interpreter": r.WritePython, "write /dev": writeDev} {
 		if strings.HasPrefix(got, "ok") || strings.Contains(got, secret) {
 			t.Errorf("a rootless job could %s: %s", what, got)
 		}

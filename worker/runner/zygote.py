@@ -570,7 +570,7 @@ def _enter_namespaces(sandbox):
         os.close(fd)
     if netns:
         _loopback_up()
-    _own_ptys()
+    _own_dev()
     _own_session_keyring()
 
 
@@ -578,20 +578,25 @@ def _enter_namespaces(sandbox):
 _PTY_MAX = 16
 
 
-def _own_ptys():
-    """Give the child a devpts instance of its own. bubblewrap's --dev made
-    one for the whole zygote: every job saw the others' terminals in
-    /dev/pts and took from one pool, so that one job could take every pty
-    the kernel lends (kernel.pty.max) from the others and the host."""
-    if not os.path.isdir('/dev/pts'):
-        return
-    _mount('devpts', '/dev/pts', 'devpts', _MS_NOSUID | _MS_NOEXEC,
-           'newinstance,ptmxmode=0666,mode=620,max=%d' % _PTY_MAX)
-    # bubblewrap's /dev/ptmx is a link to pts/ptmx, which now names the new
-    # instance; a device node (a /dev bound from the host) would open the
-    # host's: put the instance's over it.
-    if os.path.exists('/dev/ptmx') and not os.path.islink('/dev/ptmx'):
-        _mount('/dev/pts/ptmx', '/dev/ptmx', None, _MS_BIND, None)
+def _own_dev():
+    """Give the child a devpts instance of its own, and /dev read-only.
+    bubblewrap's --dev made one devpts instance for the whole zygote: every
+    job saw the others' terminals in /dev/pts and took from one pool, so
+    that one job could take every pty the kernel lends (kernel.pty.max)
+    from the others and the host. And without root /dev (a tmpfs that
+    bubblewrap made, shared by every child's mount namespace) belongs to
+    the jobs' uid: a job could plant a file, or a link over /dev/null, that
+    other jobs would use."""
+    if os.path.isdir('/dev/pts'):
+        _mount('devpts', '/dev/pts', 'devpts', _MS_NOSUID | _MS_NOEXEC,
+               'newinstance,ptmxmode=0666,mode=620,max=%d' % _PTY_MAX)
+        # bubblewrap's /dev/ptmx is a link to pts/ptmx, which now names the
+        # new instance; a device node (a /dev bound from the host) would
+        # open the host's: put the instance's over it.
+        if os.path.exists('/dev/ptmx') and not os.path.islink('/dev/ptmx'):
+            _mount('/dev/pts/ptmx', '/dev/ptmx', None, _MS_BIND, None)
+    # This mount only (the devices bound under it stay writable devices).
+    _mount(None, '/dev', None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NODEV, None)
 
 
 # keyctl(2)'s number, by machine (libc has no wrapper; libkeyutils does).
