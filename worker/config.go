@@ -95,11 +95,16 @@ type Config struct {
 	// Sets included (an operator's "none": no limits at all). The CLI, which
 	// always fills both, sets it.
 	ExplicitLimits bool
-	// Sandbox says whether jobs run in a bubblewrap sandbox: SandboxAuto
-	// when the machine has bubblewrap (the worker says so at start-up when
-	// it has not), SandboxRequire refuses to start without it, SandboxOff
-	// never. Default SandboxAuto.
+	// Sandbox says whether jobs run in a bubblewrap sandbox. SandboxAuto
+	// (the default) and SandboxRequire both refuse to start without a
+	// working one: a worker that silently ran jobs unconfined, as its own
+	// user (root, on most servers), would let any caller read what the
+	// worker can. SandboxOff, which an operator must ask for, runs jobs
+	// without it.
 	Sandbox string
+	// Bwrap is the bubblewrap binary: a path or a name on PATH. Default
+	// "bwrap".
+	Bwrap string
 	// JobNetwork is the network of the jobs that run code: NetworkNone, a
 	// private loopback only, or NetworkAllow, the worker's own network.
 	// Install jobs always get network. Default NetworkNone.
@@ -131,7 +136,9 @@ const (
 	ExecSpawn  = "spawn"
 )
 
-// Sandbox modes (Config.Sandbox).
+// Sandbox modes (Config.Sandbox). SandboxAuto is SandboxRequire: it was
+// once "sandbox when possible" and now fails closed; the name stays so that
+// existing configurations keep working, and keep being safe.
 const (
 	SandboxAuto    = "auto"
 	SandboxRequire = "require"

@@ -24,21 +24,23 @@ import (
 
 // setupSandbox decides how this worker confines jobs (Config.Sandbox): it
 // probes bubblewrap, and finds the cgroups that give memory and process
-// limits their reach. Without a sandbox (off, or auto on a machine that
-// cannot have one) jobs run as the worker's user, and the worker says so.
+// limits their reach. It fails closed: unless the operator asked for
+// --sandbox off, a machine without a working sandbox gets no worker (auto
+// and require alike), since jobs run unconfined would run as the worker's
+// user, root on most servers, and read what it can. With off, jobs run as
+// the worker's user, and the worker says so.
 func (w *Worker) setupSandbox(ctx context.Context) error {
 	if name := strings.ToLower(w.cfg.Sandbox); name != SandboxOff {
 		box, err := w.probeSandbox(ctx)
-		switch {
-		case err == nil:
-			w.box = box
-		case name == SandboxRequire:
-			return fmt.Errorf("worker: --sandbox require: %w", err)
-		default:
-			w.log.Warn("NO SANDBOX: jobs run as the worker's own user and see what it sees; install bubblewrap and run the worker as root, or pass --sandbox off to silence this", "reason", err)
+		if err != nil {
+			return fmt.Errorf("worker: no working sandbox, and without one no job runs (--sandbox %s): %w. "+
+				"Install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) "+
+				"where namespaces are allowed (a container needs them allowed: docker run --privileged, or a seccomp profile that permits unshare), "+
+				"or pass --sandbox off to run jobs unconfined, as this worker's own user", name, err)
 		}
+		w.box = box
 	} else {
-		w.log.Warn("sandbox off: jobs run as the worker's own user and see what it sees")
+		w.log.Warn("sandbox off: jobs run unconfined, as the worker's own user, and see what it sees")
 	}
 	if w.box != nil && w.box.Rootless() {
 		w.log.Warn("sandbox without root: every job runs as the worker's own uid (in namespaces of its own); run the worker as root to give each session a uid of its own")
@@ -81,6 +83,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 
 func (w *Worker) probeSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
 	return sandbox.Probe(ctx, sandbox.Config{
+		Bwrap:    w.cfg.Bwrap,
 		Network:  strings.ToLower(w.cfg.JobNetwork) == NetworkAllow,
 		ReadOnly: w.cfg.SandboxReadOnly, Devices: w.cfg.SandboxDevices,
 	})

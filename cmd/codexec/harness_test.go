@@ -15,6 +15,7 @@ import (
 
 	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/worker/sandbox"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -32,11 +33,29 @@ const stopGrace = 20 * time.Second
 var clientInfo = mcp.Implementation{Name: "codexec-e2e", Version: "0"}
 
 // codexecEnv is the environment every codexec child process of the tests
-// gets: this test binary acting as codexec, and nothing of the developer's
-// own codexec settings.
+// gets: this test binary acting as codexec, the sandbox mode of
+// defaultSandbox, and nothing of the developer's own codexec settings.
+// extra comes last, so a test's own CODEXEC_SANDBOX wins.
 func codexecEnv(extra ...string) []string {
-	return e2e.CleanEnv(append([]string{"CODEXEC_E2E_MAIN=1"}, extra...)...)
+	return e2e.CleanEnv(append(append([]string{"CODEXEC_E2E_MAIN=1"}, defaultSandbox()...), extra...)...)
 }
+
+// defaultSandbox is what the tests that do not test the sandbox run with.
+// Where the sandbox works, nothing: codexec's default, which is the sandbox
+// or no start at all. codexec never falls back to running jobs unconfined
+// by itself, so on a developer's machine without bubblewrap these tests ask
+// for that explicitly (CODEXEC_SANDBOX=off) rather than fail; in CI, which
+// installs bubblewrap, they do not, and codexec refusing to start fails them.
+var defaultSandbox = sync.OnceValue(func() []string {
+	if os.Getenv("CI") == "true" {
+		return nil
+	}
+	if _, err := sandbox.Probe(context.Background(), sandbox.Config{}); err != nil {
+		fmt.Fprintf(os.Stderr, "e2e: no working sandbox here (%v): codexec runs with --sandbox off in the tests that do not test the sandbox\n", err)
+		return []string{"CODEXEC_SANDBOX=off"}
+	}
+	return nil
+})
 
 // sharedVenv is one default venv for every codexec process of the test
 // binary, so each test does not pay for `python -m venv`.
@@ -98,7 +117,7 @@ func devStdio(t testing.TB, dataDir string, extraEnv ...string) (*client.Client,
 // SSL_CERT_FILE or PIP_CERT, reaches codexec.
 func devStdioMinimal(t testing.TB, dataDir string, extraEnv ...string) *client.Client {
 	t.Helper()
-	env := []string{"CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}
+	env := append([]string{"CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}, defaultSandbox()...)
 	for _, name := range []string{"HOME", "PATH", "USER", "LOGNAME", "TERM", "CI"} {
 		if v, ok := os.LookupEnv(name); ok {
 			env = append(env, name+"="+v)

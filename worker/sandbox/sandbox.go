@@ -53,7 +53,7 @@ func Probe(ctx context.Context, cfg Config) (*Sandbox, error) {
 	}
 	path, err := exec.LookPath(name)
 	if err != nil {
-		return nil, fmt.Errorf("%w: %s not found (Debian: apt-get install bubblewrap)", ErrUnavailable, name)
+		return nil, fmt.Errorf("%w: %s not found", ErrUnavailable, name)
 	}
 	if path, err = filepath.Abs(path); err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)

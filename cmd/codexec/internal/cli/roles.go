@@ -95,6 +95,7 @@ type workerFlags struct {
 	limits     limits.Set
 	maxLimits  limits.Set
 	sandbox    string
+	bwrap      string
 	jobNetwork string
 	sandboxRO  string
 	sandboxDev string
@@ -126,7 +127,8 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	limitSet(f, &wf.maxLimits, "max-limits", "CODEXEC_MAX_LIMITS", limits.DefaultMax,
 		"most a call's limits parameter may ask for, in the form of --limits (KEY=none: no maximum)")
 	f.Choice(&wf.sandbox, "sandbox", "CODEXEC_SANDBOX", worker.SandboxAuto, []string{worker.SandboxAuto, worker.SandboxRequire, worker.SandboxOff},
-		"auto: bubblewrap around every job when the machine has it; require: refuse to start without it; off: no sandbox")
+		"auto and require: bubblewrap around every job, and refuse to start where it cannot work; off: jobs run unconfined, as the worker's own user")
+	f.String(&wf.bwrap, "bwrap", "CODEXEC_BWRAP", "bwrap", "the bubblewrap binary: a path, or a name on PATH")
 	f.Choice(&wf.jobNetwork, "job-network", "CODEXEC_JOB_NETWORK", worker.NetworkNone, []string{worker.NetworkNone, worker.NetworkAllow},
 		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
@@ -195,7 +197,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		},
 		AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
 		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
-		Sandbox: wf.sandbox, JobNetwork: wf.jobNetwork,
+		Sandbox: wf.sandbox, Bwrap: wf.bwrap, JobNetwork: wf.jobNetwork,
 		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev),
 	}
 }
