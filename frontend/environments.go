@@ -185,7 +185,10 @@ func (f *Frontend) build(ctx context.Context, req mcp.CallToolRequest, scope str
 }
 
 // stringList reads an array-of-strings argument, rejecting other types and
-// naming the bad item.
+// naming the bad item. A lone string is refused too, as the schema says: it
+// was once taken as a one-item list, so that a client sending
+// "numpy pandas" or "numpy,pandas" where it meant two items got an answer
+// about one odd name instead of being told what the tool takes.
 func stringList(args map[string]any, name string, required bool) ([]string, error) {
 	v, present := args[name]
 	if !present || v == nil {
@@ -196,13 +199,10 @@ func stringList(args map[string]any, name string, required bool) ([]string, erro
 	}
 	items, ok := v.([]any)
 	if !ok {
-		if s, isStr := v.(string); isStr {
-			// One string is one item, never split: "numpy pandas" is refused
-			// by the parser, with its name.
-			items = []any{s}
-		} else {
-			return nil, rejected("argument '%s' must be a list of strings", name)
+		if _, isStr := v.(string); isStr {
+			return nil, rejected("argument '%s' must be a list of strings, one item each, such as [\"numpy\", \"pandas>=2\"], not a string: nothing was done", name)
 		}
+		return nil, rejected("argument '%s' must be a list of strings", name)
 	}
 	if len(items) > MaxPackages {
 		return nil, rejected("argument '%s' names %d items; at most %d are allowed", name, len(items), MaxPackages)

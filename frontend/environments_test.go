@@ -19,6 +19,17 @@ func TestStringListAndParsePackages(t *testing.T) {
 	if _, bad := stringList(map[string]any{}, "packages", true); bad == nil {
 		t.Fatal("a missing required list was accepted")
 	}
+	// A string where the schema asks for a list is refused, saying so, for
+	// required and optional lists alike; it was once taken as one item.
+	for _, required := range []bool{true, false} {
+		got, bad := stringList(map[string]any{"packages": "numpy"}, "packages", required)
+		if bad == nil {
+			t.Fatalf("a string accepted as a list (required %v): %q", required, got)
+		}
+		if r, ok := envFailure(bad).StructuredContent.(EnvResult); !ok || r.Status != string(wire.StatusRejected) || !strings.Contains(r.Message, "must be a list of strings") {
+			t.Errorf("a string (required %v): %+v", required, envFailure(bad).StructuredContent)
+		}
+	}
 	if bad := f.parsePackages([]string{"numpy", "scikit-learn[all]>=1.4; python_version >= '3.9'"}); bad != nil {
 		t.Fatalf("good requirements refused: %v", bad)
 	}
