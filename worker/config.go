@@ -16,6 +16,7 @@ import (
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
+	"github.com/codexec/codexec/worker/seccomp"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -115,6 +116,11 @@ type Config struct {
 	// SandboxDevices are device nodes (absolute paths under /dev) bound into
 	// every sandbox, e.g. /dev/nvidia0.
 	SandboxDevices []string
+	// SeccompAllow names system calls that the sandboxed jobs' seccomp
+	// filter refuses and that this worker's jobs may make after all, e.g.
+	// "ptrace" for a debugger: names of seccomp.Refused or
+	// seccomp.Conditional. Default none.
+	SeccompAllow []string
 	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
 	// the presence record lives three intervals.
 	HeartbeatInterval time.Duration
@@ -237,6 +243,9 @@ func (c Config) validate() error {
 		if !filepath.IsAbs(p) {
 			errs = append(errs, fmt.Errorf("sandbox read-only path %q is not absolute", p))
 		}
+	}
+	if err := seccomp.Check(c.SeccompAllow); err != nil {
+		errs = append(errs, err)
 	}
 	for _, p := range c.SandboxDevices {
 		if !filepath.IsAbs(p) || !strings.HasPrefix(filepath.Clean(p), "/dev/") {

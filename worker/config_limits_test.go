@@ -58,6 +58,8 @@ func TestConfigLimitsAndSandbox(t *testing.T) {
 	bad(func(c *Config) { c.Limits.Memory = 9 << 30 }, "limits: default memory=9GiB is above the maximum memory=8GiB")
 	bad(func(c *Config) { c.Limits.Disk = 0 }, "default disk=none")
 	bad(func(c *Config) { c.SandboxReadOnly = []string{"data"} }, `read-only path "data" is not absolute`)
+	ok(func(c *Config) { c.SeccompAllow = []string{"ptrace", "socket"} })
+	bad(func(c *Config) { c.SeccompAllow = []string{"ptrace", "getpid"} }, `"getpid" is not a system call the filter refuses`)
 	bad(func(c *Config) { c.SandboxDevices = []string{"/etc/shadow"} }, `device "/etc/shadow"`)
 	bad(func(c *Config) { c.SandboxDevices = []string{"/dev/../etc"} }, `device "/dev/../etc"`)
 	bad(func(c *Config) { c.SandboxDevices = []string{"nvidia0"} }, `device "nvidia0"`)

@@ -20,6 +20,7 @@ import (
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
 	"github.com/codexec/codexec/worker/sandbox"
+	"github.com/codexec/codexec/worker/seccomp"
 )
 
 // setupSandbox decides how this worker confines jobs (Config.Sandbox): it
@@ -75,8 +76,18 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 				mounts = append(mounts, sandbox.Mount{Path: d, Write: true})
 			}
 		}
-		w.sandboxCfg = &runner.SandboxConfig{Box: w.box, Mounts: mounts, Hidden: []string{w.sessionsRoot(), w.cfg.ScriptsDir}}
-		w.log.Info("sandbox ready", "bwrap", w.box.Version(), "network", w.box.Network(), "cgroups", w.cgroups != nil)
+		// The jobs' system-call filter: installed by each job's process
+		// (zygote.py), not by bubblewrap, whose --seccomp would filter
+		// the zygote that still makes each job's namespaces and mounts.
+		filter, err := seccomp.Program(w.cfg.SeccompAllow)
+		if err != nil {
+			w.log.Warn("no system-call filter for jobs on this machine; the rest of the sandbox holds", "reason", err)
+		}
+		w.sandboxCfg = &runner.SandboxConfig{
+			Box: w.box, Mounts: mounts, Hidden: []string{w.sessionsRoot(), w.cfg.ScriptsDir}, Seccomp: filter,
+		}
+		w.log.Info("sandbox ready", "bwrap", w.box.Version(), "network", w.box.Network(), "cgroups", w.cgroups != nil,
+			"seccomp", filter != nil, "seccomp_allow", w.cfg.SeccompAllow)
 	}
 	return nil
 }

@@ -113,13 +113,11 @@ func Program(allow []string) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("seccomp: %w", err)
 	}
+	if err := Check(allow); err != nil {
+		return nil, err
+	}
 	allowed := map[string]bool{}
 	for _, name := range allow {
-		name = strings.TrimSpace(name)
-		if !slices.Contains(Refused, name) && !slices.Contains(Conditional, name) {
-			return nil, fmt.Errorf("seccomp: %q is not a system call the filter refuses; it refuses %s, and %s for some arguments",
-				name, strings.Join(Refused, ", "), strings.Join(Conditional, ", "))
-		}
 		allowed[name] = true
 	}
 
@@ -170,6 +168,18 @@ func Program(allow []string) ([]byte, error) {
 		out = binary.NativeEndian.AppendUint32(out, r.K)
 	}
 	return out, nil
+}
+
+// Check says whether every name of allow is one Program accepts: a call of
+// Refused or Conditional, on any architecture.
+func Check(allow []string) error {
+	for _, name := range allow {
+		if !slices.Contains(Refused, name) && !slices.Contains(Conditional, name) {
+			return fmt.Errorf("seccomp: %q is not a system call the filter refuses; it refuses %s, and %s for some arguments",
+				name, strings.Join(Refused, ", "), strings.Join(Conditional, ", "))
+		}
+	}
+	return nil
 }
 
 // prologue runs before the library's program and decides what the library

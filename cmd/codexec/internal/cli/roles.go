@@ -99,6 +99,7 @@ type workerFlags struct {
 	jobNetwork string
 	sandboxRO  string
 	sandboxDev string
+	seccompOK  string
 }
 
 func (wf *workerFlags) register(f *flagenv.Flags) {
@@ -133,6 +134,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
 	f.String(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
+	f.String(&wf.seccompOK, "seccomp-allow", "CODEXEC_SECCOMP_ALLOW", "", "comma-separated system calls that the sandboxed jobs' seccomp filter refuses and jobs may make after all, e.g. ptrace (see docs/security.md)")
 }
 
 // check refuses settings that parse but do not fit together, naming the
@@ -199,6 +201,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
 		Sandbox: wf.sandbox, Bwrap: wf.bwrap, JobNetwork: wf.jobNetwork,
 		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev),
+		SeccompAllow: commaList(wf.seccompOK),
 	}
 }
 

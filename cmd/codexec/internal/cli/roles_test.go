@@ -40,19 +40,21 @@ func TestWorkerIsolationFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.Limits != limits.Default || c.MaxLimits != limits.DefaultMax || !c.ExplicitLimits ||
-		c.Sandbox != worker.SandboxAuto || c.JobNetwork != worker.NetworkNone || c.SandboxReadOnly != nil || c.SandboxDevices != nil {
+		c.Sandbox != worker.SandboxAuto || c.JobNetwork != worker.NetworkNone || c.SandboxReadOnly != nil || c.SandboxDevices != nil || c.SeccompAllow != nil {
 		t.Errorf("defaults: %+v", c)
 	}
 
 	c, err = parseWorkerFlags(t, "--limits", "memory=2GiB,disk=none", "--max-limits", "none",
-		"--sandbox", "require", "--job-network", "allow", "--sandbox-ro", "/data/sets, /opt/models", "--sandbox-dev", "/dev/nvidia0,/dev/nvidiactl")
+		"--sandbox", "require", "--job-network", "allow", "--sandbox-ro", "/data/sets, /opt/models", "--sandbox-dev", "/dev/nvidia0,/dev/nvidiactl",
+		"--seccomp-allow", "ptrace, personality")
 	if err != nil {
 		t.Fatal(err)
 	}
 	want := limits.Default
 	want.Memory, want.Disk = 2<<30, 0
 	if c.Limits != want || !c.MaxLimits.IsZero() || c.Sandbox != worker.SandboxRequire || c.JobNetwork != worker.NetworkAllow ||
-		!slices.Equal(c.SandboxReadOnly, []string{"/data/sets", "/opt/models"}) || !slices.Equal(c.SandboxDevices, []string{"/dev/nvidia0", "/dev/nvidiactl"}) {
+		!slices.Equal(c.SandboxReadOnly, []string{"/data/sets", "/opt/models"}) || !slices.Equal(c.SandboxDevices, []string{"/dev/nvidia0", "/dev/nvidiactl"}) ||
+		!slices.Equal(c.SeccompAllow, []string{"ptrace", "personality"}) {
 		t.Errorf("from flags: %+v", c)
 	}
 	// "none" for both stays none: the worker does not put its defaults back.
@@ -72,6 +74,7 @@ func TestWorkerIsolationEnv(t *testing.T) {
 	t.Setenv("CODEXEC_JOB_NETWORK", "allow")
 	t.Setenv("CODEXEC_SANDBOX_RO", "/srv")
 	t.Setenv("CODEXEC_SANDBOX_DEV", "/dev/fuse")
+	t.Setenv("CODEXEC_SECCOMP_ALLOW", "ptrace")
 	c, err := parseWorkerFlags(t)
 	if err != nil {
 		t.Fatal(err)
@@ -79,7 +82,7 @@ func TestWorkerIsolationEnv(t *testing.T) {
 	wantLimits, wantMax := limits.Default, limits.DefaultMax
 	wantLimits.CPU, wantMax.Procs = 5*time.Minute, 0
 	if c.Limits != wantLimits || c.MaxLimits != wantMax || c.Sandbox != worker.SandboxOff || c.JobNetwork != worker.NetworkAllow ||
-		!slices.Equal(c.SandboxReadOnly, []string{"/srv"}) || !slices.Equal(c.SandboxDevices, []string{"/dev/fuse"}) {
+		!slices.Equal(c.SandboxReadOnly, []string{"/srv"}) || !slices.Equal(c.SandboxDevices, []string{"/dev/fuse"}) || !slices.Equal(c.SeccompAllow, []string{"ptrace"}) {
 		t.Errorf("from the environment: %+v", c)
 	}
 	// The flag wins, and reads over the built-in defaults, not over the
