@@ -64,6 +64,7 @@ var secCases = []secCase{
 	{"planted_symlinks", caseSymlinks},
 	{"hard_links_outside", caseHardLinks},
 	{"privileges", casePrivileges},
+	{"system_calls", caseSystemCalls},
 	{"devices", caseDevices},
 	{"cgroup_escape", caseCgroupEscape},
 	{"signal_worker_and_zygote", caseSignals},
@@ -101,7 +102,7 @@ func TestSecurityDevSpawn(t *testing.T) {
 	t.Parallel()
 	runSecCases(t, startSecDev(t, "spawn"), []string{
 		"identity", "uids_per_session", "fork_bomb", "memory_bomb", "other_session_files",
-		"worker_environment_and_cmdline", "background_processes", "privileges", "signal_worker_and_zygote",
+		"worker_environment_and_cmdline", "background_processes", "privileges", "system_calls", "signal_worker_and_zygote",
 	})
 }
 
