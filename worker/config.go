@@ -16,6 +16,7 @@ import (
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
+	"github.com/codexec/codexec/worker/sandbox"
 	"github.com/codexec/codexec/worker/seccomp"
 	"github.com/oklog/ulid/v2"
 )
@@ -116,6 +117,11 @@ type Config struct {
 	// SandboxDevices are device nodes (absolute paths under /dev) bound into
 	// every sandbox, e.g. /dev/nvidia0.
 	SandboxDevices []string
+	// UIDDir is the register of the uids given to sessions (worker root
+	// and sandboxed): one per host, shared by every worker on it whatever
+	// its DataDir, so that two workers never give one uid to two sessions
+	// (see sandbox.UIDs). Default sandbox.DefaultUIDDir.
+	UIDDir string
 	// SeccompAllow names system calls that the sandboxed jobs' seccomp
 	// filter refuses and that this worker's jobs may make after all, e.g.
 	// "ptrace" for a debugger: names of seccomp.Refused or
@@ -208,6 +214,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Sandbox == "" {
 		c.Sandbox = SandboxAuto
+	}
+	if c.UIDDir == "" {
+		c.UIDDir = sandbox.DefaultUIDDir
 	}
 	if c.JobNetwork == "" {
 		c.JobNetwork = NetworkNone

@@ -47,7 +47,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 		w.log.Warn("sandbox without root: every job runs as the worker's own uid (in namespaces of its own); run the worker as root to give each session a uid of its own")
 	}
 	if w.box != nil && !w.box.Rootless() {
-		w.uids = sandbox.NewUIDs(filepath.Join(w.sessionsRoot(), ".uid-counter"))
+		w.uids = sandbox.NewUIDs(w.cfg.UIDDir)
 	}
 	if w.box != nil {
 		for _, dir := range []string{w.sessionsRoot(), w.cfg.ScriptsDir} {

@@ -120,7 +120,7 @@ func newLifecycleFixture(t *testing.T) *lifecycleFixture {
 func (fx *lifecycleFixture) worker(t *testing.T, mode, inject string, fail bool) *Worker {
 	t.Helper()
 	cfg := Config{
-		ID: "lifecycle-" + mode, DataDir: fx.dataDir, ExecMode: mode, Sandbox: testSandbox(t),
+		ID: "lifecycle-" + mode, DataDir: fx.dataDir, ExecMode: mode, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
 		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
 	}
 	b, st := fx.broker, statestore.Store(fx.store)

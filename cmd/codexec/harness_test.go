@@ -34,11 +34,23 @@ var clientInfo = mcp.Implementation{Name: "codexec-e2e", Version: "0"}
 
 // codexecEnv is the environment every codexec child process of the tests
 // gets: this test binary acting as codexec, the sandbox mode of
-// defaultSandbox, and nothing of the developer's own codexec settings.
-// extra comes last, so a test's own CODEXEC_SANDBOX wins.
+// defaultSandbox, the register of session uids of the test binary, and
+// nothing of the developer's own codexec settings. extra comes last, so a
+// test's own CODEXEC_SANDBOX wins.
 func codexecEnv(extra ...string) []string {
-	return e2e.CleanEnv(append(append([]string{"CODEXEC_E2E_MAIN=1"}, defaultSandbox()...), extra...)...)
+	return e2e.CleanEnv(append(append([]string{"CODEXEC_E2E_MAIN=1", "CODEXEC_UID_DIR=" + uidDir()}, defaultSandbox()...), extra...)...)
 }
+
+// uidDir is the register of session uids (--uid-dir) of every codexec
+// process the test binary starts: what /var/lib/codexec/uids is to the
+// workers of a host, kept out of the host's own.
+var uidDir = sync.OnceValue(func() string {
+	dir, err := os.MkdirTemp("", "codexec-e2e-uids-")
+	if err != nil {
+		panic(err)
+	}
+	return filepath.Join(dir, "uids")
+})
 
 // defaultSandbox is what the tests that do not test the sandbox run with.
 // Where the sandbox works, nothing: codexec's default, which is the sandbox
@@ -117,7 +129,7 @@ func devStdio(t testing.TB, dataDir string, extraEnv ...string) (*client.Client,
 // SSL_CERT_FILE or PIP_CERT, reaches codexec.
 func devStdioMinimal(t testing.TB, dataDir string, extraEnv ...string) *client.Client {
 	t.Helper()
-	env := append([]string{"CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t)}, defaultSandbox()...)
+	env := append([]string{"CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR=" + dataDir, "CODEXEC_VENV=" + venvFor(t), "CODEXEC_UID_DIR=" + uidDir()}, defaultSandbox()...)
 	for _, name := range []string{"HOME", "PATH", "USER", "LOGNAME", "TERM", "CI"} {
 		if v, ok := os.LookupEnv(name); ok {
 			env = append(env, name+"="+v)

@@ -92,7 +92,7 @@ func TestUIDsOnePerSessionForGood(t *testing.T) {
 		t.Skip("giving directories away needs root")
 	}
 	root := t.TempDir()
-	u := NewUIDs(filepath.Join(root, ".uid-counter"))
+	u := NewUIDs(filepath.Join(root, ".uids"))
 	var mu sync.Mutex
 	got := map[string]int{}
 	var wg sync.WaitGroup
@@ -127,7 +127,7 @@ func TestUIDsOnePerSessionForGood(t *testing.T) {
 	}
 	// A new allocator on the same counter (a restarted worker) keeps the
 	// uids of existing sessions and never reuses them for new ones.
-	u2 := NewUIDs(filepath.Join(root, ".uid-counter"))
+	u2 := NewUIDs(filepath.Join(root, ".uids"))
 	if uid, err := u2.Dir(filepath.Join(root, "a"), 0o700); err != nil || uid != got["a"] {
 		t.Fatalf("after a restart session a has uid %d (%v), want %d", uid, err, got["a"])
 	}
@@ -140,6 +140,131 @@ func TestUIDsOnePerSessionForGood(t *testing.T) {
 	}
 	if _, err := u2.Dir(filepath.Join(root, "e"), 0o700); err == nil {
 		t.Fatal("a symbolic link was taken for a session directory")
+	}
+}
+
+// Two workers on one host, with data directories of their own and the
+// host's one register, never give one uid to two sessions, even to
+// sessions of the same name (every stdio session is "local"), and each
+// keeps its uid across a restart. Each worker once counted from the first
+// uid in its own data directory, so the first session of each had
+// 2000000000.
+func TestUIDsUniqueOnTheHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving directories away needs root")
+	}
+	host := filepath.Join(t.TempDir(), "uids")
+	var roots []string
+	for range 2 {
+		root := filepath.Join(t.TempDir(), "sessions")
+		if err := os.Mkdir(root, 0o711); err != nil {
+			t.Fatal(err)
+		}
+		roots = append(roots, root)
+	}
+	workers := []*UIDs{NewUIDs(host), NewUIDs(host)}
+	var mu sync.Mutex
+	got := map[string]int{}
+	var wg sync.WaitGroup
+	for i, u := range workers {
+		for _, name := range []string{"local", "a", "b", "local", "a"} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				dir := filepath.Join(roots[i], name)
+				uid, err := u.Dir(dir, 0o700)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if prev, ok := got[dir]; ok && prev != uid {
+					t.Errorf("%s got uids %d and %d", dir, prev, uid)
+				}
+				got[dir] = uid
+			}()
+		}
+	}
+	wg.Wait()
+	byUID := map[int]string{}
+	for dir, uid := range got {
+		if other, ok := byUID[uid]; ok || !workers[0].Owns(uid) {
+			t.Errorf("uid %d of %s: also %q's, or not ours", uid, dir, other)
+		}
+		byUID[uid] = dir
+	}
+	// Restarted workers (new allocators on the same register) keep every
+	// session's uid.
+	for i := range workers {
+		u := NewUIDs(host)
+		for _, name := range []string{"local", "a", "b"} {
+			dir := filepath.Join(roots[i], name)
+			if uid, err := u.Dir(dir, 0o700); err != nil || uid != got[dir] {
+				t.Errorf("after a restart %s has uid %d (%v), want %d", dir, uid, err, got[dir])
+			}
+		}
+	}
+}
+
+// Sessions that two workers of one host gave the same uid before there was
+// a register (each counted in its own data directory) are parted: the first
+// directory seen keeps the uid, the other gets a new one, and so does
+// everything in it that had the old one (links changed, not followed).
+func TestUIDsPartSessionsThatShareAUID(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("giving directories away needs root")
+	}
+	host := filepath.Join(t.TempDir(), "uids")
+	shared := DefaultUIDBase
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("not the session's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for range 2 {
+		dir := filepath.Join(t.TempDir(), "local")
+		for _, d := range []string{dir, filepath.Join(dir, "sub")} {
+			if err := os.Mkdir(d, 0o700); err != nil {
+				t.Fatal(err)
+			}
+		}
+		file := filepath.Join(dir, "sub", "data")
+		if err := os.WriteFile(file, []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink(victim, filepath.Join(dir, "link")); err != nil {
+			t.Fatal(err)
+		}
+		for _, p := range []string{dir, filepath.Join(dir, "sub"), file, filepath.Join(dir, "link")} {
+			if err := os.Lchown(p, shared, shared); err != nil {
+				t.Fatal(err)
+			}
+		}
+		dirs = append(dirs, dir)
+	}
+	first, err := NewUIDs(host).Dir(dirs[0], 0o700)
+	if err != nil || first != shared {
+		t.Fatalf("the first directory has uid %d (%v), want to keep %d", first, err, shared)
+	}
+	second, err := NewUIDs(host).Dir(dirs[1], 0o700)
+	if err != nil || second == shared || second < DefaultUIDBase {
+		t.Fatalf("the second directory has uid %d (%v), want a new one", second, err)
+	}
+	for _, p := range []string{dirs[1], filepath.Join(dirs[1], "sub"), filepath.Join(dirs[1], "sub", "data"), filepath.Join(dirs[1], "link")} {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(p, &st); err != nil || int(st.Uid) != second || int(st.Gid) != second {
+			t.Errorf("%s: owner %d:%d (%v), want %d", p, st.Uid, st.Gid, err, second)
+		}
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(victim, &st); err != nil || st.Uid != 0 {
+		t.Errorf("the file a link pointed to changed owner: %d (%v)", st.Uid, err)
+	}
+	// A new session never gets either.
+	third, err := NewUIDs(host).Dir(filepath.Join(t.TempDir(), "new"), 0o700)
+	if err != nil || third == first || third == second {
+		t.Fatalf("a new session got uid %d (%v); taken: %d, %d", third, err, first, second)
 	}
 }
 

@@ -249,8 +249,13 @@ func (b *bench) devEnv(dataDir, mode string) []string {
 	if sandboxed {
 		sb = "require"
 	}
-	return append(env, "CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_SANDBOX="+sb)
+	return append(env, "CODEXEC_DATA_DIR="+dataDir, "CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_SANDBOX="+sb, b.uidDirEnv())
 }
+
+// uidDirEnv puts the register of session uids of the servers the bench
+// starts (--uid-dir) in its temporary directory: a bench leaves nothing in
+// the host's own register.
+func (b *bench) uidDirEnv() string { return "CODEXEC_UID_DIR=" + filepath.Join(b.tmp, "uids") }
 
 // startDev starts `codexec dev` over stdio through mcp-go's client.
 func (b *bench) startDev(ctx context.Context, name, mode string) (*client.Client, *e2e.Proc, error) {
@@ -461,7 +466,7 @@ func (b *bench) clusterScenarios(ctx context.Context) error {
 			mode, sb = base+"+sandbox", "require"
 		}
 		env := append(slices.Clone(common), "CODEXEC_DATA_DIR="+filepath.Join(b.tmp, "worker-"+base),
-			"CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_WORKER_ID=bench-"+base, "CODEXEC_SANDBOX="+sb)
+			"CODEXEC_VENV="+b.venv, "CODEXEC_EXEC_MODE="+base, "CODEXEC_WORKER_ID=bench-"+base, "CODEXEC_SANDBOX="+sb, b.uidDirEnv())
 		w, err := b.startWorker(ctx, "worker-"+mode, env)
 		if err != nil {
 			return err

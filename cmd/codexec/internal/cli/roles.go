@@ -23,6 +23,7 @@ import (
 	"github.com/codexec/codexec/worker"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
+	"github.com/codexec/codexec/worker/sandbox"
 )
 
 // frontendFlags are the settings of the MCP frontend, shared by dev and frontend.
@@ -100,6 +101,7 @@ type workerFlags struct {
 	sandboxRO  string
 	sandboxDev string
 	seccompOK  string
+	uidDir     string
 }
 
 func (wf *workerFlags) register(f *flagenv.Flags) {
@@ -135,6 +137,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
 	f.String(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
 	f.String(&wf.seccompOK, "seccomp-allow", "CODEXEC_SECCOMP_ALLOW", "", "comma-separated system calls that the sandboxed jobs' seccomp filter refuses and jobs may make after all, e.g. ptrace (see docs/security.md)")
+	f.String(&wf.uidDir, "uid-dir", "CODEXEC_UID_DIR", sandbox.DefaultUIDDir, "where the workers of this host (run as root, sandboxed) record the uids given to sessions, so that no two sessions on the host share one; one directory for every worker of the host")
 }
 
 // check refuses settings that parse but do not fit together, naming the
@@ -200,7 +203,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
 		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
 		Sandbox: wf.sandbox, Bwrap: wf.bwrap, JobNetwork: wf.jobNetwork,
-		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev),
+		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev), UIDDir: wf.uidDir,
 		SeccompAllow: commaList(wf.seccompOK),
 	}
 }
