@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -12,6 +13,7 @@ import (
 func supported() error { return nil }
 
 func sysProcAttr() *syscall.SysProcAttr {
+	inheritNothing()
 	return &syscall.SysProcAttr{
 		// The child leads a new process group whose id is its pid, so one
 		// kill(-pid) reaches everything it starts (unless that calls setsid).
@@ -61,3 +63,27 @@ func setRlimits(pid int, limits []Rlimit) error {
 // NoCoreFiles is the limit that keeps a crashing job from writing a core
 // file: RLIMIT_CORE 0.
 func NoCoreFiles() []Rlimit { return []Rlimit{{Resource: unix.RLIMIT_CORE}} }
+
+// inheritNothing marks every descriptor above 2 that this process holds
+// close-on-exec, before each child it starts: a job, an interpreter or a
+// sandbox. Go opens its own descriptors close-on-exec, but not those the
+// worker inherited from what started it (a supervisor's pipe, a service
+// manager's socket, a shell's descriptors) nor one made by a dup or by C
+// code, and os/exec passes those on to every process it starts: an
+// unsandboxed job would hold them, a sandbox would carry them inside. It
+// costs tens of microseconds, beside an interpreter's start.
+func inheritNothing() {
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		fd, err := strconv.Atoi(e.Name())
+		if err != nil || fd <= 2 {
+			continue
+		}
+		if flags, err := unix.FcntlInt(uintptr(fd), unix.F_GETFD, 0); err == nil && flags&unix.FD_CLOEXEC == 0 {
+			_, _ = unix.FcntlInt(uintptr(fd), unix.F_SETFD, flags|unix.FD_CLOEXEC)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -25,7 +26,7 @@ type sandboxLayout struct {
 
 const testUIDA, testUIDB = 2000000101, 2000000102
 
-func newSandboxLayout(t *testing.T) *sandboxLayout {
+func newSandboxLayout(t testing.TB) *sandboxLayout {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		if os.Getenv("CI") == "true" {
@@ -77,7 +78,7 @@ func newSandboxLayout(t *testing.T) *sandboxLayout {
 
 // spec writes src as a script of session name and returns the Spec that
 // runs it confined to that session.
-func (l *sandboxLayout) spec(t *testing.T, session string, uid int, src string) Spec {
+func (l *sandboxLayout) spec(t testing.TB, session string, uid int, src string) Spec {
 	t.Helper()
 	script := filepath.Join(l.scripts, session, "job.py")
 	if err := os.WriteFile(script, []byte(src), 0o644); err != nil {
@@ -325,6 +326,33 @@ func TestSandboxedZygoteOutcomes(t *testing.T) {
 			s := l.spec(t, "a", testUIDA, tt.src)
 			out := zrun(t, z, s)
 			checkOutcome(t, out, tt.exitCode, tt.signal, tt.stdout, tt.stderrHas)
+		})
+	}
+}
+
+// What a sandboxed job costs end to end, in a zygote with the default
+// preloads: print(1), and a job that still holds 256 MiB when it exits (so
+// that its address space's teardown is large).
+func BenchmarkSandboxedZygote(b *testing.B) {
+	l := newSandboxLayout(b)
+	z := startZygote(b, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: DefaultPreload, Sandbox: l.cfg})
+	for _, bb := range []struct{ name, src string }{
+		{"print1", "print(1)\n"},
+		{"holds256MiB", "import sys\nsys.modules['held'] = bytearray(256 << 20)\nprint(1)\n"},
+	} {
+		b.Run(bb.name, func(b *testing.B) {
+			s := l.spec(b, "a", testUIDA, bb.src)
+			var took []time.Duration
+			for b.Loop() {
+				t0 := time.Now()
+				out, err := z.Run(context.Background(), s)
+				took = append(took, time.Since(t0))
+				if err != nil || out.ExitCode != 0 || string(out.Stdout) != "1\n" {
+					b.Fatalf("Run: %+v, %v", out, err)
+				}
+			}
+			slices.Sort(took)
+			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
 		})
 	}
 }

@@ -324,7 +324,10 @@ class _Zygote:
             job.sock = None
 
     def report(self, fd):
-        """The job's process reported its exit status, or closed its socket."""
+        """In a sandbox, the job's namespace init (A in _enter_pid_namespace)
+        reported the job's process's wait status; or every holder of the
+        job's socket closed it (unsandboxed, the job's process does before
+        the job runs: its wait status comes from reap)."""
         job = self.jobs.get(self.by_fd.get(fd))
         if job is None or job.sock is None:
             return  # an event of a socket closed since the poll
@@ -337,11 +340,11 @@ class _Zygote:
             data = b''
         if data:
             try:
-                code = int(data)
+                status = int(data)
             except ValueError:
-                code = None  # not ours: the job wrote it; its wait status will tell
-            if code is not None and not job.done:
-                self.finish(pid, job, (code & 0xFF) << 8)
+                status = None  # never sent: S's wait status will tell
+            if status is not None and 0 <= status <= 0xFFFF and not job.done:
+                self.finish(pid, job, status)
         self.close_report(job)
 
     def reap(self):
@@ -384,17 +387,21 @@ class _Zygote:
 
 def _spare_main(z, sock):
     code = 126
-    report = None
+    received = False
     try:
-        report = _prepare_child(z, sock)
-        msg, fds = _receive_job(report)
+        job_sock = _prepare_child(z, sock)
+        msg, fds = _receive_job(job_sock)
+        received = True
+        # The job never holds the socket: in a sandbox, this process's
+        # namespace init reports on it how the process ended, and the job
+        # could write a status of its own choosing there.
+        job_sock.close()
         req = json.loads(msg)
         _setup_job(req, fds)
         code, interrupted = _run_main(req['script'])
         if interrupted:
             # Like CPython: an uncaught KeyboardInterrupt ends the process by
             # SIGINT, so its parent sees the signal.
-            report = None
             signal.signal(signal.SIGINT, signal.SIG_DFL)
             os.kill(os.getpid(), signal.SIGINT)
     except _NoJob:
@@ -405,7 +412,7 @@ def _spare_main(z, sock):
         except BaseException:
             pass
     finally:
-        if report is not None:
+        if received:
             # Output is flushed; closing it now lets the worker see the end
             # of it without waiting for this process's teardown.
             for fd in (0, 1, 2):
@@ -413,10 +420,6 @@ def _spare_main(z, sock):
                     os.close(fd)
                 except OSError:
                     pass
-            try:
-                report.send(b'%d' % code)
-            except OSError:
-                pass
         os._exit(code)
 
 
@@ -426,8 +429,9 @@ class _NoJob(Exception):
 
 def _prepare_child(z, sock):
     """The steps that make a forked zygote a job's process and do not
-    depend on the job; a spare does them while it waits. Returns the report
-    socket."""
+    depend on the job; a spare does them while it waits. Returns the socket
+    the job comes on (in a sandbox, the namespace's init keeps it to report
+    the job's end; the job's process closes it before any job code runs)."""
     # A session and process group of its own: the worker kills the whole
     # group on timeout, and signals aimed at it never reach the zygote.
     os.setsid()
@@ -441,7 +445,7 @@ def _prepare_child(z, sock):
     signal.signal(signal.SIGCHLD, z.sigchld)
     signal.pthread_sigmask(signal.SIG_SETMASK, ())
     # Nothing of the zygote's stays open, above all not its control socket.
-    # The report socket moves out of the way of the descriptors a job opens.
+    # The job's socket moves out of the way of the descriptors opened below.
     z.ctl.detach()
     if z.spare is not None:
         z.spare[1].detach()
@@ -490,6 +494,10 @@ def _setup_job(req, fds):
         os.chdir(req['dir'])
     else:
         _confine(confine)
+        _close_hidden()
+    # The job holds 0, 1 and 2 and nothing else: no descriptor of its
+    # set-up (the hidden roots, the socket its job came on) nor any other.
+    _close_fds(keep=-1)
     env = {}
     for kv in req.get('env') or ():
         name, sep, value = kv.partition('=')
@@ -758,16 +766,19 @@ def _enter_pid_namespace(report):
     ends a job, and everything it started, by killing S. B gets its own
     /proc, which shows only the namespace's processes.
 
-    The job's exit status reaches the zygote as before: on the report
-    socket, or, when the job dies without reporting, as S's own wait
-    status, which S copies from B's (A passes it on a pipe). Returns in B
-    only."""
+    The job's exit status reaches the zygote from A, which runs no job
+    code: B's wait status, on the socket the job came on, as soon as A has
+    reaped B (before S, A and the namespace are torn down), and as S's own
+    wait status, which S copies from B's (A passes it on a pipe). B closes
+    its copy of the socket before the job runs, so a job cannot report an
+    outcome of its own choosing. Returns in B only."""
     r, w = os.pipe()
     _libc_call('unshare', _CLONE_NEWPID)
     a = os.fork()
     if a != 0:  # S
         try:
             report.close()
+            _close_hidden()
             os.close(w)
             data = b''
             while True:
@@ -785,10 +796,14 @@ def _enter_pid_namespace(report):
             _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         b = os.fork()
         if b != 0:
-            report.close()
+            _guard_init()
             while True:
                 pid, st = os.wait()
                 if pid == b:
+                    try:
+                        report.send(b'%d' % st)
+                    except OSError:
+                        pass  # the zygote gave up on the job: S's status tells
                     os.write(w, b'%d' % st)
                     os._exit(0)
     except BaseException:
@@ -802,6 +817,27 @@ def _enter_pid_namespace(report):
     os.setsid()  # as before: the job leads a session of its own
     # hidepid: A runs as root (but without root, as the job's uid).
     _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+
+
+def _guard_init():
+    """Keep the job away from A, its namespace's init, which holds the
+    socket that reports the job's end. As init, A gets from the job only
+    the signals it handles: it handles none. Not dumpable, it cannot be
+    ptraced, nor its descriptors taken (pidfd_getfd), by a job of its own
+    uid (without root). And it holds no descriptor it does not need."""
+    _close_hidden()
+    for sig in signal.valid_signals():
+        if sig != signal.SIGCHLD and callable(signal.getsignal(sig)):
+            signal.signal(sig, signal.SIG_IGN)
+    if _prctl is not None:
+        _prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def _close_hidden():
+    """Close the O_PATH descriptors on the hidden roots (_enter_namespaces):
+    with one, a process could reach every session's directories."""
+    while _hidden:
+        os.close(_hidden.pop()[1])
 
 
 def _exit_like(st):
@@ -819,10 +855,11 @@ def _exit_like(st):
 
 
 def _close_fds(keep):
+    """Close every descriptor above 2 but keep (-1: none)."""
     try:
         fds = [int(name) for name in os.listdir('/proc/self/fd')]
     except OSError:
-        os.closerange(3, keep)
+        os.closerange(3, keep if keep >= 0 else 1 << 16)
         return
     for fd in fds:
         if fd > 2 and fd != keep:

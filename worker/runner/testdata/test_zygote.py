@@ -520,6 +520,27 @@ class ZygoteTest(unittest.TestCase):
         _, status, _, _ = z.finish(z.run('import os, signal\nos.kill(os.getpid(), signal.SIGTERM)\n'))
         self.assertTrue(os.WIFSIGNALED(status) and os.WTERMSIG(status) == signal.SIGTERM, status)
 
+    def test_a_job_holds_only_stdio_and_cannot_forge_its_status(self):
+        # Whatever a job writes on whatever it holds, its status is its
+        # process's: it holds no descriptor but 0, 1 and 2, and none to the
+        # zygote that a report of its own could go on.
+        z = Zygote(self)
+        z.ready()
+        _, status, out, _ = z.finish(z.run(
+            'import json, os, sys\n'
+            'fds = sorted(int(n) for n in os.listdir("/proc/self/fd"))\n'
+            'print(json.dumps(fds), flush=True)\n'
+            'for fd in set(range(3, 1100)) | set(fds):\n'
+            '    for msg in (b"0", b\'{"op":"exited","id":1,"status":0}\'):\n'
+            '        try:\n'
+            '            os.write(fd, msg)\n'
+            '        except OSError:\n'
+            '            break\n'
+            'sys.exit(1)\n'))
+        self.assertEqual(status, 1 << 8)
+        fds = json.loads(out.splitlines()[0])
+        self.assertEqual([fd for fd in fds if fd > 2][:-1], [])  # the listing's own, last
+
     def test_rlimits(self):
         z = Zygote(self)
         z.ready()
