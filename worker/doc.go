@@ -37,8 +37,8 @@
 //
 //	envs/default-<hash>/      the default venv, built once per interpreter
 //	sessions/                 mode 0711: jobs pass through, cannot list
-//	sessions/.uid-counter     the next session uid (sandbox)
-//	sessions/<scope>/         a session's working directory (mode 0700, owned by its uid)
+//	sessions/<scope>/         a session's working directory (mode 0700, owned by its uid,
+//	                          from the host's register of uids, Config.UIDDir)
 //	scripts/<scope>/<id>_<name>.py   every script that ran (ScriptsDir; the
 //	                          directory 0500, owned by the session's uid, read-only in the sandbox)
 package worker
