@@ -65,6 +65,7 @@ var secCases = []secCase{
 	{"hard_links_outside", caseHardLinks},
 	{"privileges", casePrivileges},
 	{"system_calls", caseSystemCalls},
+	{"descriptors_and_forged_result", caseDescriptors},
 	{"devices", caseDevices},
 	{"cgroup_escape", caseCgroupEscape},
 	{"signal_worker_and_zygote", caseSignals},
@@ -102,7 +103,8 @@ func TestSecurityDevSpawn(t *testing.T) {
 	t.Parallel()
 	runSecCases(t, startSecDev(t, "spawn"), []string{
 		"identity", "uids_per_session", "fork_bomb", "memory_bomb", "other_session_files",
-		"worker_environment_and_cmdline", "background_processes", "privileges", "system_calls", "signal_worker_and_zygote",
+		"worker_environment_and_cmdline", "background_processes", "privileges", "system_calls", "descriptors_and_forged_result",
+		"signal_worker_and_zygote",
 	})
 }
 
