@@ -23,10 +23,13 @@
 # keeps one child forked ahead of time, a spare, that has done every step
 # that does not depend on the job (_prepare_child) and waits on a socket of
 # its own for one. A job goes to the spare; a new spare is forked when the
-# zygote has nothing else to do. The job's process reports its exit status
-# on that socket just before it exits, so that neither the fork nor the
-# teardown of its address space is on the job's path. A job that dies
-# without reporting (a signal, os._exit) is known by its wait status.
+# zygote has nothing else to do, so the fork is not on the job's path. The
+# job's exit status is always its process's wait status, never anything the
+# job wrote: in a sandbox, the init of the job's PID namespace, which runs no
+# job code, sends it on that socket as soon as it has reaped the job's
+# process, so that the teardown of the namespace and of the processes above
+# the job is not on the job's path (the job's own teardown is); unsandboxed,
+# the zygote reaps the job's process itself.
 
 import atexit
 import builtins
@@ -148,7 +151,7 @@ class _Job:
 
     def __init__(self, jid, sock):
         self.id = jid
-        self.sock = sock  # the job process's report socket, until it closes
+        self.sock = sock  # the socket the job went on (A reports on it), until it closes
         self.done = False  # the worker was told how it ended
 
 
@@ -163,7 +166,7 @@ class _Zygote:
         self.spare = None  # (pid, socket): a child waiting for a job
         self.spare_failed = False
         self.jobs = {}  # pid -> _Job, until reaped
-        self.by_fd = {}  # report socket fd -> pid
+        self.by_fd = {}  # job socket fd -> pid
 
     def preload(self, names):
         loaded, failed = [], {}
