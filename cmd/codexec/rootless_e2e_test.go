@@ -187,6 +187,37 @@ print(json.dumps(r))
 	if res, er := call(t, c, "execute_code", map[string]any{"code": "print('still here')"}); res.IsError || er.Stdout != "still here\n" {
 		t.Errorf("after the fork bomb: %+v", er)
 	}
+	// Without root a job shares its uid with the init of its PID namespace,
+	// which reports the job's status: the job can neither kill that init
+	// with a signal it would handle nor take its descriptors (it is not
+	// dumpable), so a job that tries both, forging success on whatever it
+	// gets, and fails is reported as failed.
+	res, er = call(t, c, "execute_code", map[string]any{"code": `import ctypes, os, signal, sys, time
+for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGPIPE):
+    try:
+        os.kill(1, sig)
+    except OSError:
+        pass
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+pidfd = libc.syscall(ctypes.c_long(434), ctypes.c_long(1), ctypes.c_long(0))  # pidfd_open
+taken = 0
+for fd in range(1100 if pidfd >= 0 else 0):
+    got = libc.syscall(ctypes.c_long(438), ctypes.c_long(pidfd), ctypes.c_long(fd), ctypes.c_long(0))  # pidfd_getfd
+    if got >= 0:
+        taken += 1
+        for msg in (b'0', b'{"op":"exited","id":1,"status":0}'):
+            try:
+                os.write(got, msg)
+            except OSError:
+                pass
+print('took', taken, 'descriptors of pid 1', flush=True)
+time.sleep(0.2)
+sys.exit(1)
+`})
+	if er.Status != "error" || er.ExitCode != 1 || !strings.Contains(er.Stdout, "took 0 ") {
+		t.Errorf("a job that went for its namespace's init, then failed: status %q exit %d: %q %q", er.Status, er.ExitCode, er.Stdout, er.Stderr)
+	}
 	if !strings.Contains(stderr.String(), "sandbox without root") {
 		t.Errorf("codexec dev as a user did not say what its sandbox lacks")
 	}
