@@ -35,6 +35,18 @@ type Config struct {
 	QueueWait time.Duration
 	// OutputLimit caps stdout and stderr, each, in bytes. 0: the worker's default.
 	OutputLimit int64
+	// MaxRequestBytes is the largest body of an HTTP request: a larger one
+	// is refused with 413 before it is read. Default: the largest legal
+	// request, six times the larger of MaxCodeBytes and
+	// CodeFiles.MaxFileBytes (the worst case of JSON escaping) plus 64 KiB
+	// of framing.
+	MaxRequestBytes int64
+	// RequestBudget bounds, in bytes, the bodies of large HTTP requests
+	// (over 1 MiB) being read and handled at once; one beyond it waits
+	// unread. The handler holds about five times a body while it decodes
+	// it. Default MaxRequestBytes: one largest request at a time, or many
+	// smaller ones. Never below MaxRequestBytes.
+	RequestBudget int64
 	// CodeFiles configures the session's code files and runs history
 	// (package codefiles). Its Keys and Logger default to the frontend's.
 	CodeFiles codefiles.Config
@@ -111,6 +123,12 @@ func (c Config) WithDefaults() Config {
 		c.CodeFiles.Logger = c.Logger
 	}
 	c.CodeFiles = c.CodeFiles.WithDefaults()
+	if c.MaxRequestBytes <= 0 {
+		c.MaxRequestBytes = maxRequestBytes(c)
+	}
+	if c.RequestBudget < c.MaxRequestBytes {
+		c.RequestBudget = c.MaxRequestBytes
+	}
 	return c
 }
 
@@ -121,6 +139,7 @@ type Frontend struct {
 	store  statestore.Store
 	files  *codefiles.CodeStore
 	log    *slog.Logger
+	bodies *bodyLimit // of the last HTTPHandler (tests watch it)
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared
@@ -177,8 +196,10 @@ func (f *Frontend) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) 
 	return err
 }
 
-// HTTPHandler returns the Streamable HTTP handler, mounted at /mcp, and the
-// underlying server so the caller can shut its sessions down.
+// HTTPHandler returns the Streamable HTTP handler, mounted at /mcp behind
+// the bound on request bodies (MaxRequestBytes, RequestBudget: see
+// bodyLimit), and the underlying server so the caller can shut its
+// sessions down.
 func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 	h := server.NewStreamableHTTPServer(f.MCPServer(false),
 		server.WithEndpointPath("/mcp"),
@@ -186,8 +207,9 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		server.WithStreamableHTTPLogger(f.log),
 		server.WithSessionIdleTTL(24*time.Hour),
 	)
+	f.bodies = newBodyLimit(h, f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.log)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", h)
+	mux.Handle("/mcp", f.bodies)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
 		defer cancel()

@@ -1,0 +1,183 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"sync"
+	"sync/atomic"
+
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// The MCP Streamable HTTP handler (mcp-go) reads a request's whole body
+// into memory and then decodes it, holding about five times the body at
+// once; two concurrent 1 GiB bodies once got a frontend killed for memory.
+// bodyLimit stands in front of it: a body larger than any legal request is
+// refused with 413 before it is read, and the bodies of large requests
+// draw on a budget of bytes, so that only so many are read and handled at
+// once; the others wait for their turn (their bodies unread, held back by
+// TCP).
+
+// requestFraming is what a request carries besides its code: the JSON-RPC
+// envelope, the tool's name, the filename and limits arguments, a session's
+// package list. Far above any legal one.
+const requestFraming = 64 << 10
+
+// jsonEscapeFactor is the most a string grows by JSON encoding: one byte
+// such as '<' or a control character becomes six (\u003c), as Go's
+// encoding/json writes it. A request of legal code is never larger than
+// this many times the code, plus framing.
+const jsonEscapeFactor = 6
+
+// largeRequest is the size above which a body draws on the budget; smaller
+// ones, every ordinary call, never wait.
+const largeRequest = 1 << 20
+
+// maxRequestBytes is the largest legal request of c: the largest content a
+// call may send (code, or a code file's first piece), as JSON at its
+// worst, plus framing.
+func maxRequestBytes(c Config) int64 {
+	content := max(int64(c.MaxCodeBytes), c.CodeFiles.MaxFileBytes)
+	if content > (math.MaxInt64-requestFraming)/jsonEscapeFactor {
+		return math.MaxInt64
+	}
+	return jsonEscapeFactor*content + requestFraming
+}
+
+// bodyLimit bounds the bodies of the POST requests that reach next.
+type bodyLimit struct {
+	next  http.Handler
+	max   int64 // the largest body accepted
+	large int64 // bodies above this size draw on the budget
+	log   *slog.Logger
+
+	mu    sync.Mutex
+	free  int64         // budget left
+	freed chan struct{} // closed, and replaced, whenever budget comes back
+
+	waiting atomic.Int64 // requests waiting for budget now (tests watch it)
+}
+
+func newBodyLimit(next http.Handler, maxBody, budget int64, log *slog.Logger) *bodyLimit {
+	return &bodyLimit{next: next, max: maxBody, large: min(largeRequest, maxBody), free: max(budget, maxBody),
+		freed: make(chan struct{}), log: log}
+}
+
+func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost || r.Body == nil || r.Body == http.NoBody {
+		// mcp-go reads no other method's body.
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	n := r.ContentLength
+	if n > l.max {
+		l.refuse(w, n)
+		return
+	}
+	if n >= 0 {
+		if n > l.large {
+			if !l.acquire(r.Context(), n) {
+				return // the client went away while waiting
+			}
+			defer l.release(n)
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, l.max)
+		l.next.ServeHTTP(w, r)
+		return
+	}
+	// A body of unknown length (chunked): read up to the size of a large
+	// request freely; past it, take a largest request's share of the
+	// budget, and read on up to the limit. The handler gets the bytes.
+	r.Body = http.MaxBytesReader(w, r.Body, l.max)
+	body, err := io.ReadAll(io.LimitReader(r.Body, l.large+1))
+	if err == nil && int64(len(body)) > l.large {
+		if !l.acquire(r.Context(), l.max) {
+			return
+		}
+		defer l.release(l.max)
+		var rest []byte
+		rest, err = io.ReadAll(r.Body)
+		body = append(body, rest...)
+	}
+	if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+		l.refuse(w, -1)
+		return
+	}
+	if err != nil {
+		writeRPCError(w, http.StatusBadRequest, mcp.PARSE_ERROR, "cannot read the request body: "+err.Error())
+		return
+	}
+	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
+	l.next.ServeHTTP(w, r)
+}
+
+// refuse answers 413 with a JSON-RPC error a client can show; n is the
+// body's declared size, -1 when it had none.
+func (l *bodyLimit) refuse(w http.ResponseWriter, n int64) {
+	size := "larger than"
+	if n >= 0 {
+		size = fmt.Sprintf("%d bytes; the limit is", n)
+	}
+	msg := fmt.Sprintf("request body is %s %d bytes (the largest code or code file a call may send, encoded as JSON, plus framing)", size, l.max)
+	l.log.Warn("HTTP request refused: body too large", "content_length", n, "limit", l.max)
+	// Close the connection after the answer, rather than read what is left
+	// of the body first, as the server would for a small or chunked one.
+	w.Header().Set("Connection", "close")
+	writeRPCError(w, http.StatusRequestEntityTooLarge, mcp.INVALID_REQUEST, msg)
+}
+
+// acquire takes n bytes of the budget, waiting while it lacks them; false
+// when ctx ended first. n is never above the whole budget.
+func (l *bodyLimit) acquire(ctx context.Context, n int64) bool {
+	counted := false
+	defer func() {
+		if counted {
+			l.waiting.Add(-1)
+		}
+	}()
+	for {
+		l.mu.Lock()
+		if l.free >= n {
+			l.free -= n
+			l.mu.Unlock()
+			return true
+		}
+		freed := l.freed
+		l.mu.Unlock()
+		if !counted {
+			counted = true
+			l.waiting.Add(1)
+		}
+		select {
+		case <-freed:
+		case <-ctx.Done():
+			return false
+		}
+	}
+}
+
+func (l *bodyLimit) release(n int64) {
+	l.mu.Lock()
+	l.free += n
+	close(l.freed)
+	l.freed = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// writeRPCError writes a JSON-RPC error response without an id, as an
+// answer to a request that was not read.
+func writeRPCError(w http.ResponseWriter, status, code int, msg string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(map[string]any{
+		"jsonrpc": mcp.JSONRPC_VERSION, "id": nil,
+		"error": map[string]any{"code": code, "message": msg},
+	})
+}

@@ -1,0 +1,223 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/codefiles"
+	"github.com/codexec/codexec/statestore"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// These tests run the frontend's real HTTP handler on a real HTTP server
+// (no broker: the code-file tools need none) and talk to it over TCP, raw
+// where the test must control how much of a body is sent.
+
+type httpFixture struct {
+	f       *Frontend
+	url     string // of /mcp
+	addr    string
+	maxBody int64
+	largest atomic.Int64 // the largest Content-Length the server was sent
+}
+
+func startHTTP(t *testing.T) *httpFixture {
+	t.Helper()
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	// Code files of up to 1 MiB: the largest legal request is 6 MiB plus
+	// framing, above the 1 MiB of a large request.
+	f, err := New(Config{MaxCodeBytes: 512 << 10, CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &httpFixture{f: f, maxBody: f.cfg.MaxRequestBytes}
+	if want := int64(6<<20 + requestFraming); fx.maxBody != want {
+		t.Fatalf("MaxRequestBytes %d, want %d", fx.maxBody, want)
+	}
+	h, mcpHTTP := f.HTTPHandler()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		for {
+			old := fx.largest.Load()
+			if r.ContentLength <= old || fx.largest.CompareAndSwap(old, r.ContentLength) {
+				break
+			}
+		}
+		h.ServeHTTP(w, r)
+	}))
+	t.Cleanup(func() {
+		_ = mcpHTTP.Shutdown(context.Background())
+		srv.CloseClientConnections()
+		srv.Close()
+	})
+	fx.url, fx.addr = srv.URL+"/mcp", strings.TrimPrefix(srv.URL, "http://")
+	return fx
+}
+
+// rawPost opens a connection and sends a POST to /mcp with these extra
+// headers and the first part of its body; the test writes the rest, or not.
+func (fx *httpFixture) rawPost(t *testing.T, headers string, body []byte) net.Conn {
+	t.Helper()
+	conn, err := net.Dial("tcp", fx.addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	// A guard against a hang, should the server wait for the rest of the
+	// body: it fails the test, it measures nothing.
+	_ = conn.SetDeadline(time.Now().Add(time.Minute))
+	head := "POST /mcp HTTP/1.1\r\nHost: " + fx.addr + "\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n" + headers + "\r\n"
+	if _, err := io.WriteString(conn, head); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Write(body); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+func readResponse(t *testing.T, conn net.Conn) (int, string) {
+	t.Helper()
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no response: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// checkTooLarge checks a 413 whose body is a JSON-RPC error that names the limit.
+func checkTooLarge(t *testing.T, status int, body string, limit int64) {
+	t.Helper()
+	var msg struct {
+		JSONRPC string `json:"jsonrpc"`
+		Error   struct {
+			Code    int    `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+	}
+	if status != http.StatusRequestEntityTooLarge {
+		t.Fatalf("status %d, want 413: %s", status, body)
+	}
+	if err := json.Unmarshal([]byte(body), &msg); err != nil || msg.JSONRPC != "2.0" || msg.Error.Code != mcp.INVALID_REQUEST ||
+		!strings.Contains(msg.Error.Message, fmt.Sprint(limit)) {
+		t.Fatalf("413 body is not a JSON-RPC error naming the limit %d: %s", limit, body)
+	}
+}
+
+// A body larger than the largest legal request is refused with 413 before
+// it is read: the server answers after 64 KiB of a declared size one byte
+// over the limit, the rest never sent. The handler once read whole bodies
+// into memory, whatever their size, holding about five times each.
+func TestHTTPOversizeBodyRefusedUnread(t *testing.T) {
+	fx := startHTTP(t)
+	conn := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", fx.maxBody+1), make([]byte, 64<<10))
+	status, body := readResponse(t, conn)
+	checkTooLarge(t, status, body, fx.maxBody)
+}
+
+// A chunked body, which declares no size, is read up to the limit and no
+// further: one byte past it the server answers 413, although the body has
+// not ended.
+func TestHTTPOversizeChunkedBodyRefused(t *testing.T) {
+	fx := startHTTP(t)
+	conn := fx.rawPost(t, "Transfer-Encoding: chunked\r\n", nil)
+	w := bufio.NewWriter(conn)
+	chunk := strings.Repeat("x", 1<<20)
+	for sent := int64(0); sent <= fx.maxBody; {
+		n := min(int64(len(chunk)), fx.maxBody+1-sent)
+		fmt.Fprintf(w, "%x\r\n%s\r\n", n, chunk[:n])
+		sent += n
+	}
+	if err := w.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	// No terminating chunk: the body never ends.
+	status, body := readResponse(t, conn)
+	checkTooLarge(t, status, body, fx.maxBody)
+}
+
+// A legal request near the limit still works, through an MCP client: a
+// code file of 1 MiB (the file limit) made of '<', which JSON encoding
+// (Go's escapes it as \u003c) makes a body of about 6 MiB. A small chunked
+// request works too.
+func TestHTTPLargestLegalRequestWorks(t *testing.T) {
+	fx := startHTTP(t)
+	c, err := client.NewStreamableHttpClient(fx.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	ctx := t.Context()
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	init := mcp.InitializeRequest{}
+	init.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
+	init.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
+	if _, err := c.Initialize(ctx, init); err != nil {
+		t.Fatal(err)
+	}
+	content := "#" + strings.Repeat("<", 1<<20-2) + "\n"
+	res, fr := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": content, "filename": "big.py"})
+	if res.IsError || fr.Size != int64(len(content)) {
+		t.Fatalf("initialize_code_file of 1 MiB: isError=%v %+v %s", res.IsError, fr, textOf(res))
+	}
+	if got := fx.largest.Load(); got < 5<<20 || got > fx.maxBody {
+		t.Fatalf("the largest request was %d bytes; the test meant one of about 6 MiB, within %d", got, fx.maxBody)
+	}
+
+	// A chunked request, without Content-Length, below the limit.
+	conn := fx.rawPost(t, "Transfer-Encoding: chunked\r\n", nil)
+	ping := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-03-26","capabilities":{},"clientInfo":{"name":"raw","version":"0"}}}`
+	fmt.Fprintf(conn, "%x\r\n%s\r\n0\r\n\r\n", len(ping), ping)
+	if status, body := readResponse(t, conn); status != http.StatusOK || !strings.Contains(body, `"serverInfo"`) {
+		t.Fatalf("a small chunked request: status %d: %s", status, body)
+	}
+}
+
+// Large requests draw on a budget of body bytes (by default one largest
+// request's): while one holds it, reading its body, another large one
+// waits, unread, and goes on once the first is done.
+func TestHTTPConcurrentLargeRequestsBounded(t *testing.T) {
+	fx := startHTTP(t)
+	// A: the largest legal size, its body stalled after 1 MiB.
+	a := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", fx.maxBody), make([]byte, 1<<20))
+	// B: 2 MiB, sent whole.
+	bBody := make([]byte, 2<<20)
+	b := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", len(bBody)), bBody)
+	// Polled until it holds; the deadline only guards against a hang.
+	for guard := time.Now().Add(time.Minute); fx.f.bodies.waiting.Load() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatal("the second large request never waited for the first")
+		}
+	}
+	if _, err := a.Write(make([]byte, fx.maxBody-1<<20)); err != nil {
+		t.Fatal(err)
+	}
+	if status, _ := readResponse(t, a); status != http.StatusBadRequest {
+		t.Errorf("A (not JSON): status %d, want 400", status)
+	}
+	if status, _ := readResponse(t, b); status != http.StatusBadRequest {
+		t.Errorf("B (not JSON): status %d, want 400", status)
+	}
+	if n := fx.f.bodies.waiting.Load(); n != 0 {
+		t.Errorf("%d requests still waiting", n)
+	}
+}
