@@ -864,3 +864,80 @@ func TestConsumerRecreated(t *testing.T) {
 		t.Errorf("got %s, want %s", id, second.ID)
 	}
 }
+
+// A large job's code blob is deleted once the job is done, not kept on the
+// server until the blobs bucket's TTL (issue 11: every large call's code
+// stayed for Retention); a copy of the job delivered after that finds its
+// result stored and is acked, not terminated as a job without code.
+func TestLargeJobCodeDroppedWhenDone(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{MaxPayload: 1 << 20}, broker.Config{})
+	ctx := testCtx(t)
+	blobs, err := tb.js.ObjectStore(ctx, wire.BlobsBucket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := newJob(pattern(4 << 20))
+	if err := tb.b.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := blobs.GetInfo(ctx, job.CodeRef); err != nil {
+		t.Fatalf("code blob %s after publishing: %v", job.CodeRef, err)
+	}
+	acked := make(chan error, 2)
+	consume(t, ctx, tb.b, 1, func(ctx context.Context, d *broker.Delivery) {
+		if _, err := tb.b.PutResult(ctx, newResult(d.Job.ID, "done")); err != nil {
+			t.Errorf("PutResult: %v", err)
+		}
+		acked <- d.Ack()
+	})
+	if err := recv(t, ctx, acked); err != nil {
+		t.Fatalf("Ack: %v", err)
+	}
+	if _, err := blobs.GetInfo(ctx, job.CodeRef); !errors.Is(err, jetstream.ErrObjectNotFound) {
+		t.Fatalf("code blob %s after the job was done: %v, want it gone", job.CodeRef, err)
+	}
+
+	// The pool's copy of the same job (as a frontend publishes when a
+	// targeted worker's presence lapses) comes after the code is gone.
+	advisories := make(chan *nats.Msg, 4)
+	sub, err := tb.b.Conn().ChanSubscribe("$JS.EVENT.ADVISORY.CONSUMER.MSG_TERMINATED.>", advisories)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sub.Unsubscribe() })
+	if err := tb.b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	small := *job
+	small.Code, small.CodeRef = "", job.CodeRef
+	data, err := json.Marshal(&small)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.js.Publish(ctx, wire.JobSubject(wire.DefaultPool), data); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		info := consumerInfo(t, ctx, tb.js, wire.DefaultPool)
+		if info.Delivered.Consumer >= 2 && info.NumAckPending == 0 && info.NumPending == 0 {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the copy was never settled: %+v", info)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := tb.b.Conn().Flush(); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case m := <-advisories:
+		t.Errorf("the copy of a done job was terminated: %s", m.Data)
+	default:
+	}
+	if len(acked) != 0 {
+		t.Errorf("the handler ran the copy of a done job")
+	}
+}

@@ -401,8 +401,11 @@ func (c *Consumer) run(msg jetstream.Msg) {
 	defer c.untrack(d)
 	defer c.heartbeat(d)()
 
-	if job.CodeRef != "" && !c.resolveCode(ctx, d, job) {
-		return
+	if job.CodeRef != "" {
+		if !c.resolveCode(ctx, d, job) {
+			return
+		}
+		d.codeBlob, d.blobs, d.log = job.CodeRef, c.b.blobs, c.log
 	}
 	c.call(ctx, d)
 	if !d.isSettled() {
@@ -489,6 +492,14 @@ func (c *Consumer) resolveCode(ctx context.Context, d *Delivery, job *wire.Job) 
 	case ctx.Err() != nil:
 		// Hard stop: abort has already settled the delivery.
 		return false
+	case errors.Is(err, jetstream.ErrObjectNotFound) && c.hasResult(ctx, job.ID):
+		// A copy of a job already done (a redelivery whose first run
+		// stored its result and dropped the code, or the pool's copy of a
+		// targeted job): nothing left to do.
+		c.log.Info("code blob gone, result stored; acking", "job_id", job.ID)
+		if aerr := d.Ack(); aerr != nil {
+			c.log.Warn("ack", "job_id", job.ID, "err", aerr)
+		}
 	case errors.Is(err, jetstream.ErrObjectNotFound):
 		reason := fmt.Sprintf("broker: job %s: code blob %s not found (expired?)", job.ID, job.CodeRef)
 		c.log.Error("terminating job without code", "job_id", job.ID, "blob", job.CodeRef)
@@ -502,6 +513,13 @@ func (c *Consumer) resolveCode(ctx context.Context, d *Delivery, job *wire.Job) 
 		}
 	}
 	return false
+}
+
+// hasResult reports whether jobID has a stored result (false when that
+// cannot be told).
+func (c *Consumer) hasResult(ctx context.Context, jobID string) bool {
+	_, err := c.b.results.Get(ctx, jobID)
+	return err == nil
 }
 
 // call runs the handler, turning a panic into a logged, delayed Nak.
@@ -535,6 +553,14 @@ type Delivery struct {
 	msg    jetstream.Msg
 	cancel context.CancelFunc
 
+	// codeBlob is the blob the job's code came from ("" when it came in
+	// the message), which Ack deletes from blobs: once the job is done
+	// nothing reads it again, and keeping it until the bucket's TTL held
+	// every large job's code on the server for Retention (issue 11).
+	codeBlob string
+	blobs    jetstream.ObjectStore
+	log      *slog.Logger
+
 	mu      sync.Mutex
 	settled bool
 }
@@ -563,9 +589,10 @@ func (d *Delivery) jobID() string {
 	return ""
 }
 
-// Ack acknowledges the job: it is done and leaves the stream. Ack waits
-// (up to 5s) for the server to confirm, so an error means the job may be
-// delivered again; PutResult's create-only write keeps that harmless.
+// Ack acknowledges the job: it is done and leaves the stream, and the
+// blob its code came from, if any, is deleted. Ack waits (up to 5s) for
+// the server to confirm, so an error means the job may be delivered again;
+// PutResult's create-only write keeps that harmless.
 func (d *Delivery) Ack() error {
 	if !d.settle() {
 		return errSettled
@@ -574,6 +601,14 @@ func (d *Delivery) Ack() error {
 	defer cancel()
 	if err := d.msg.DoubleAck(ctx); err != nil {
 		return fmt.Errorf("broker: ack job %s: %w", d.jobID(), err)
+	}
+	if d.codeBlob != "" {
+		// Best effort: a blob left behind expires with the bucket's TTL. A
+		// redelivery that finds it gone and the result stored is acked
+		// (resolveCode).
+		if err := d.blobs.Delete(ctx, d.codeBlob); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+			d.log.Warn("delete job code blob", "job_id", d.jobID(), "blob", d.codeBlob, "err", err)
+		}
 	}
 	return nil
 }

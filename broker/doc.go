@@ -44,9 +44,13 @@
 //     from overwriting each other's blob before the create-only stub
 //     decides which one won; the loser deletes its blob.
 //
-// A job's code blob expires after Retention like everything else; a job
-// still queued by then is terminated when a worker receives it. Keep job
-// deadlines well below Retention.
+// A job's code blob is deleted when its delivery is acked (the job is
+// done), so a large job's code is held on the server only while the job is
+// queued or running; a copy of the job delivered after that (a redelivery
+// whose ack was lost, the pool's copy of a targeted job) finds its result
+// stored and is acked. A blob whose delete failed expires after Retention
+// like everything else; a job still queued by then is terminated when a
+// worker receives it. Keep job deadlines well below Retention.
 //
 // # Delivery policy
 //
