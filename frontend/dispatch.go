@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -42,7 +43,9 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) 
 		te.Filename = job.Filename
 		return "", te
 	}
+	t0 := time.Now()
 	adverts, err := f.pool(ctx)
+	tPool := time.Now()
 	if err != nil {
 		return fail(wire.StatusInternal, "cannot read worker presence: %v", err)
 	}
@@ -71,6 +74,9 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) 
 		}
 		f.log.Error("publish job", "job", job.ID, "err", err)
 		return fail(wire.StatusInternal, "could not queue the job: %v", err)
+	}
+	if f.log.Enabled(ctx, slog.LevelDebug) {
+		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "publish_ms", ms(time.Since(tPool)))
 	}
 	return target, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"strings"
 	"time"
@@ -164,11 +165,13 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 // file the code came from, if any.
 func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, args runArgs) (*mcp.CallToolResult, error) {
 	timeout := args.timeout
+	t0 := time.Now()
 	env, envID, err := f.sessionEnv(ctx, scope)
 	if err != nil {
 		return nil, internal("cannot read the session's environment: %v", err)
 	}
 	now := time.Now().UTC()
+	tEnv := now
 	job := &wire.Job{
 		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
 		Code: code, Filename: filename, TimeoutMS: timeout.Milliseconds(),
@@ -184,6 +187,7 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 	if err != nil {
 		return nil, err
 	}
+	tDispatched := time.Now()
 	// The run is recorded while the job runs, off the latency path, and the
 	// call returns only once the record is written, so a caller that sees
 	// the result can always list the run.
@@ -198,6 +202,7 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 		}
 	}()
 	res, err := f.awaitResult(ctx, job, target)
+	tResult := time.Now()
 	if err != nil && ctx.Err() == nil {
 		log.Warn("no result", "message", err.Error())
 	}
@@ -205,8 +210,26 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 	if err != nil {
 		return nil, err
 	}
-	return toolResult(res, filename), nil
+	tr := toolResult(res, filename)
+	if log.Enabled(ctx, slog.LevelDebug) {
+		// Where the frontend's part of a call goes, for operators and for
+		// docs/performance.md: the session's environment (state store),
+		// the dispatch (presence read and publish; its own debug line
+		// splits them), the wait for the result (queue, worker, result
+		// store, notification), what the run record added after the result
+		// came, and rendering.
+		end := time.Now()
+		log.Debug("call timing",
+			"session_ms", ms(tEnv.Sub(t0)), "dispatch_ms", ms(tDispatched.Sub(tEnv)),
+			"wait_ms", ms(tResult.Sub(tDispatched)), "record_extra_ms", ms(end.Sub(tResult)),
+			"total_ms", ms(end.Sub(t0)))
+	}
+	return tr, nil
 }
+
+// ms is d in milliseconds with microsecond resolution, for timing fields of
+// debug lines.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	id, ok := req.GetArguments()["job_id"].(string)

@@ -351,6 +351,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		}
 	}
 
+	tStart := time.Now()
 	log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
 	w.load.Add(1)
 	res := w.run(ctx, job, d.Attempt, log)
@@ -360,14 +361,38 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		log.Info("job interrupted by shutdown; leaving it for another worker")
 		return
 	}
+	tRan := time.Now()
 	if err := w.storeResult(ctx, res); err != nil {
 		log.Error("store result failed; the job will be redelivered", "err", err)
 		_ = d.Nak(time.Second)
 		return
 	}
+	tStored := time.Now()
 	if err := d.Ack(); err != nil {
 		log.Warn("ack failed; the stored result will answer a redelivery", "err", err)
 	}
+	if log.Enabled(ctx, slog.LevelDebug) {
+		logStages(log, job, res, tStart, tRan, tStored, time.Now())
+	}
+}
+
+// logStages writes, at debug level, where a job's time on this worker went:
+// queue_ms from its publication to its handling here (the publisher's
+// clock: meaningful when both share one), setup_ms before the executor
+// (limits, session directories, the script, the environment, the cgroup),
+// run_ms the executor's wall time (exec_ms: the process's own, as the
+// executor measures it), post_ms from the executor's return to the result
+// being ready, store_ms storing it, ack_ms the acknowledgement.
+func logStages(log *slog.Logger, job *wire.Job, res *wire.Result, start, ran, stored, acked time.Time) {
+	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+	args := []any{"queue_ms", ms(start.Sub(job.EnqueuedAt))}
+	if !res.StartedAt.IsZero() && res.FinishedAt.After(res.StartedAt) {
+		args = append(args, "setup_ms", ms(res.StartedAt.Sub(start)),
+			"run_ms", ms(res.FinishedAt.Sub(res.StartedAt)), "exec_ms", res.DurationMS,
+			"post_ms", ms(ran.Sub(res.FinishedAt)))
+	}
+	args = append(args, "store_ms", ms(stored.Sub(ran)), "ack_ms", ms(acked.Sub(stored)))
+	log.Debug("job timing", args...)
 }
 
 func (w *Worker) storeResult(ctx context.Context, res *wire.Result) error {
