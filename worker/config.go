@@ -31,7 +31,7 @@ type Config struct {
 	Pool string
 	// DataDir holds the default venv and the sessions' working directories. Required.
 	DataDir string
-	// ScriptsDir is where every script that runs is kept. Default DataDir/scripts.
+	// ScriptsDir is where each job's script is kept while the job runs. Default DataDir/scripts.
 	ScriptsDir string
 	// Python is the interpreter the default venv is built from: a path, a name
 	// on PATH or a version such as "3.12". Default "python3".

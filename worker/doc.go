@@ -6,7 +6,7 @@
 // refuses it if its deadline has passed (the frontend has stopped waiting),
 // saves the script under the session's scripts directory, runs it in a fresh
 // Python process (package runner) with the session's own working directory
-// and a scrubbed environment, stores the result (create-only, first result
+// and a scrubbed environment, removes the script, stores the result (create-only, first result
 // wins) and acks the message. In ExecZygote mode, the default, that process
 // is forked from a warm interpreter of the job's environment (a zygote,
 // started when the worker starts and whenever the environment is used
@@ -39,6 +39,7 @@
 //	sessions/                 mode 0711: jobs pass through, cannot list
 //	sessions/<scope>/         a session's working directory (mode 0700, owned by its uid,
 //	                          from the host's register of uids, Config.UIDDir)
-//	scripts/<scope>/<id>_<name>.py   every script that ran (ScriptsDir; the
-//	                          directory 0500, owned by the session's uid, read-only in the sandbox)
+//	scripts/<scope>/<id>_<name>.py   the script of each running job (ScriptsDir; the
+//	                          directory 0500, owned by the session's uid, read-only in the sandbox),
+//	                          removed when the job is over, before its result is stored
 package worker

@@ -464,6 +464,14 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	if err := writeNew(script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
 		return w.result(job, attempt, wire.StatusInternal, "save script: "+err.Error())
 	}
+	// The script is the job's copy of its code for as long as the job runs
+	// (a traceback names it, the job may read __file__); once the job's
+	// processes are gone nothing reads it: the run history keeps the code,
+	// and a redelivered job writes it again. Kept, every job's code stayed
+	// on the worker's disk for ever (issue 11: six 16 MiB calls, 96 MiB
+	// under scripts/). Removed before the result is stored, so a result
+	// never names a script that is still there.
+	defer removeScript(script, log)
 
 	timeout := time.Duration(job.TimeoutMS) * time.Millisecond
 	if timeout <= 0 || timeout > w.cfg.MaxTimeout {
@@ -557,6 +565,15 @@ func (w *Worker) spec(script, dir, home string) runner.Spec {
 		Python: w.python, Script: script, Dir: dir,
 		Env:     runner.ChildEnv(os.Environ(), w.venvDir, home, w.cfg.EnvPassthrough, w.childExtra),
 		Rlimits: runner.NoCoreFiles(), // a crash leaves no core file in the session's directory
+	}
+}
+
+// removeScript deletes a job's script once the job is over. The worker
+// removes it as root (or, rootless, as the directory's owner); the job's
+// uid cannot, its scripts directory being read-only to it.
+func removeScript(script string, log *slog.Logger) {
+	if err := os.Remove(script); err != nil && !errors.Is(err, os.ErrNotExist) {
+		log.Warn("remove the job's script", "script", script, "err", err)
 	}
 }
 

@@ -104,13 +104,20 @@ func TestDevStdioExecute(t *testing.T) {
 		}
 	})
 	t.Run("hostile filename stays in the session's scripts", func(t *testing.T) {
-		res, er := call(t, c, "execute_code", map[string]any{"code": "print('ok')", "filename": "../../../../etc/cron.d/evil"})
+		res, er := call(t, c, "execute_code", map[string]any{"code": "import os\nprint(__file__, os.path.isfile(__file__))", "filename": "../../../../etc/cron.d/evil"})
 		if res.IsError || er.Filename != "etc_cron.d_evil.py" {
 			t.Fatalf("isError=%v %+v", res.IsError, er)
 		}
+		// The script ran from the session's scripts directory ...
+		script := filepath.Join(dataDir, "scripts", "local", er.JobID+"_etc_cron.d_evil.py")
+		if er.Stdout != script+" True\n" {
+			t.Fatalf("the job ran %q, want %s", er.Stdout, script)
+		}
+		// ... and is not kept once the job is done (issue 11: every script
+		// stayed on the worker's disk).
 		matches, _ := filepath.Glob(filepath.Join(dataDir, "scripts", "local", "*_etc_cron.d_evil.py"))
-		if len(matches) != 1 {
-			t.Fatalf("script not kept under the session's scripts directory: %v", matches)
+		if len(matches) != 0 {
+			t.Fatalf("scripts kept after their jobs: %v", matches)
 		}
 	})
 	t.Run("4 MiB of code runs and oversize code is refused", func(t *testing.T) {
