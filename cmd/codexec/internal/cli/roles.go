@@ -108,7 +108,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.id, "id", "CODEXEC_WORKER_ID", "", "worker id (default: hostname plus a random suffix)")
 	f.String(&wf.python, "python", "CODEXEC_PYTHON", "python3", "interpreter the default venv is built from: a path, a name on PATH, or a version such as 3.12")
 	f.String(&wf.venv, "venv", "CODEXEC_VENV", "", "use this existing venv as the default environment instead of building one")
-	f.String(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where every script that runs is kept (default DATA_DIR/scripts)")
+	f.String(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where each job's script is kept while it runs (default DATA_DIR/scripts)")
 	f.Int(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: number of CPUs)")
 	f.String(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
 	f.String(&wf.execMode, "exec-mode", "CODEXEC_EXEC_MODE", worker.ExecZygote, "zygote: fork each job from a warm interpreter that has done its imports; spawn: a fresh interpreter per job")
