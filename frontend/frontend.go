@@ -47,6 +47,9 @@ type Config struct {
 	// it. Default MaxRequestBytes: one largest request at a time, or many
 	// smaller ones. Never below MaxRequestBytes.
 	RequestBudget int64
+	// BodyTimeout is how long an HTTP client has to send a request's body
+	// once its headers are in; a slower one is cut off. Default 1m.
+	BodyTimeout time.Duration
 	// CodeFiles configures the session's code files and runs history
 	// (package codefiles). Its Keys and Logger default to the frontend's.
 	CodeFiles codefiles.Config
@@ -125,6 +128,9 @@ func (c Config) WithDefaults() Config {
 	c.CodeFiles = c.CodeFiles.WithDefaults()
 	if c.MaxRequestBytes <= 0 {
 		c.MaxRequestBytes = maxRequestBytes(c)
+	}
+	if c.BodyTimeout <= 0 {
+		c.BodyTimeout = time.Minute
 	}
 	if c.RequestBudget < c.MaxRequestBytes {
 		c.RequestBudget = c.MaxRequestBytes
@@ -207,7 +213,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		server.WithStreamableHTTPLogger(f.log),
 		server.WithSessionIdleTTL(24*time.Hour),
 	)
-	f.bodies = newBodyLimit(h, f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.log)
+	f.bodies = newBodyLimit(h, f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", f.bodies)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

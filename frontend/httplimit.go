@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -37,8 +38,10 @@ const requestFraming = 64 << 10
 const jsonEscapeFactor = 6
 
 // largeRequest is the size above which a body draws on the budget; smaller
-// ones, every ordinary call, never wait.
-const largeRequest = 1 << 20
+// ones, every ordinary call, never wait. It is small: many bodies just
+// under a larger threshold, each held by its handler (while its job waits),
+// once took a frontend to gigabytes.
+const largeRequest = 64 << 10
 
 // maxRequestBytes is the largest legal request of c: the largest content a
 // call may send (code, or a code file's first piece), as JSON at its
@@ -56,7 +59,11 @@ type bodyLimit struct {
 	next  http.Handler
 	max   int64 // the largest body accepted
 	large int64 // bodies above this size draw on the budget
-	log   *slog.Logger
+	// bodyTimeout is how long a client has to send a body: a connection
+	// that sends its headers and then a byte now and then (a slow body)
+	// would otherwise hold its descriptor and buffer for ever.
+	bodyTimeout time.Duration
+	log         *slog.Logger
 
 	mu    sync.Mutex
 	free  int64         // budget left
@@ -65,9 +72,30 @@ type bodyLimit struct {
 	waiting atomic.Int64 // requests waiting for budget now (tests watch it)
 }
 
-func newBodyLimit(next http.Handler, maxBody, budget int64, log *slog.Logger) *bodyLimit {
+func newBodyLimit(next http.Handler, maxBody, budget int64, bodyTimeout time.Duration, log *slog.Logger) *bodyLimit {
 	return &bodyLimit{next: next, max: maxBody, large: min(largeRequest, maxBody), free: max(budget, maxBody),
-		freed: make(chan struct{}), log: log}
+		bodyTimeout: bodyTimeout, freed: make(chan struct{}), log: log}
+}
+
+// deadlineBody is a request body read under a deadline. Once it has been
+// read to its end the deadline is lifted: the server then watches the
+// connection for the client going away, and a deadline passing there would
+// cancel a call that waits long for its job's result, or a stream. A body
+// that never ends keeps the deadline, which also bounds the server's
+// draining of it after the handler (net/http sets new deadlines for the
+// connection's next request).
+type deadlineBody struct {
+	io.ReadCloser
+	rc   *http.ResponseController
+	once sync.Once
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err == io.EOF {
+		b.once.Do(func() { _ = b.rc.SetReadDeadline(time.Time{}) })
+	}
+	return n, err
 }
 
 func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -81,12 +109,23 @@ func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.refuse(w, n)
 		return
 	}
+	// The body must arrive within bodyTimeout of the headers, or of the
+	// moment a large request's turn comes (renew).
+	renew := func() {}
+	if l.bodyTimeout > 0 {
+		rc := http.NewResponseController(w)
+		if rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) == nil {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			renew = func() { _ = rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) }
+		}
+	}
 	if n >= 0 {
 		if n > l.large {
 			if !l.acquire(r.Context(), n) {
 				return // the client went away while waiting
 			}
 			defer l.release(n)
+			renew()
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, l.max)
 		l.next.ServeHTTP(w, r)
@@ -102,6 +141,7 @@ func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		defer l.release(l.max)
+		renew()
 		var rest []byte
 		rest, err = io.ReadAll(r.Body)
 		body = append(body, rest...)

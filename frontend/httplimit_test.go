@@ -33,7 +33,7 @@ type httpFixture struct {
 	largest atomic.Int64 // the largest Content-Length the server was sent
 }
 
-func startHTTP(t *testing.T) *httpFixture {
+func startHTTP(t *testing.T, opts ...func(*Config)) *httpFixture {
 	t.Helper()
 	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -42,7 +42,11 @@ func startHTTP(t *testing.T) *httpFixture {
 	t.Cleanup(func() { _ = st.Close() })
 	// Code files of up to 1 MiB: the largest legal request is 6 MiB plus
 	// framing, above the 1 MiB of a large request.
-	f, err := New(Config{MaxCodeBytes: 512 << 10, CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}, nil, st)
+	cfg := Config{MaxCodeBytes: 512 << 10, CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	f, err := New(cfg, nil, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,5 +223,49 @@ func TestHTTPConcurrentLargeRequestsBounded(t *testing.T) {
 	}
 	if n := fx.f.bodies.waiting.Load(); n != 0 {
 		t.Errorf("%d requests still waiting", n)
+	}
+}
+
+// A client that sends its headers and then too little of its body, too
+// slowly, is cut off once BodyTimeout has passed: such connections once
+// held a frontend's descriptors and buffers for as long as they liked. The
+// answer is read under the fixture's one-minute guard, which fails the
+// test, and measures nothing, if the server waits for the body for ever.
+func TestHTTPSlowBodyCutOff(t *testing.T) {
+	fx := startHTTP(t, func(c *Config) { c.BodyTimeout = 200 * time.Millisecond })
+	conn := fx.rawPost(t, "Content-Length: 1000\r\n", []byte(`{"jsonrpc":"2.0",`))
+	status, _ := readResponse(t, conn)
+	if status != http.StatusBadRequest {
+		t.Errorf("status %d, want 400 for a body that never came", status)
+	}
+	// A body sent in time is handled as before, and the connection's
+	// deadline is lifted once it is read (the call may then wait long).
+	c, err := client.NewStreamableHttpClient(fx.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Initialize(t.Context(), mcp.InitializeRequest{}); err != nil {
+		t.Fatalf("initialize after a slow body was cut off: %v", err)
+	}
+}
+
+// Bodies well under a megabyte draw on the budget too: many of them, each
+// held while its call is handled, once took a frontend to gigabytes, as
+// only bodies above 1 MiB were counted. Here the budget is one largest
+// request (6 MiB and framing): six stalled bodies of 1 MiB take it, and
+// two more wait, unread.
+func TestHTTPManyMediumBodiesBounded(t *testing.T) {
+	fx := startHTTP(t)
+	for range 8 {
+		fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", 1<<20), make([]byte, 64<<10))
+	}
+	for guard := time.Now().Add(time.Minute); fx.f.bodies.waiting.Load() != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatalf("%d of 8 bodies of 1 MiB waited for the budget, want 2", fx.f.bodies.waiting.Load())
+		}
 	}
 }

@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/codefiles"
@@ -208,6 +210,12 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 	}
 }
 
+// The bounds of the HTTP server's connections (see serveFrontend).
+const (
+	maxHTTPConns = 4096
+	idleHTTPConn = 2 * time.Minute
+)
+
 // serveFrontend serves MCP on stdio or HTTP until ctx ends (or stdin closes).
 func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
 	if httpAddr == "" {
@@ -219,7 +227,12 @@ func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, 
 	if err != nil {
 		return fmt.Errorf("listen on %s: %w", httpAddr, err)
 	}
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	// At most maxHTTPConns connections at once, so that many idle or slow
+	// ones cannot take every descriptor of the process (the bodies are
+	// bounded by the frontend); an idle keep-alive connection is closed
+	// after idleHTTPConn.
+	ln = netutil.LimitListener(ln, maxHTTPConns)
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn}
 	// The first line on stderr names the address, so scripts and tests can
 	// find a random port (--http 127.0.0.1:0).
 	log.Info("serving MCP over HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
