@@ -89,8 +89,9 @@ const (
 //   - clone with a namespace flag;
 //   - socket of any family but AF_UNIX, AF_INET, AF_INET6 and AF_NETLINK,
 //     a netlink socket of any protocol but NETLINK_ROUTE (what glibc's
-//     getaddrinfo and if_nameindex use), and SOCK_RAW or SOCK_PACKET
-//     sockets of AF_INET and AF_INET6;
+//     getaddrinfo and if_nameindex use), SOCK_RAW or SOCK_PACKET
+//     sockets of AF_INET and AF_INET6, and inet sockets of a protocol
+//     other than TCP, UDP and ICMP (ping), such as MPTCP or UDP-Lite;
 //   - personality other than reading it or setting the default (the one
 //     use of changing it is turning off address randomisation);
 //   - a call through another architecture's system-call table (i386's
@@ -223,7 +224,16 @@ func prologue(info *arch.Info, allowed map[string]bool) ([]bpf.Instruction, erro
 		a.emit(bpf.LoadAbsolute{Off: offArgs + 1*8, Size: 4}) // type, with SOCK_CLOEXEC and SOCK_NONBLOCK
 		a.emit(bpf.ALUOpConstant{Op: bpf.ALUOpAnd, Val: 0xf})
 		a.jeq(unix.SOCK_RAW, "eperm", "")
-		a.jeq(unix.SOCK_PACKET, "eperm", "allow")
+		a.jeq(unix.SOCK_PACKET, "eperm", "")
+		// The protocols a Python job uses (0 picks TCP or UDP by type);
+		// the others (MPTCP, UDP-Lite, SCTP, ...) are kernel code a job
+		// never needs to reach.
+		a.emit(bpf.LoadAbsolute{Off: offArgs + 2*8, Size: 4}) // protocol
+		a.jeq(0, "allow", "")
+		a.jeq(unix.IPPROTO_TCP, "allow", "")
+		a.jeq(unix.IPPROTO_UDP, "allow", "")
+		a.jeq(unix.IPPROTO_ICMP, "allow", "")
+		a.jeq(unix.IPPROTO_ICMPV6, "allow", "eperm")
 	}
 	a.jump("library")
 	a.label("eperm")
