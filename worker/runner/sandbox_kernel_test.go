@@ -173,8 +173,11 @@ def proc_keys():
 // has one: a keyring that every process of the worker possesses, root's or
 // not. (A test run from a shell may have none, or root's user session
 // keyring, into which the kernel never adds another uid's key.) The
-// keyring is joined by one locked thread that starts the zygote and lives
-// as long as it does: the zygote's parent-death signal follows that thread.
+// keyring is joined by one locked thread that starts the zygote. The thread
+// is unlocked afterwards, never ended: a goroutine that returns locked ends
+// its thread, and every child that thread ever started, for any goroutine
+// before this one locked it (the tests' shared zygote among them), would
+// get its parent-death signal.
 func startZygoteInSessionKeyring(t *testing.T, cfg ZygoteConfig) *Zygote {
 	t.Helper()
 	type started struct {
@@ -184,7 +187,8 @@ func startZygoteInSessionKeyring(t *testing.T, cfg ZygoteConfig) *Zygote {
 	ch := make(chan started)
 	stop := make(chan struct{})
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread ends with the goroutine
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
 		if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
 			ch <- started{err: fmt.Errorf("keyctl(KEYCTL_JOIN_SESSION_KEYRING): %w", e)}
 			return

@@ -231,9 +231,9 @@ func (p *Pool) Warm(ctx context.Context, s Spec) error {
 	if e.state == stateFailed && !time.Now().Before(e.retryAt) {
 		p.startLocked(e)
 	}
-	ready := e.ready
+	ready, starting := e.ready, e.state == stateStarting
 	p.mu.Unlock()
-	if p.fresh != nil && e.state == stateStarting {
+	if p.fresh != nil && starting {
 		// The jobs that come while the zygote starts run in fresh
 		// sandboxed interpreters: have the first one ready too.
 		p.fresh.Prestart(s)
