@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -336,23 +335,5 @@ func TestSandboxedZygoteOutcomes(t *testing.T) {
 func BenchmarkSandboxedZygote(b *testing.B) {
 	l := newSandboxLayout(b)
 	z := startZygote(b, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: DefaultPreload, Sandbox: l.cfg})
-	for _, bb := range []struct{ name, src string }{
-		{"print1", "print(1)\n"},
-		{"holds256MiB", "import sys\nsys.modules['held'] = bytearray(256 << 20)\nprint(1)\n"},
-	} {
-		b.Run(bb.name, func(b *testing.B) {
-			s := l.spec(b, "a", testUIDA, bb.src)
-			var took []time.Duration
-			for b.Loop() {
-				t0 := time.Now()
-				out, err := z.Run(context.Background(), s)
-				took = append(took, time.Since(t0))
-				if err != nil || out.ExitCode != 0 || string(out.Stdout) != "1\n" {
-					b.Fatalf("Run: %+v, %v", out, err)
-				}
-			}
-			slices.Sort(took)
-			b.ReportMetric(float64(took[len(took)/2].Microseconds())/1000, "p50-ms")
-		})
-	}
+	benchJobEnd(b, z, func(b testing.TB, src string) Spec { return l.spec(b, "a", testUIDA, src) })
 }
