@@ -91,6 +91,9 @@ func startIn(t *testing.T, g *Group, argv ...string) (*exec.Cmd, *bytes.Buffer) 
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `read _ && exec "$@"`, "sh"}, argv...)...)
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
+	// Processes the job leaves behind hold its output pipe: a Wait at
+	// cleanup, after a failed check, must not wait for them for ever.
+	cmd.WaitDelay = 5 * time.Second
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -267,8 +270,13 @@ func killAll(t *testing.T, g *Group) {
 	cmd, _ := startIn(t, g, "/bin/sh", "-c",
 		`sleep 1000 & setsid sleep 1000 & (sleep 1000 &); sh -c 'sleep 1000 & exec sleep 1000' & exec sleep 1000`)
 	pids := waitProcs(t, g, 6)
-	if !slices.ContainsFunc(pids, func(pid int) bool { sid, _ := unix.Getsid(pid); return sid == pid }) {
-		t.Fatalf("no process in %v leads its own session", pids)
+	// setsid(1) may still be about to call setsid(2) when the six are
+	// counted: poll (the deadline only guards against a hang).
+	leads := func(pid int) bool { sid, _ := unix.Getsid(pid); return sid == pid }
+	for guard := time.Now().Add(10 * time.Second); !slices.ContainsFunc(pids, leads); time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatalf("no process in %v leads its own session", pids)
+		}
 	}
 	if err := g.Kill(); err != nil {
 		t.Fatalf("Kill: %v", err)
