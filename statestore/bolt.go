@@ -483,7 +483,7 @@ func (s *BoltStore) sweep() error {
 // ErrClosed and prefixes the rest.
 func boltErr(op string, err error) error {
 	switch {
-	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrTooLarge):
+	case err == nil, errors.Is(err, ErrNotFound), errors.Is(err, ErrTooLarge), errors.Is(err, ErrOverQuota), errors.Is(err, ErrNeedData):
 		return err
 	case errors.Is(err, berrors.ErrDatabaseNotOpen):
 		return ErrClosed

@@ -18,10 +18,19 @@ var (
 	touchSource string
 	//go:embed lua/members.lua
 	membersSource string
+	//go:embed lua/counted.lua
+	countedSource string
+	//go:embed lua/link.lua
+	linkSource string
+	//go:embed lua/unlink.lua
+	unlinkSource string
 
 	appendScript  = redis.NewScript(appendSource)
 	touchScript   = redis.NewScript(touchSource)
 	membersScript = redis.NewScript(membersSource)
+	countedScript = redis.NewScript(countedSource)
+	linkScript    = redis.NewScript(linkSource)
+	unlinkScript  = redis.NewScript(unlinkSource)
 )
 
 // RedisOptions configures NewRedis. Exactly one of URL and Client is needed;
@@ -270,6 +279,93 @@ func (s *RedisStore) Leave(ctx context.Context, set, member string) error {
 		return nil
 	})
 	return s.wrap("leave", err)
+}
+
+// SetCounted implements Store with a Lua script (lua/counted.lua).
+func (s *RedisStore) SetCounted(ctx context.Context, key string, value []byte, q Quota) (int64, error) {
+	return s.counted(ctx, "set", key, value, 0, q)
+}
+
+// AppendCounted implements Store with a Lua script (lua/counted.lua).
+func (s *RedisStore) AppendCounted(ctx context.Context, key string, data []byte, maxLen int64, q Quota) (int64, error) {
+	return s.counted(ctx, "append", key, data, maxLen, q)
+}
+
+// DeleteCounted implements Store with a Lua script (lua/counted.lua).
+func (s *RedisStore) DeleteCounted(ctx context.Context, key string, q Quota) (int64, error) {
+	return s.counted(ctx, "delete", key, nil, 0, q)
+}
+
+func (s *RedisStore) counted(ctx context.Context, op, key string, data []byte, maxLen int64, q Quota) (int64, error) {
+	if s.closed.Load() {
+		return 0, ErrClosed
+	}
+	if data == nil {
+		data = []byte{}
+	}
+	r, err := countedScript.Run(ctx, s.client, []string{key, q.Key}, op, data, q.Limit, maxLen).Int64Slice()
+	if err != nil {
+		return 0, s.wrap(op+" counted", err)
+	}
+	switch {
+	case len(r) >= 2 && r[0] == 0:
+		return r[1], nil
+	case len(r) >= 1 && r[0] == -1:
+		return 0, ErrTooLarge
+	case len(r) >= 3 && r[0] == -2:
+		return 0, &QuotaError{Used: r[1], Adding: r[2], Limit: q.Limit}
+	case len(r) >= 1 && r[0] == -3:
+		return 0, ErrNotFound
+	}
+	return 0, fmt.Errorf("statestore: redis %s counted: unexpected reply %v", op, r)
+}
+
+// Link implements Store with a Lua script (lua/link.lua). The data is sent
+// only when given, so linking to an existing value costs the entry only.
+func (s *RedisStore) Link(ctx context.Context, l Link, data []byte) (bool, error) {
+	if s.closed.Load() {
+		return false, ErrClosed
+	}
+	given := "1"
+	if data == nil {
+		given, data = "0", []byte{}
+	}
+	var ttl int64
+	if l.TTL > 0 {
+		ttl = ttlMillis(l.TTL)
+	}
+	keys := []string{l.Index, linksKey(l.Index), refsKey(l.Index), l.Value, l.Quota.Key}
+	r, err := linkScript.Run(ctx, s.client, keys, l.Field, l.Entry, given, data, ttl, l.Quota.Limit).Int64Slice()
+	if err != nil {
+		return false, s.wrap("link", err)
+	}
+	switch {
+	case len(r) >= 1 && r[0] == 1:
+		return true, nil
+	case len(r) >= 1 && r[0] == 0:
+		return false, nil
+	case len(r) >= 1 && r[0] == -1:
+		return false, ErrNeedData
+	case len(r) >= 3 && r[0] == -2:
+		return false, &QuotaError{Used: r[1], Adding: r[2], Limit: l.Quota.Limit}
+	}
+	return false, fmt.Errorf("statestore: redis link: unexpected reply %v", r)
+}
+
+// Unlink implements Store with a Lua script (lua/unlink.lua).
+func (s *RedisStore) Unlink(ctx context.Context, index string, q Quota, fields ...string) error {
+	if s.closed.Load() {
+		return ErrClosed
+	}
+	if len(fields) == 0 {
+		return nil
+	}
+	args := make([]any, len(fields))
+	for i, f := range fields {
+		args[i] = f
+	}
+	keys := []string{index, linksKey(index), refsKey(index), q.Key}
+	return s.wrap("unlink", unlinkScript.Run(ctx, s.client, keys, args...).Err())
 }
 
 // Ping implements Store.

@@ -8,6 +8,12 @@
 // conformance suite (storetest). Keys are built by the helpers in keys.go,
 // never by hand at call sites.
 //
+// Counted writes (SetCounted, AppendCounted, DeleteCounted) charge a byte
+// counter, a Quota, in the same atomic step as the write, and refuse to take
+// it past its limit; shared values (Link, Unlink) are stored once however
+// many entries of an index refer to them, and deleted with their last
+// reference. See counted.go.
+//
 // # Redis layout
 //
 // A value or hash lives under its own key as a Redis string or hash. A
@@ -15,8 +21,8 @@
 // milliseconds, by the Redis server's clock) and the hash S:data (member →
 // data); both expire with their longest-lived member, and Members prunes
 // expired members from both. Append, Touch and Members are Lua scripts
-// (lua/*.lua, each headed by its KEYS and ARGV). Delete(S) removes S and
-// S:data. Use each key for one kind of value only, and do not name a key
+// (lua/*.lua, each headed by its KEYS and ARGV), and so are the counted
+// writes, Link and Unlink. Delete(S) removes S and S:data. Use each key for one kind of value only, and do not name a key
 // S:data when S is a presence set. The two keys of a presence set are not
 // hash-tagged, so RedisStore targets a single Redis server, not Redis Cluster.
 //
@@ -82,6 +88,29 @@ type Store interface {
 	Members(ctx context.Context, set string) (map[string][]byte, error)
 	// Leave removes member from set at once.
 	Leave(ctx context.Context, set, member string) error
+
+	// SetCounted replaces key's value (without expiry) and charges the
+	// change in its length to q, in one atomic step; see Quota. It returns
+	// the length the value had, or -1 when there was none.
+	SetCounted(ctx context.Context, key string, value []byte, q Quota) (int64, error)
+	// AppendCounted is Append that also charges len(data) to q: maxLen is
+	// checked first (ErrTooLarge), then q (*QuotaError).
+	AppendCounted(ctx context.Context, key string, data []byte, maxLen int64, q Quota) (int64, error)
+	// DeleteCounted deletes key's value and releases its length from q. It
+	// returns that length, or ErrNotFound.
+	DeleteCounted(ctx context.Context, key string, q Quota) (int64, error)
+
+	// Link adds l.Field to the index l.Index with one reference to the
+	// shared value l.Value (see counted.go). When the value does not exist
+	// and no entry refers to it, it is created from data, charged to
+	// l.Quota; data may be nil when the caller expects the value to exist:
+	// Link then returns ErrNeedData if it does not. It reports false, and
+	// changes nothing, when l.Field is already in the index.
+	Link(ctx context.Context, l Link, data []byte) (bool, error)
+	// Unlink removes fields from index and their references, deleting each
+	// shared value with its last reference and releasing its length from q.
+	// Missing fields are not an error.
+	Unlink(ctx context.Context, index string, q Quota, fields ...string) error
 
 	// Ping checks the store is reachable.
 	Ping(ctx context.Context) error

@@ -461,6 +461,9 @@ func Run(t *testing.T, newStore NewStoreFunc) {
 		requireMembers(t, b, set, want)
 	})
 
+	runCounted(t, newStore)
+	runShared(t, newStore)
+
 	t.Run("CanceledContext", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newStore)
