@@ -23,6 +23,11 @@ type Config struct {
 	RunHistory int
 	// RunRetention is how long a recorded run's code is kept. Default 30 days.
 	RunRetention time.Duration
+	// MaxSessionBytes is the most one session may keep in the state store:
+	// its code files plus the code of its recorded runs, each distinct code
+	// counted once. A code-file write past it is refused; a run past it
+	// first drops the session's oldest runs. Default 256 MiB.
+	MaxSessionBytes int64
 	// MirrorDir, when set, gets a plain-file copy of every code file at
 	// MirrorDir/<scope>/files/<name>, and that path is the file's
 	// file_path (CodeStore.FilePath). `codexec dev` sets it to the scripts
@@ -41,6 +46,9 @@ const (
 	DefaultMaxFiles     = 256
 	DefaultRunHistory   = 1000
 	DefaultRunRetention = 30 * 24 * time.Hour
+	// DefaultMaxSessionBytes holds eight code files of the largest size,
+	// or their runs.
+	DefaultMaxSessionBytes = 256 << 20
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -59,6 +67,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.RunRetention <= 0 {
 		c.RunRetention = DefaultRunRetention
+	}
+	if c.MaxSessionBytes <= 0 {
+		c.MaxSessionBytes = DefaultMaxSessionBytes
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()

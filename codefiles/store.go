@@ -3,6 +3,8 @@ package codefiles
 import (
 	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -26,6 +28,9 @@ var (
 	ErrFileTooLarge = errors.New("code file would exceed its size limit")
 	ErrTooManyFiles = errors.New("too many code files in this session")
 	ErrRunNotFound  = errors.New("run not found")
+	// ErrStorageFull says a write would take the session past
+	// Config.MaxSessionBytes.
+	ErrStorageFull = errors.New("the session's storage limit is reached")
 )
 
 // CodeStore keeps each session's code files and the history of the code it
@@ -37,9 +42,25 @@ var (
 //
 //	CodeFile(scope, name)  string  the file's content
 //	CodeFiles(scope)       hash    name → {size, created, updated}
-//	Run(scope, jobID)      string  the code a job ran, expiring after RunRetention
-//	Runs(scope)            hash    job id → {filename, source_file, size, time}
+//	RunCode(scope, sha)    string  code the session ran, once per distinct content
+//	Runs(scope)            hash    job id → {filename, source_file, size, time, code_sha256}
+//	Usage(scope)           string  bytes the session keeps: files plus distinct run code
 //	Scopes()               hash    scope → unix ms of its latest write (for export)
+//
+// # What a session keeps
+//
+// Every write of a file's content is a counted write (statestore's Quota,
+// keyed Usage(scope), limit MaxSessionBytes): the content and the counter
+// change in one atomic step, so a write that would take the session past
+// its budget writes nothing and fails with ErrStorageFull, whichever
+// frontend serves it. The code of a run is a shared value of the runs
+// index (statestore's Link): running the same code again adds an index
+// entry and a reference, not a copy, and the code is charged to the budget
+// once. Dropping runs (past RunHistory, past RunRetention, or to make room
+// for a new run's code under the budget, oldest first) unlinks them, and the
+// store deletes a code with its last run, in the same step that drops the
+// reference, so a run recorded concurrently by another frontend never
+// refers to a deleted code.
 //
 // # Consistency
 //
@@ -144,9 +165,11 @@ func (cs *CodeStore) Init(ctx context.Context, scope, name, content string) (inf
 	default:
 		return info, false, 0, err
 	}
-	if err := cs.st.Set(ctx, key, []byte(content), 0); err != nil {
-		return info, false, 0, err
+	old, err := cs.st.SetCounted(ctx, key, []byte(content), cs.quota(scope))
+	if err != nil {
+		return info, false, 0, cs.storageError(err, "nothing was written")
 	}
+	replaced, oldSize = old >= 0, max(old, 0)
 	now := time.Now().UTC()
 	m := fileMeta{Size: int64(len(content)), Created: now, Updated: now}
 	if err := cs.putMeta(ctx, scope, name, m); err != nil {
@@ -169,7 +192,10 @@ func (cs *CodeStore) Append(ctx context.Context, scope, name, piece string) (Fil
 		}
 		return FileInfo{}, err
 	}
-	n, err := cs.st.Append(ctx, key, []byte(piece), cs.cfg.MaxFileBytes)
+	n, err := cs.st.AppendCounted(ctx, key, []byte(piece), cs.cfg.MaxFileBytes, cs.quota(scope))
+	if errors.Is(err, statestore.ErrOverQuota) {
+		return FileInfo{}, cs.storageError(err, "nothing was appended")
+	}
 	if errors.Is(err, statestore.ErrTooLarge) {
 		size, _ := cs.st.Len(ctx, key)
 		return FileInfo{}, fmt.Errorf("%w: the file has %d bytes, the piece %d, and the limit is %d bytes; nothing was appended",
@@ -261,7 +287,7 @@ func (cs *CodeStore) Delete(ctx context.Context, scope, name string) (int64, err
 	if err := cs.st.HDel(ctx, cs.keys.CodeFiles(scope), name); err != nil {
 		return 0, err
 	}
-	if err := cs.st.Delete(ctx, key); err != nil {
+	if _, err := cs.st.DeleteCounted(ctx, key, cs.quota(scope)); err != nil && !errors.Is(err, statestore.ErrNotFound) {
 		return 0, err
 	}
 	if cs.cfg.MirrorDir != "" {
@@ -293,20 +319,55 @@ func (cs *CodeStore) Scopes(ctx context.Context) ([]string, error) {
 	return out, nil
 }
 
+// runEntry is what the Runs index holds per run: the RunInfo, and the
+// SHA-256 of its code, the name of its shared value RunCode(scope, sha).
+// Runs recorded before runs shared their code have no SHA-256 and keep
+// their code under Run(scope, jobID).
+type runEntry struct {
+	RunInfo
+	CodeSHA256 string `json:"code_sha256,omitempty"`
+}
+
+// maxRoomAttempts bounds how often RecordRun drops old runs and tries again
+// when the session's budget refuses a new run's code; each attempt drops at
+// least one run, and concurrent runs of the session may take the room made.
+const maxRoomAttempts = 8
+
 // RecordRun keeps the code of a job that scope ran, for RunRetention, and
-// indexes it. When the session has more than RunHistory runs the oldest are
-// dropped, a tenth of RunHistory at a time, so that pruning (which reads the
-// whole index) happens once per RunHistory/10 runs rather than on each.
+// indexes it. The code is stored once per distinct content: a run of code
+// the session already keeps adds only its index entry. When the code would
+// take the session past MaxSessionBytes, its oldest runs are dropped to make
+// room; a code that does not fit even then is refused with ErrStorageFull.
+// When the session has more than RunHistory runs the oldest are dropped, a
+// tenth of RunHistory at a time, so that pruning (which reads the whole
+// index) happens once per RunHistory/10 runs rather than on each.
 func (cs *CodeStore) RecordRun(ctx context.Context, scope string, run RunInfo, code string) error {
-	if err := cs.st.Set(ctx, cs.keys.Run(scope, run.JobID), []byte(code), cs.cfg.RunRetention); err != nil {
-		return err
-	}
-	raw, err := json.Marshal(run)
+	sum := sha256.Sum256([]byte(code))
+	run.Size = int64(len(code))
+	entry := runEntry{RunInfo: run, CodeSHA256: hex.EncodeToString(sum[:])}
+	raw, err := json.Marshal(entry)
 	if err != nil {
 		return err
 	}
-	if err := cs.st.HSet(ctx, cs.keys.Runs(scope), run.JobID, raw); err != nil {
-		return err
+	l := statestore.Link{
+		Index: cs.keys.Runs(scope), Field: run.JobID, Entry: raw,
+		Value: cs.keys.RunCode(scope, entry.CodeSHA256), TTL: cs.cfg.RunRetention, Quota: cs.quota(scope),
+	}
+	err = cs.link(ctx, l, code)
+	for attempt := 0; errors.Is(err, statestore.ErrOverQuota) && attempt < maxRoomAttempts; attempt++ {
+		var qe *statestore.QuotaError
+		errors.As(err, &qe)
+		dropped, perr := cs.pruneForRoom(ctx, scope, qe.Used+qe.Adding-qe.Limit)
+		if perr != nil {
+			return perr
+		}
+		if !dropped {
+			break
+		}
+		err = cs.link(ctx, l, code)
+	}
+	if err != nil {
+		return cs.storageError(err, "the run's code was not recorded")
 	}
 	cs.touchScope(ctx, scope)
 	n, err := cs.st.HLen(ctx, cs.keys.Runs(scope))
@@ -314,6 +375,15 @@ func (cs *CodeStore) RecordRun(ctx context.Context, scope string, run RunInfo, c
 		return err
 	}
 	return cs.pruneRuns(ctx, scope, max(cs.cfg.RunHistory-cs.cfg.RunHistory/10, 1))
+}
+
+// link links l, sending code only when the store does not hold it already.
+func (cs *CodeStore) link(ctx context.Context, l statestore.Link, code string) error {
+	_, err := cs.st.Link(ctx, l, nil)
+	if errors.Is(err, statestore.ErrNeedData) {
+		_, err = cs.st.Link(ctx, l, []byte(code))
+	}
+	return err
 }
 
 // pruneRuns keeps the newest keep runs of scope (fewer if some have passed
@@ -331,6 +401,45 @@ func (cs *CodeStore) pruneRuns(ctx context.Context, scope string, keep int) erro
 	return cs.dropRuns(ctx, scope, expired)
 }
 
+// pruneForRoom drops scope's runs past their retention and its oldest runs
+// until dropping them frees at least need bytes of code (a code is freed
+// with the last run that ran it). When dropping every run would not free
+// need bytes (the code files take the room), it drops only the expired
+// ones. It reports whether it dropped any.
+func (cs *CodeStore) pruneForRoom(ctx context.Context, scope string, need int64) (bool, error) {
+	runs, drop, err := cs.loadRuns(ctx, scope)
+	if err != nil {
+		return false, err
+	}
+	left := make(map[string]int, len(runs))
+	var freeable int64
+	for _, r := range runs {
+		if left[r.CodeSHA256]++; left[r.CodeSHA256] == 1 && r.CodeSHA256 != "" {
+			freeable += r.Size
+		}
+	}
+	if freeable < need {
+		runs = nil
+	}
+	var freed int64
+	for i := len(runs) - 1; i >= 0 && freed < need; i-- {
+		r := runs[i]
+		drop = append(drop, r.JobID)
+		if left[r.CodeSHA256]--; left[r.CodeSHA256] == 0 && r.CodeSHA256 != "" {
+			freed += r.Size
+		}
+	}
+	if len(drop) == 0 {
+		return false, nil
+	}
+	cs.log.Info("dropping old runs to make room under the session's storage limit",
+		"scope", scope, "runs", len(drop), "need_bytes", need, "limit_bytes", cs.cfg.MaxSessionBytes)
+	return true, cs.dropRuns(ctx, scope, drop)
+}
+
+// dropRuns removes runs ids of scope from the index and their references
+// to their code, which the store deletes with its last reference. Runs
+// recorded before code was shared keep their own key, deleted here too.
 func (cs *CodeStore) dropRuns(ctx context.Context, scope string, ids []string) error {
 	const batch = 500
 	for len(ids) > 0 {
@@ -339,7 +448,7 @@ func (cs *CodeStore) dropRuns(ctx context.Context, scope string, ids []string) e
 		for i, id := range ids[:n] {
 			keys[i] = cs.keys.Run(scope, id)
 		}
-		if err := cs.st.HDel(ctx, cs.keys.Runs(scope), ids[:n]...); err != nil {
+		if err := cs.st.Unlink(ctx, cs.keys.Runs(scope), cs.quota(scope), ids[:n]...); err != nil {
 			return err
 		}
 		if err := cs.st.Delete(ctx, keys...); err != nil {
@@ -353,7 +462,7 @@ func (cs *CodeStore) dropRuns(ctx context.Context, scope string, ids []string) e
 // Runs returns scope's recorded runs, newest first. Index entries past their
 // retention are left out, and removed.
 func (cs *CodeStore) Runs(ctx context.Context, scope string) ([]RunInfo, error) {
-	runs, expired, err := cs.loadRuns(ctx, scope)
+	entries, expired, err := cs.loadRuns(ctx, scope)
 	if err != nil {
 		return nil, err
 	}
@@ -362,19 +471,23 @@ func (cs *CodeStore) Runs(ctx context.Context, scope string) ([]RunInfo, error) 
 			cs.log.Warn("drop expired runs from the index", "scope", scope, "err", err)
 		}
 	}
+	runs := make([]RunInfo, len(entries))
+	for i, e := range entries {
+		runs[i] = e.RunInfo
+	}
 	return runs, nil
 }
 
 // loadRuns reads scope's runs index: the live runs, newest first, and the
 // ids of those past their retention (or unreadable).
-func (cs *CodeStore) loadRuns(ctx context.Context, scope string) (runs []RunInfo, expired []string, err error) {
+func (cs *CodeStore) loadRuns(ctx context.Context, scope string) (runs []runEntry, expired []string, err error) {
 	all, err := cs.st.HGetAll(ctx, cs.keys.Runs(scope))
 	if err != nil {
 		return nil, nil, err
 	}
 	cutoff := time.Now().Add(-cs.cfg.RunRetention)
 	for id, raw := range all {
-		var r RunInfo
+		var r runEntry
 		if json.Unmarshal(raw, &r) != nil || r.JobID != id || r.Time.Before(cutoff) {
 			expired = append(expired, id)
 			continue
@@ -382,7 +495,7 @@ func (cs *CodeStore) loadRuns(ctx context.Context, scope string) (runs []RunInfo
 		runs = append(runs, r)
 	}
 	// Job ids are ULIDs: their order is the order they were made in.
-	slices.SortFunc(runs, func(a, b RunInfo) int { return cmp.Compare(b.JobID, a.JobID) })
+	slices.SortFunc(runs, func(a, b runEntry) int { return cmp.Compare(b.JobID, a.JobID) })
 	return runs, expired, nil
 }
 
@@ -399,18 +512,46 @@ func (cs *CodeStore) ReadRun(ctx context.Context, scope, jobID string) (string, 
 	if err != nil {
 		return "", RunInfo{}, err
 	}
-	var r RunInfo
+	var r runEntry
 	if err := json.Unmarshal(raw, &r); err != nil {
 		return "", RunInfo{}, ErrRunNotFound
 	}
-	code, err := cs.st.Get(ctx, cs.keys.Run(scope, jobID))
+	key := cs.keys.Run(scope, jobID)
+	if r.CodeSHA256 != "" {
+		key = cs.keys.RunCode(scope, r.CodeSHA256)
+	}
+	code, err := cs.st.Get(ctx, key)
 	if errors.Is(err, statestore.ErrNotFound) {
 		return "", RunInfo{}, ErrRunNotFound
 	}
 	if err != nil {
 		return "", RunInfo{}, err
 	}
-	return string(code), r, nil
+	return string(code), r.RunInfo, nil
+}
+
+// Usage returns the bytes scope keeps in the store, as counted against
+// MaxSessionBytes: its code files and the distinct code of its runs.
+func (cs *CodeStore) Usage(ctx context.Context, scope string) (int64, error) {
+	return statestore.Usage(ctx, cs.st, cs.quota(scope))
+}
+
+// quota is scope's storage budget.
+func (cs *CodeStore) quota(scope string) statestore.Quota {
+	return statestore.Quota{Key: cs.keys.Usage(scope), Limit: cs.cfg.MaxSessionBytes}
+}
+
+// storageError turns a refusal of the session's budget into ErrStorageFull
+// with the figures; what says what the refusal left undone. Other errors
+// pass unchanged.
+func (cs *CodeStore) storageError(err error, what string) error {
+	var qe *statestore.QuotaError
+	if !errors.As(err, &qe) {
+		return err
+	}
+	return fmt.Errorf("%w: the session keeps %d bytes (code files plus the code of recorded runs) "+
+		"and the limit is %d bytes; this write needs %d more, so %s. delete_code_file frees space",
+		ErrStorageFull, qe.Used, qe.Limit, qe.Adding, what)
 }
 
 func (cs *CodeStore) meta(ctx context.Context, scope, name string) fileMeta {

@@ -79,6 +79,7 @@ func TestCodeStoreBolt(t *testing.T) {
 }
 
 func runCodeStoreSuite(t *testing.T, newStore newStoreFunc) {
+	runStorageSuite(t, newStore)
 	t.Run("InitAppendReadListDelete", func(t *testing.T) {
 		t.Parallel()
 		b := setupCodeStore(t, newStore, Config{})

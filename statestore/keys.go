@@ -37,13 +37,25 @@ func (k Keys) CodeFile(scope, name string) string {
 // (JSON: size at the last write, created, updated).
 func (k Keys) CodeFiles(scope string) string { return k.Prefix + "files:" + scope }
 
-// Run is the string holding the code of job jobID of scope, kept (with a
-// ttl) so it can be read back after it ran.
+// Run is the string that held the code of job jobID of scope before runs
+// shared their code (RunCode): runs recorded then are still read from it
+// until their retention ends. Nothing writes it any more.
 func (k Keys) Run(scope, jobID string) string { return k.Prefix + "run:" + scope + ":" + jobID }
 
+// RunCode is the string holding code that scope ran, once per distinct
+// content: sha256 is the code's SHA-256 in lower-case hex. It is a shared
+// value (Store.Link) of the index Runs(scope).
+func (k Keys) RunCode(scope, sha256 string) string { return k.Prefix + "code:" + scope + ":" + sha256 }
+
 // Runs is the hash indexing scope's recorded runs: job id → metadata (JSON:
-// file name, size, time, the code file it came from).
+// file name, size, time, the code file it came from, the SHA-256 of the
+// code). It is the index of the shared values RunCode(scope, …), so
+// Runs(scope)+":links" and Runs(scope)+":refs" are taken too.
 func (k Keys) Runs(scope string) string { return k.Prefix + "runs:" + scope }
+
+// Usage is the byte counter (Store's Quota) of what scope keeps in the
+// store: its code files and the distinct code of its recorded runs.
+func (k Keys) Usage(scope string) string { return k.Prefix + "usage:" + scope }
 
 // Scopes is the hash of every session scope that has code files or recorded
 // runs: scope → unix milliseconds of its latest write. The Store has no key
