@@ -81,7 +81,8 @@ const (
 
 func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 	cf := f.cfg.CodeFiles
-	limits := fmt.Sprintf("A file may grow to %s; a session may hold %d files.", formatSize(cf.MaxFileBytes), cf.MaxFiles)
+	limits := fmt.Sprintf("A file may grow to %s; a session may hold %d files, and %s in all (its files plus the code of its recent runs).",
+		formatSize(cf.MaxFileBytes), cf.MaxFiles, formatSize(cf.MaxSessionBytes))
 	s.AddTool(mcp.NewTool("initialize_code_file",
 		mcp.WithDescription("Start a code file with its first piece of content; add more with append_to_code_file, run it with execute_code_file. "+
 			"An existing file of the same name is replaced (the result says so). Returns the file_path the other tools take. "+limits),
@@ -382,7 +383,7 @@ func (f *Frontend) storeError(err error, name string) error {
 	switch {
 	case errors.Is(err, codefiles.ErrFileNotFound):
 		te = failure(fileStatusNotFound, "%s", notFoundMessage(name))
-	case errors.Is(err, codefiles.ErrFileTooLarge), errors.Is(err, codefiles.ErrTooManyFiles):
+	case errors.Is(err, codefiles.ErrFileTooLarge), errors.Is(err, codefiles.ErrTooManyFiles), errors.Is(err, codefiles.ErrStorageFull):
 		te = failure(fileStatusLimit, "%s", err)
 	default:
 		f.log.Error("code-file store", "file", name, "err", err)

@@ -24,15 +24,20 @@ type toolBundle struct {
 
 func setupTools(t *testing.T, mirror bool) toolBundle {
 	t.Helper()
+	cfg := Config{CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}
+	if mirror {
+		cfg.CodeFiles.MirrorDir = t.TempDir()
+	}
+	return setupToolsConfig(t, cfg)
+}
+
+func setupToolsConfig(t *testing.T, cfg Config) toolBundle {
+	t.Helper()
 	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	cfg := Config{CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}
-	if mirror {
-		cfg.CodeFiles.MirrorDir = t.TempDir()
-	}
 	f, err := New(cfg, nil, st)
 	if err != nil {
 		t.Fatal(err)
@@ -241,5 +246,35 @@ func TestFormatSize(t *testing.T) {
 		if got := formatSize(tc.n); got != tc.want {
 			t.Errorf("formatSize(%d) = %q, want %q", tc.n, got, tc.want)
 		}
+	}
+}
+
+// TestCodeFileToolsStorageBudget: a write past the session's storage budget
+// fails with status limit and a message that names the usage and the limit,
+// and leaves the files as they were.
+func TestCodeFileToolsStorageBudget(t *testing.T) {
+	t.Parallel()
+	b := setupToolsConfig(t, Config{CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxSessionBytes: 1000}})
+	res, fr := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": strings.Repeat("a", 600), "filename": "a.py"})
+	if res.IsError {
+		t.Fatalf("initialize: %+v", fr)
+	}
+	res, fr = callTool[FileResult](t, b.c, "append_to_code_file", map[string]any{"file_path": "a.py", "content": strings.Repeat("b", 500)})
+	if !res.IsError || fr.Status != "limit" || !strings.Contains(fr.Message, "keeps 600 bytes") || !strings.Contains(fr.Message, "limit is 1000 bytes") {
+		t.Fatalf("append past the budget: isError=%v %+v", res.IsError, fr)
+	}
+	res, fr = callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": strings.Repeat("c", 500), "filename": "c.py"})
+	if !res.IsError || fr.Status != "limit" || !strings.Contains(fr.Message, "needs 500 more") {
+		t.Fatalf("initialize past the budget: isError=%v %+v", res.IsError, fr)
+	}
+	res, lr := callTool[ListResult](t, b.c, "list_code_files", nil)
+	if res.IsError || len(lr.Files) != 1 || lr.Files[0].Size != 600 {
+		t.Fatalf("list after refused writes: %+v", lr)
+	}
+	if res, fr = callTool[FileResult](t, b.c, "delete_code_file", map[string]any{"file_path": "a.py"}); res.IsError {
+		t.Fatalf("delete: %+v", fr)
+	}
+	if res, fr = callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": strings.Repeat("c", 1000), "filename": "c.py"}); res.IsError {
+		t.Fatalf("initialize after delete freed the room: %+v", fr)
 	}
 }

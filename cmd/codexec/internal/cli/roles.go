@@ -40,6 +40,7 @@ type frontendFlags struct {
 	maxFiles     int
 	runHistory   int
 	runKeep      time.Duration
+	maxSession   int64
 	allowURLReqs bool
 	// filesMirror is set by dev only: see codefiles.Config.MirrorDir.
 	filesMirror string
@@ -56,6 +57,8 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.Int(&ff.maxFiles, "max-files", "CODEXEC_MAX_FILES", codefiles.DefaultMaxFiles, "most code files one session may hold")
 	f.Int(&ff.runHistory, "run-history", "CODEXEC_RUN_HISTORY", codefiles.DefaultRunHistory, "how many runs (the code of each job) are kept per session")
 	f.Duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", codefiles.DefaultRunRetention, "how long the code of a run is kept")
+	f.Bytes(&ff.maxSession, "max-session-storage", "CODEXEC_MAX_SESSION_STORAGE", codefiles.DefaultMaxSessionBytes,
+		"most one session keeps in the state store: its code files plus each distinct code of its runs (older runs are dropped to make room)")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 }
 
@@ -65,7 +68,7 @@ func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
 		MaxCodeBytes: int(ff.maxCode), OutputLimit: ff.outputLimit, Version: Version(), Logger: log,
 		CodeFiles: codefiles.Config{
 			MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
-			MirrorDir: ff.filesMirror,
+			MaxSessionBytes: ff.maxSession, MirrorDir: ff.filesMirror,
 		},
 		AllowURLRequirements: ff.allowURLReqs,
 	}
