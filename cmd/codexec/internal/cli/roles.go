@@ -264,17 +264,20 @@ func stopWorker(w *worker.Worker, grace time.Duration, log *slog.Logger) {
 
 // openRedis connects to Redis, retrying for a while so that a cluster's
 // processes may start in any order.
-func openRedis(ctx context.Context, url string) (statestore.Store, error) {
+func openRedis(ctx context.Context, opts statestore.RedisOptions) (statestore.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: url})
+		st, err := statestore.NewRedis(ctx, opts)
 		if err == nil {
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("redis at %s: %w", redactURL(url), err)
+			if len(opts.SentinelAddrs) > 0 {
+				return nil, fmt.Errorf("redis through sentinels %s: %w", strings.Join(opts.SentinelAddrs, ","), err)
+			}
+			return nil, fmt.Errorf("redis at %s: %w", redactURL(opts.URL), err)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
@@ -290,8 +293,16 @@ func openBroker(ctx context.Context, cfg broker.Config) (*broker.Broker, error) 
 	return b, nil
 }
 
-// redactURL hides a password in a URL before it is logged.
+// redactURL hides a password in a URL, or in each of a comma-separated
+// list of URLs, before it is logged.
 func redactURL(u string) string {
+	if strings.Contains(u, ",") {
+		parts := strings.Split(u, ",")
+		for i, p := range parts {
+			parts[i] = redactURL(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	if i := strings.Index(u, "://"); i >= 0 {
 		rest := u[i+3:]
 		if at := strings.LastIndex(rest, "@"); at >= 0 {
