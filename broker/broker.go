@@ -136,44 +136,57 @@ func (b *Broker) setup(ctx context.Context) error {
 	}
 	b.js = js
 	maxPayload := b.nc.MaxPayload()
-	b.jobs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	b.jobs, err = js.CreateOrUpdateStream(ctx, b.streamConfig(jetstream.StreamConfig{
 		Name:        wire.JobsStream,
 		Description: "codexec jobs, one subject per worker pool",
 		Subjects:    []string{jobsSubjects},
 		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
 		Duplicates:  duplicateWindow,
 		MaxMsgSize:  int32(min(maxPayload, 1<<31-1)),
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("broker: create stream %s: %w", wire.JobsStream, err)
 	}
 	if err := b.renewAnchor(ctx); err != nil {
 		b.log.Debug("jobs stream anchor", "err", err)
 	}
-	b.results, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.results, err = js.CreateOrUpdateKeyValue(ctx, b.keyValueConfig(jetstream.KeyValueConfig{
 		Bucket:      wire.ResultsBucket,
 		Description: "codexec results by job id",
 		History:     1,
 		TTL:         b.cfg.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("broker: create bucket %s: %w", wire.ResultsBucket, err)
 	}
-	b.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	b.blobs, err = js.CreateOrUpdateObjectStore(ctx, b.objectStoreConfig(jetstream.ObjectStoreConfig{
 		Bucket:      wire.BlobsBucket,
 		Description: "codexec job code and results too large for one message",
 		TTL:         b.cfg.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("broker: create object store %s: %w", wire.BlobsBucket, err)
 	}
 	return nil
+}
+
+// streamConfig, keyValueConfig and objectStoreConfig give a stream, a
+// key-value bucket or an object store of the broker what all of them share:
+// file storage and Config.Replicas copies. Define every new one through
+// them, so that a clustered deployment replicates it too.
+func (b *Broker) streamConfig(c jetstream.StreamConfig) jetstream.StreamConfig {
+	c.Storage, c.Replicas = jetstream.FileStorage, b.cfg.Replicas
+	return c
+}
+
+func (b *Broker) keyValueConfig(c jetstream.KeyValueConfig) jetstream.KeyValueConfig {
+	c.Storage, c.Replicas = jetstream.FileStorage, b.cfg.Replicas
+	return c
+}
+
+func (b *Broker) objectStoreConfig(c jetstream.ObjectStoreConfig) jetstream.ObjectStoreConfig {
+	c.Storage, c.Replicas = jetstream.FileStorage, b.cfg.Replicas
+	return c
 }
 
 // waitConnected blocks until nc is connected, closed, or ctx ends.
