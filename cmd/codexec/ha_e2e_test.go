@@ -201,14 +201,19 @@ func startHAWorkers(t *testing.T, n int, common []string) []*e2e.Proc {
 	return ws
 }
 
-// waitJetStream waits until the cluster's JetStream answers (its meta
-// leader is elected).
+// waitJetStream waits until the cluster's JetStream can place a stream of
+// three replicas: its meta leader is elected and knows all three nodes. It
+// creates such a stream and deletes it.
 func waitJetStream(ctx context.Context, t *testing.T, js jetstream.JetStream) {
 	t.Helper()
+	probe := jetstream.StreamConfig{Name: "HA_PROBE", Subjects: []string{"ha.probe"}, Replicas: 3, Storage: jetstream.FileStorage}
 	for {
 		// A request made before the leader is elected gets no answer at all.
 		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.AccountInfo(actx)
+		_, err := js.CreateStream(actx, probe)
+		if err == nil {
+			err = js.DeleteStream(actx, probe.Name)
+		}
 		cancel()
 		if err == nil {
 			return
