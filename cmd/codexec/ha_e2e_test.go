@@ -201,30 +201,6 @@ func startHAWorkers(t *testing.T, n int, common []string) []*e2e.Proc {
 	return ws
 }
 
-// waitJetStream waits until the cluster's JetStream can place a stream of
-// three replicas: its meta leader is elected and knows all three nodes. It
-// creates such a stream and deletes it.
-func waitJetStream(ctx context.Context, t *testing.T, js jetstream.JetStream) {
-	t.Helper()
-	probe := jetstream.StreamConfig{Name: "HA_PROBE", Subjects: []string{"ha.probe"}, Replicas: 3, Storage: jetstream.FileStorage}
-	for {
-		// A request made before the leader is elected gets no answer at all.
-		actx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		_, err := js.CreateStream(actx, probe)
-		if err == nil {
-			err = js.DeleteStream(actx, probe.Name)
-		}
-		cancel()
-		if err == nil {
-			return
-		}
-		if ctx.Err() != nil {
-			t.Fatalf("JetStream of the cluster is not ready: %v", err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-}
-
 // checkReplicated fails t unless every stream of the account (the jobs
 // stream, the key-value buckets and object stores are all streams) has
 // `replicas` replicas, and the three codexec creates at start are there.
@@ -287,8 +263,9 @@ func TestHANATSNodeKilled(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	waitJetStream(ctx, t, js)
 
+	// codexec starts while the cluster forms (it elects its leaders, learns
+	// its nodes), and must wait for it by itself.
 	common := []string{"CODEXEC_NATS_URL=" + strings.Join(urls, ","), "CODEXEC_REPLICAS=3", "CODEXEC_REDIS_URL=" + rs.URL(),
 		"CODEXEC_ACK_WAIT=2s", "CODEXEC_QUEUE_WAIT=20s"}
 	workers := startHAWorkers(t, 2, common)
