@@ -136,44 +136,57 @@ func (b *Broker) setup(ctx context.Context) error {
 	}
 	b.js = js
 	maxPayload := b.nc.MaxPayload()
-	b.jobs, err = js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+	b.jobs, err = js.CreateOrUpdateStream(ctx, b.streamConfig(jetstream.StreamConfig{
 		Name:        wire.JobsStream,
 		Description: "codexec jobs, one subject per worker pool",
 		Subjects:    []string{jobsSubjects},
 		Retention:   jetstream.WorkQueuePolicy,
-		Storage:     jetstream.FileStorage,
 		Duplicates:  duplicateWindow,
 		MaxMsgSize:  int32(min(maxPayload, 1<<31-1)),
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("broker: create stream %s: %w", wire.JobsStream, err)
 	}
 	if err := b.renewAnchor(ctx); err != nil {
 		b.log.Debug("jobs stream anchor", "err", err)
 	}
-	b.results, err = js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+	b.results, err = js.CreateOrUpdateKeyValue(ctx, b.keyValueConfig(jetstream.KeyValueConfig{
 		Bucket:      wire.ResultsBucket,
 		Description: "codexec results by job id",
 		History:     1,
 		TTL:         b.cfg.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("broker: create bucket %s: %w", wire.ResultsBucket, err)
 	}
-	b.blobs, err = js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	b.blobs, err = js.CreateOrUpdateObjectStore(ctx, b.objectStoreConfig(jetstream.ObjectStoreConfig{
 		Bucket:      wire.BlobsBucket,
 		Description: "codexec job code and results too large for one message",
 		TTL:         b.cfg.Retention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return fmt.Errorf("broker: create object store %s: %w", wire.BlobsBucket, err)
 	}
 	return nil
+}
+
+// streamConfig, keyValueConfig and objectStoreConfig give a stream, a
+// key-value bucket or an object store of the broker what all of them share:
+// file storage and Config.Replicas copies. Define every new one through
+// them, so that a clustered deployment replicates it too.
+func (b *Broker) streamConfig(c jetstream.StreamConfig) jetstream.StreamConfig {
+	c.Storage, c.Replicas = jetstream.FileStorage, b.cfg.Replicas
+	return c
+}
+
+func (b *Broker) keyValueConfig(c jetstream.KeyValueConfig) jetstream.KeyValueConfig {
+	c.Storage, c.Replicas = jetstream.FileStorage, b.cfg.Replicas
+	return c
+}
+
+func (b *Broker) objectStoreConfig(c jetstream.ObjectStoreConfig) jetstream.ObjectStoreConfig {
+	c.Storage, c.Replicas = jetstream.FileStorage, b.cfg.Replicas
+	return c
 }
 
 // waitConnected blocks until nc is connected, closed, or ctx ends.
@@ -342,9 +355,7 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishO
 	if opt.msgID != "" {
 		msgID = opt.msgID
 	}
-	_, err = b.js.Publish(ctx, subject, data,
-		jetstream.WithMsgID(msgID), jetstream.WithExpectStream(wire.JobsStream))
-	if err != nil {
+	if err := b.publishJobMsg(ctx, subject, data, msgID); err != nil {
 		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
 	}
 	if b.published.Add(1)%anchorEvery == 0 && b.anchoring.CompareAndSwap(false, true) {
@@ -358,6 +369,35 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishO
 		}()
 	}
 	return nil
+}
+
+// While the jobs stream elects a new leader (the node that led it died),
+// a publish gets no answer: "no responders" at once, or nothing at all when
+// the request went to the dead node. publishJobMsg tries again every
+// publishRetryWait, each attempt bounded by publishAttemptTimeout, for
+// publishAttempts attempts; the Nats-Msg-Id makes a job published twice
+// one job.
+const (
+	publishRetryWait      = 250 * time.Millisecond
+	publishAttemptTimeout = 5 * time.Second
+	publishAttempts       = 4
+)
+
+// publishJobMsg publishes one job message on the jobs stream, riding out a
+// leader election (see publishRetryWait).
+func (b *Broker) publishJobMsg(ctx context.Context, subject string, data []byte, msgID string) error {
+	var err error
+	for range publishAttempts {
+		actx, cancel := context.WithTimeout(ctx, publishAttemptTimeout)
+		_, err = b.js.Publish(actx, subject, data, jetstream.WithMsgID(msgID), jetstream.WithExpectStream(wire.JobsStream),
+			jetstream.WithRetryWait(publishRetryWait), jetstream.WithRetryAttempts(int(publishAttemptTimeout/publishRetryWait)))
+		cancel()
+		noAnswer := errors.Is(err, context.DeadlineExceeded) || errors.Is(err, jetstream.ErrNoStreamResponse)
+		if err == nil || ctx.Err() != nil || !noAnswer {
+			return err
+		}
+	}
+	return fmt.Errorf("no answer from stream %s in %d attempts of %s: %w", wire.JobsStream, publishAttempts, publishAttemptTimeout, err)
 }
 
 // anchorSubject is a subject of the jobs stream that no pool's consumer
@@ -475,6 +515,15 @@ func (b *Broker) GetResult(ctx context.Context, jobID string) (*wire.Result, err
 	if !idRe.MatchString(jobID) {
 		return nil, fmt.Errorf("broker: get result: invalid job id %q", jobID)
 	}
+	data, err := b.storedResult(ctx, jobID)
+	if err != nil {
+		return nil, err
+	}
+	return b.decodeResult(ctx, jobID, data)
+}
+
+// storedResult reads jobID's value in the results bucket (a result or a stub).
+func (b *Broker) storedResult(ctx context.Context, jobID string) ([]byte, error) {
 	e, err := b.results.Get(ctx, jobID)
 	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
 		return nil, fmt.Errorf("broker: get result %s: %w", jobID, wire.ErrResultNotFound)
@@ -482,7 +531,7 @@ func (b *Broker) GetResult(ctx context.Context, jobID string) (*wire.Result, err
 	if err != nil {
 		return nil, fmt.Errorf("broker: get result %s: %w", jobID, err)
 	}
-	return b.decodeResult(ctx, jobID, e.Value())
+	return e.Value(), nil
 }
 
 // WaitResult returns the result for jobID as soon as it exists, which may
@@ -516,14 +565,25 @@ func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, er
 
 	// read reads the key: done says that r or err is the answer, and not
 	// done that the bucket has no result yet.
+	// A read that gets no answer in waitReadTimeout, or no responders (the
+	// bucket electing a leader), is not done either: the next read goes to
+	// whichever server leads it then.
 	read := func() (r *wire.Result, done bool, err error) {
-		r, err = b.GetResult(ctx, jobID)
+		rctx, cancel := context.WithTimeout(ctx, waitReadTimeout)
+		data, err := b.storedResult(rctx, jobID)
+		cancel()
+		if err == nil {
+			r, err = b.decodeResult(ctx, jobID, data)
+		}
 		switch {
 		case err == nil:
 			return r, true, nil
 		case ctx.Err() != nil:
 			return nil, true, ctx.Err()
-		case !errors.Is(err, wire.ErrResultNotFound):
+		case errors.Is(err, wire.ErrResultNotFound):
+		case errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrNoResponders) || errors.Is(err, nats.ErrTimeout):
+			b.log.Debug("wait result: read again later", "job", jobID, "err", err)
+		default:
 			return nil, true, fmt.Errorf("broker: wait result %s: %w", jobID, err)
 		}
 		return nil, false, nil
@@ -559,6 +619,9 @@ func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, er
 
 // kvOperationHeader marks deletes and purges in a key-value bucket.
 const kvOperationHeader = "KV-Operation"
+
+// waitReadTimeout bounds one read of the key in WaitResult.
+const waitReadTimeout = 5 * time.Second
 
 // waitRecheckMin and waitRecheckMax bound the interval at which WaitResult
 // reads the key again without having been woken.

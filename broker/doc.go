@@ -34,6 +34,11 @@
 //     the connection that asked for it is gone. WaitResult subscribes to
 //     the key's subject and reads the key when woken (no consumer per
 //     call, no polling but a slow safety net).
+//   - Every stream, bucket and store has Config.Replicas copies (3 on a
+//     three-node cluster; defined through streamConfig, keyValueConfig and
+//     objectStoreConfig). While one elects a new leader after a node died,
+//     nobody answers: PublishJob publishes again, for up to 20s, and
+//     WaitResult reads again, each read bounded to 5s.
 //   - Object store wire.BlobsBucket ("codexec-blobs"), TTL Config.Retention,
 //     file storage, for what does not fit one message: the code of a large
 //     job ("job-<id>", referenced by Job.CodeRef) and large results

@@ -5,6 +5,7 @@ import (
 	_ "embed"
 	"errors"
 	"fmt"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -38,21 +39,48 @@ var (
 type RedisOptions struct {
 	// URL is a redis:// or rediss:// URL as accepted by redis.ParseURL, e.g.
 	// "redis://127.0.0.1:6379/0". The store owns the client it builds from it
-	// and closes it in Close.
+	// and closes it in Close. With SentinelAddrs, its host is not used: the
+	// primary's address comes from the sentinels, and the URL gives only the
+	// credentials, database and TLS setting for the primary.
 	URL string
+	// SentinelAddrs, when set, are the host:port of Redis Sentinels that
+	// monitor MasterName: the store asks them for the primary and follows a
+	// failover by itself (go-redis's failover client).
+	SentinelAddrs []string
+	// MasterName is the name the sentinels monitor the primary under.
+	MasterName string
+	// WaitReplicas, when positive, makes every write of lasting state (Set,
+	// SetNX, Delete, Append, HSet, HDel: code files, runs, settings) wait
+	// until that many replicas have it (Redis WAIT) before it returns, so
+	// that a failover cannot lose a write that was acknowledged. A write
+	// that fewer replicas confirm within WaitTimeout returns an error (it is
+	// on the primary, possibly not on a replica). Presence (Touch, Leave) never
+	// waits: it is renewed every few seconds anyway.
+	WaitReplicas int
+	// WaitTimeout bounds WAIT; default DefaultWaitTimeout.
+	WaitTimeout time.Duration
 	// Client, when not nil, is used instead of URL. The caller owns it: Close
 	// stops the store but leaves Client open.
 	Client *redis.Client
 }
+
+// DefaultWaitTimeout is RedisOptions.WaitTimeout's default.
+const DefaultWaitTimeout = 2 * time.Second
+
+// ErrNotReplicated wraps the error of a write that fewer replicas than
+// RedisOptions.WaitReplicas confirmed in time.
+var ErrNotReplicated = errors.New("statestore: write not confirmed by enough replicas")
 
 // RedisStore is the Store for clusters, on a single Redis server (or a
 // Sentinel-managed primary). It is not written for Redis Cluster: a presence
 // set spans two keys that are not hash-tagged into one slot. It needs Redis 5
 // or later, whose scripts may write after reading the clock (TIME).
 type RedisStore struct {
-	client    *redis.Client
-	ownClient bool
-	closed    atomic.Bool
+	client      *redis.Client
+	ownClient   bool
+	waitN       int
+	waitTimeout time.Duration
+	closed      atomic.Bool
 }
 
 var _ Store = (*RedisStore)(nil)
@@ -60,25 +88,104 @@ var _ Store = (*RedisStore)(nil)
 // NewRedis connects to Redis and pings it, so an unreachable server is
 // reported here rather than on first use.
 func NewRedis(ctx context.Context, opts RedisOptions) (*RedisStore, error) {
-	s := &RedisStore{client: opts.Client}
+	if opts.WaitReplicas < 0 {
+		return nil, fmt.Errorf("statestore: redis: WaitReplicas %d is negative", opts.WaitReplicas)
+	}
+	s := &RedisStore{client: opts.Client, waitN: opts.WaitReplicas, waitTimeout: opts.WaitTimeout}
+	if s.waitTimeout <= 0 {
+		s.waitTimeout = DefaultWaitTimeout
+	}
 	if s.client == nil {
-		if opts.URL == "" {
-			return nil, errors.New("statestore: redis: neither URL nor Client is set")
-		}
-		o, err := redis.ParseURL(opts.URL)
+		c, err := newRedisClient(opts)
 		if err != nil {
-			return nil, fmt.Errorf("statestore: redis: parse URL: %w", err)
+			return nil, err
 		}
-		s.client = redis.NewClient(o)
-		s.ownClient = true
+		s.client, s.ownClient = c, true
 	}
 	if err := s.client.Ping(ctx).Err(); err != nil {
 		if s.ownClient {
 			_ = s.client.Close()
 		}
-		return nil, fmt.Errorf("statestore: redis: ping %s: %w", s.client.Options().Addr, err)
+		return nil, fmt.Errorf("statestore: redis: ping %s: %w", s.describe(opts), err)
 	}
 	return s, nil
+}
+
+// newRedisClient builds the client of opts.URL, through the sentinels when
+// opts.SentinelAddrs is set.
+func newRedisClient(opts RedisOptions) (*redis.Client, error) {
+	if opts.URL == "" {
+		return nil, errors.New("statestore: redis: neither URL nor Client is set")
+	}
+	o, err := redis.ParseURL(opts.URL)
+	if err != nil {
+		return nil, fmt.Errorf("statestore: redis: parse URL: %w", err)
+	}
+	if len(opts.SentinelAddrs) == 0 {
+		return redis.NewClient(o), nil
+	}
+	if opts.MasterName == "" {
+		return nil, errors.New("statestore: redis: sentinels given without a master name")
+	}
+	return redis.NewFailoverClient(&redis.FailoverOptions{
+		MasterName:      opts.MasterName,
+		SentinelAddrs:   opts.SentinelAddrs,
+		Username:        o.Username,
+		Password:        o.Password,
+		DB:              o.DB,
+		TLSConfig:       o.TLSConfig,
+		Protocol:        o.Protocol,
+		MaxRetries:      o.MaxRetries,
+		MinRetryBackoff: o.MinRetryBackoff,
+		MaxRetryBackoff: o.MaxRetryBackoff,
+		DialTimeout:     o.DialTimeout,
+		ReadTimeout:     o.ReadTimeout,
+		WriteTimeout:    o.WriteTimeout,
+		PoolSize:        o.PoolSize,
+	}), nil
+}
+
+// redisWriter is what write hands its fn: the client, or one connection of it.
+type redisWriter interface {
+	redis.Cmdable
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// do sends one command given as arguments, as Client.Do does.
+func do(ctx context.Context, c redisWriter, args ...any) error {
+	cmd := redis.NewCmd(ctx, args...)
+	_ = c.Process(ctx, cmd)
+	return cmd.Err()
+}
+
+// describe names the server NewRedis talks to, for its errors.
+func (s *RedisStore) describe(opts RedisOptions) string {
+	if len(opts.SentinelAddrs) > 0 && opts.Client == nil {
+		return fmt.Sprintf("primary %q of sentinels %s", opts.MasterName, strings.Join(opts.SentinelAddrs, ","))
+	}
+	return s.client.Options().Addr
+}
+
+// write runs fn, which sends writes of lasting state, and with WaitReplicas
+// set then waits until that many replicas have them. WAIT counts the writes
+// of its own connection, so fn and WAIT share one connection of the pool.
+func (s *RedisStore) write(ctx context.Context, fn func(redisWriter) error) error {
+	if s.waitN == 0 {
+		return fn(s.client)
+	}
+	conn := s.client.Conn()
+	defer conn.Close()
+	if err := fn(conn); err != nil {
+		return err
+	}
+	n, err := conn.Wait(ctx, s.waitN, s.waitTimeout).Result()
+	if err != nil {
+		return fmt.Errorf("%w: WAIT: %w", ErrNotReplicated, err)
+	}
+	if n < int64(s.waitN) {
+		return fmt.Errorf("%w: %d of %d replicas within %s", ErrNotReplicated, n, s.waitN, s.waitTimeout)
+	}
+	return nil
 }
 
 // Get implements Store.
@@ -102,7 +209,7 @@ func (s *RedisStore) Set(ctx context.Context, key string, value []byte, ttl time
 	if ttl > 0 {
 		args = append(args, "PX", ttlMillis(ttl))
 	}
-	return s.wrap("set", s.client.Do(ctx, args...).Err())
+	return s.wrap("set", s.write(ctx, func(c redisWriter) error { return do(ctx, c, args...) }))
 }
 
 // SetNX implements Store.
@@ -114,9 +221,17 @@ func (s *RedisStore) SetNX(ctx context.Context, key string, value []byte, ttl ti
 	if ttl > 0 {
 		args = append(args, "PX", ttlMillis(ttl))
 	}
-	err := s.client.Do(ctx, args...).Err()
-	if errors.Is(err, redis.Nil) {
-		return false, nil
+	set := true
+	err := s.write(ctx, func(c redisWriter) error {
+		err := do(ctx, c, args...)
+		if errors.Is(err, redis.Nil) {
+			set = false
+			return nil
+		}
+		return err
+	})
+	if err == nil {
+		return set, nil
 	}
 	if err != nil {
 		return false, s.wrap("setnx", err)
@@ -137,7 +252,7 @@ func (s *RedisStore) Delete(ctx context.Context, keys ...string) error {
 	for _, k := range keys {
 		all = append(all, k, presenceDataKey(k))
 	}
-	return s.wrap("delete", s.client.Del(ctx, all...).Err())
+	return s.wrap("delete", s.write(ctx, func(c redisWriter) error { return c.Del(ctx, all...).Err() }))
 }
 
 // Append implements Store with a Lua script (lua/append.lua), so the maxLen
@@ -146,7 +261,12 @@ func (s *RedisStore) Append(ctx context.Context, key string, data []byte, maxLen
 	if s.closed.Load() {
 		return 0, ErrClosed
 	}
-	n, err := appendScript.Run(ctx, s.client, []string{key}, data, maxLen).Int64()
+	var n int64
+	err := s.write(ctx, func(c redisWriter) error {
+		var err error
+		n, err = appendScript.Run(ctx, c, []string{key}, data, maxLen).Int64()
+		return err
+	})
 	if err != nil {
 		return 0, s.wrap("append", err)
 	}
@@ -183,7 +303,7 @@ func (s *RedisStore) HSet(ctx context.Context, key, field string, value []byte) 
 	if s.closed.Load() {
 		return ErrClosed
 	}
-	return s.wrap("hset", s.client.HSet(ctx, key, field, value).Err())
+	return s.wrap("hset", s.write(ctx, func(c redisWriter) error { return c.HSet(ctx, key, field, value).Err() }))
 }
 
 // HGet implements Store.
@@ -222,7 +342,7 @@ func (s *RedisStore) HDel(ctx context.Context, key string, fields ...string) err
 	if len(fields) == 0 {
 		return nil
 	}
-	return s.wrap("hdel", s.client.HDel(ctx, key, fields...).Err())
+	return s.wrap("hdel", s.write(ctx, func(c redisWriter) error { return c.HDel(ctx, key, fields...).Err() }))
 }
 
 // HLen implements Store.

@@ -54,6 +54,7 @@ type Server struct {
 
 	bin  string
 	port int
+	args []string // extra arguments of redis-server (a replica's --replicaof)
 
 	mu   sync.Mutex
 	cmd  *exec.Cmd
@@ -86,13 +87,34 @@ func (s *Server) Stop() {
 	if s.cmd == nil {
 		return
 	}
-	_ = s.cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-s.done:
-	case <-time.After(stopTimeout):
-		_ = s.cmd.Process.Kill()
-		<-s.done
+	// A server refuses SIGTERM while it writes its first append-only file
+	// (a replica does after its first sync): ask again until it exits.
+	deadline := time.After(stopTimeout)
+	for {
+		_ = s.cmd.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-s.done:
+		case <-time.After(100 * time.Millisecond):
+			continue
+		case <-deadline:
+			_ = s.cmd.Process.Kill()
+			<-s.done
+		}
+		break
 	}
+	s.cmd, s.done = nil, nil
+}
+
+// Kill ends the server with SIGKILL, as a crash would: nothing is synced.
+// It waits for the process to exit and is idempotent.
+func (s *Server) Kill() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.cmd == nil {
+		return
+	}
+	_ = s.cmd.Process.Kill()
+	<-s.done
 	s.cmd, s.done = nil, nil
 }
 
@@ -167,7 +189,10 @@ func (s *Server) launch(port int) error {
 		"--save", "",
 		"--protected-mode", "no",
 		"--daemonize", "no",
+		// A replica's first sync starts at once rather than 5s later.
+		"--repl-diskless-sync-delay", "0",
 	)
+	cmd.Args = append(cmd.Args, s.args...)
 	// Files, not buffers: exec then copies nothing in goroutines of its own.
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

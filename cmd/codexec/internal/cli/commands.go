@@ -121,11 +121,35 @@ func applyLegacyEnv(wf *workerFlags) error {
 type clusterFlags struct {
 	natsURL, redisURL, pool, logLevel string
 	retention, ackWait                time.Duration
+	replicas                          int
+	redis                             redisFlags
+}
+
+// redisFlags say how to reach a Redis that Sentinel manages, and how many
+// replicas a write must reach.
+type redisFlags struct {
+	sentinels, master string
+	wait              int
+}
+
+func (rf *redisFlags) register(f *flagenv.Flags) {
+	f.String(&rf.sentinels, "redis-sentinel", "CODEXEC_REDIS_SENTINEL", "",
+		"comma-separated host:port of Redis Sentinels: find the Redis primary through them and follow its failovers (the --redis URL then gives only the password, database and TLS)")
+	f.String(&rf.master, "redis-master", "CODEXEC_REDIS_MASTER", "mymaster", "name under which the sentinels monitor the Redis primary")
+	f.Int(&rf.wait, "redis-wait", "CODEXEC_REDIS_WAIT", 0,
+		"replicas every write of code files and settings must reach before it is acknowledged (Redis WAIT), so that a failover cannot lose it; 0: no wait")
+}
+
+func (rf *redisFlags) options(url string) statestore.RedisOptions {
+	return statestore.RedisOptions{URL: url, SentinelAddrs: commaList(rf.sentinels), MasterName: rf.master, WaitReplicas: rf.wait}
 }
 
 func (cf *clusterFlags) register(f *flagenv.Flags) {
-	f.String(&cf.natsURL, "nats", "CODEXEC_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL (JetStream enabled)")
+	f.String(&cf.natsURL, "nats", "CODEXEC_NATS_URL", "nats://127.0.0.1:4222", "NATS server URL (JetStream enabled); for a cluster, the URLs of its servers, comma-separated")
+	f.Int(&cf.replicas, "replicas", "CODEXEC_REPLICAS", broker.DefaultReplicas,
+		"copies JetStream keeps of the job queue, results and blobs (3 on a three-node cluster; the same on every process of a cluster)")
 	f.String(&cf.redisURL, "redis", "CODEXEC_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
+	cf.redis.register(f)
 	f.String(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
 	f.String(&cf.logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
 	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", broker.DefaultRetention, "how long results are kept, addressable by job id")
@@ -136,11 +160,11 @@ func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer)
 	if !wire.ValidPool(cf.pool) {
 		return nil, nil, nil, flagenv.UsageError{Err: fmt.Errorf("invalid pool %q: lower-case letters, digits, '-' and '_'", cf.pool)}
 	}
-	st, err := openRedis(ctx, cf.redisURL)
+	st, err := openRedis(ctx, cf.redis.options(cf.redisURL))
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	b, err := openBroker(ctx, broker.Config{URL: cf.natsURL, Name: name, Retention: cf.retention, AckWait: cf.ackWait})
+	b, err := openBroker(ctx, broker.Config{URL: cf.natsURL, Name: name, Retention: cf.retention, AckWait: cf.ackWait, Replicas: cf.replicas})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, err

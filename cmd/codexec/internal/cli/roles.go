@@ -13,6 +13,8 @@ import (
 	"strings"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"golang.org/x/net/netutil"
 
 	"github.com/codexec/codexec/broker"
@@ -267,34 +269,84 @@ func stopWorker(w *worker.Worker, grace time.Duration, log *slog.Logger) {
 
 // openRedis connects to Redis, retrying for a while so that a cluster's
 // processes may start in any order.
-func openRedis(ctx context.Context, url string) (statestore.Store, error) {
+func openRedis(ctx context.Context, opts statestore.RedisOptions) (statestore.Store, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	for {
-		st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: url})
+		st, err := statestore.NewRedis(ctx, opts)
 		if err == nil {
 			return st, nil
 		}
 		select {
 		case <-ctx.Done():
-			return nil, fmt.Errorf("redis at %s: %w", redactURL(url), err)
+			if len(opts.SentinelAddrs) > 0 {
+				return nil, fmt.Errorf("redis through sentinels %s: %w", strings.Join(opts.SentinelAddrs, ","), err)
+			}
+			return nil, fmt.Errorf("redis at %s: %w", redactURL(opts.URL), err)
 		case <-time.After(500 * time.Millisecond):
 		}
 	}
 }
 
+// openBroker connects to NATS and defines the stream and buckets, retrying
+// for a while as long as JetStream is still forming (a cluster electing its
+// leaders, or not knowing all its nodes yet), so that a cluster's processes
+// may start in any order.
 func openBroker(ctx context.Context, cfg broker.Config) (*broker.Broker, error) {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	b, err := broker.Open(ctx, cfg)
-	if err != nil {
-		return nil, fmt.Errorf("nats at %s: %w", redactURL(cfg.URL), err)
+	for {
+		// A request made before a cluster has elected its leader gets no
+		// answer at all: each attempt has a deadline of its own.
+		actx, acancel := context.WithTimeout(ctx, openAttemptTimeout)
+		b, err := broker.Open(actx, cfg)
+		acancel()
+		if err == nil {
+			return b, nil
+		}
+		if !jetStreamForming(err) && (ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded)) {
+			return nil, fmt.Errorf("nats at %s: %w", redactURL(cfg.URL), err)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("nats at %s: %w", redactURL(cfg.URL), err)
+		case <-time.After(500 * time.Millisecond):
+		}
 	}
-	return b, nil
 }
 
-// redactURL hides a password in a URL before it is logged.
+// jetStreamForming says whether err is one JetStream gives while a cluster
+// forms: nobody answers yet, the system is "temporarily unavailable" (503),
+// or no node can take a replica yet ("no suitable peers", 10005). JetStream
+// not enabled at all is a 503 too, and final.
+func jetStreamForming(err error) bool {
+	if errors.Is(err, nats.ErrNoResponders) || errors.Is(err, jetstream.ErrNoStreamResponse) {
+		return true
+	}
+	var apiErr *jetstream.APIError
+	if !errors.As(err, &apiErr) || apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabled ||
+		apiErr.ErrorCode == jetstream.JSErrCodeJetStreamNotEnabledForAccount {
+		return false
+	}
+	return apiErr.Code == 503 || apiErr.ErrorCode == jsErrCodeNoSuitablePeers
+}
+
+// openAttemptTimeout bounds one attempt of openBroker.
+const openAttemptTimeout = 5 * time.Second
+
+// jsErrCodeNoSuitablePeers is JetStream's "no suitable peers for placement".
+const jsErrCodeNoSuitablePeers jetstream.ErrorCode = 10005
+
+// redactURL hides a password in a URL, or in each of a comma-separated
+// list of URLs, before it is logged.
 func redactURL(u string) string {
+	if strings.Contains(u, ",") {
+		parts := strings.Split(u, ",")
+		for i, p := range parts {
+			parts[i] = redactURL(p)
+		}
+		return strings.Join(parts, ",")
+	}
 	if i := strings.Index(u, "://"); i >= 0 {
 		rest := u[i+3:]
 		if at := strings.LastIndex(rest, "@"); at >= 0 {

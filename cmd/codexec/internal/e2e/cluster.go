@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"strings"
 )
 
 // The multi-process topology, one process at a time: each function starts
@@ -49,6 +50,58 @@ func StartWorker(ctx context.Context, start Starter, name, exe string, env []str
 		return nil, err
 	}
 	if _, err := p.WaitFor(ctx, WorkerReadyRe); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// NATSNode is one server of a NATS cluster on the loopback.
+type NATSNode struct {
+	Name        string
+	Port        int // for clients
+	ClusterPort int // for routes
+}
+
+// URL is the node's client URL.
+func (n NATSNode) URL() string { return fmt.Sprintf("nats://127.0.0.1:%d", n.Port) }
+
+// NATSNodes names n cluster nodes ("n1", "n2", ...) on free ports.
+func NATSNodes(n int) ([]NATSNode, error) {
+	nodes := make([]NATSNode, n)
+	for i := range nodes {
+		p, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		cp, err := FreePort()
+		if err != nil {
+			return nil, err
+		}
+		nodes[i] = NATSNode{Name: fmt.Sprintf("n%d", i+1), Port: p, ClusterPort: cp}
+	}
+	return nodes, nil
+}
+
+// StartNATSNode starts node i of nodes: nats-server bin with JetStream, its
+// store in storeDir, in the cluster "codexec" with routes to every other
+// node. It waits until the server is ready, not until JetStream has
+// elected its leaders (that needs a majority of the nodes up).
+func StartNATSNode(ctx context.Context, start Starter, bin string, env []string, storeDir string, nodes []NATSNode, i int) (*Proc, error) {
+	var routes []string
+	for j, n := range nodes {
+		if j != i {
+			routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", n.ClusterPort))
+		}
+	}
+	n := nodes[i]
+	p, err := start(Command{Name: "nats-server " + n.Name, Path: bin, Env: env,
+		Args: []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(n.Port), "-sd", storeDir,
+			"-n", n.Name, "--cluster_name", "codexec",
+			"--cluster", fmt.Sprintf("nats://127.0.0.1:%d", n.ClusterPort), "--routes", strings.Join(routes, ",")}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.WaitFor(ctx, NATSReadyRe); err != nil {
 		return nil, err
 	}
 	return p, nil
