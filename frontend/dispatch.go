@@ -52,8 +52,8 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) 
 	if len(adverts) == 0 {
 		return fail(wire.StatusInternal, "no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
 	}
-	target := ""
-	if job.Env != nil {
+	target := f.workspaceHolder(ctx, job, adverts)
+	if target == "" && job.Env != nil {
 		chosen, _, err := envspec.Choose(adverts, *job.Env, job.EnvID)
 		if err != nil {
 			return fail(wire.StatusRejected, "environment %s cannot run in pool %q: %v", job.EnvID, f.cfg.Pool, err)
