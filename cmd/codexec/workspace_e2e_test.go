@@ -33,6 +33,9 @@ func TestClusterWorkspacePersists(t *testing.T) {
 			if found != 20 {
 				t.Errorf("%d of 20 reads found the file written by the session's first call (ran on %v)", found, on)
 			}
+			if on[holder] != 20 {
+				t.Errorf("the session's calls left %s, the worker holding its files: %v", holder, on)
+			}
 
 			var idx int
 			if _, err := fmt.Sscanf(holder, "w%d", &idx); err != nil || idx < 1 || idx > workers {
@@ -43,6 +46,15 @@ func TestClusterWorkspacePersists(t *testing.T) {
 			t.Logf("%d workers, %s killed: %d of 20 reads found the file (ran on %v)", workers, holder, found, on)
 			if found != 20 || on[holder] > 0 {
 				t.Errorf("after %s was killed, %d of 20 reads found the file (ran on %v)", holder, found, on)
+			}
+			// One restore in all, by the worker that took over; none while
+			// the session stayed on one worker.
+			restores := 0
+			for _, w := range cl.workers {
+				restores += strings.Count(w.Out.String(), `msg="workspace restored"`)
+			}
+			if restores != 1 {
+				t.Errorf("%d restores of the session's files, want 1", restores)
 			}
 		})
 	}

@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/wire"
+)
+
+// A session's files follow it from one worker to another: a worker that
+// changed the session's directory snapshots it before the result is
+// stored and records itself as the holder; a worker whose copy is of an
+// older snapshot (or that has none) restores the latest one first, owned
+// by its own uid for the session, with what was deleted since gone; a job
+// that changes nothing stores no snapshot.
+func TestWorkspaceFollowsTheSession(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := func(id string) *Worker {
+		w, err := New(Config{
+			ID: id, DataDir: t.TempDir(), Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+			Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+		}, fx.broker, fx.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		return w
+	}
+	a, b := start("ws-a"), start("ws-b")
+	const scope = "workspace-scope"
+	run := func(w *Worker, code string) (*wire.Result, string) {
+		t.Helper()
+		job := &wire.Job{
+			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope,
+			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+		}
+		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
+			t.Fatal(err)
+		}
+		res, err := fx.broker.WaitResult(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != wire.StatusOK || res.WorkerID != w.ID() {
+			t.Fatalf("%s on %s: %s %s %q", code, res.WorkerID, res.Status, res.Message, res.Stderr)
+		}
+		return res, job.ID
+	}
+	record := func() wire.Workspace {
+		t.Helper()
+		data, err := fx.store.Get(ctx, a.cfg.Keys.Workspace(scope))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec wire.Workspace
+		if err := json.Unmarshal(data, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	_, write := run(a, "import os\nos.makedirs('d', exist_ok=True)\nopen('d/note.txt', 'w').write('kept')\nopen('old.txt', 'w').write('x')")
+	if rec := record(); rec != (wire.Workspace{V: wire.Version, Worker: "ws-a", Snapshot: write, Stored: true}) {
+		t.Fatalf("after the write on ws-a: %+v", rec)
+	}
+	run(a, "print(open('d/note.txt').read())")
+	if rec := record(); rec.Snapshot != write {
+		t.Errorf("a job that changed nothing took snapshot %s", rec.Snapshot)
+	}
+
+	res, _ := run(b, "print(open('d/note.txt').read())")
+	if res.Stdout != "kept\n" {
+		t.Fatalf("on ws-b, the file written on ws-a: %q", res.Stdout)
+	}
+	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != write {
+		t.Errorf("after a read on ws-b: %+v, want ws-b holding %s", rec, write)
+	}
+	cwd := filepath.Join(b.sessionsRoot(), scope)
+	for _, name := range []string{"d", "d/note.txt"} {
+		dirInfo, _ := os.Stat(cwd)
+		info, err := os.Lstat(filepath.Join(cwd, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := info.Sys().(*syscall.Stat_t).Uid, dirInfo.Sys().(*syscall.Stat_t).Uid; got != want {
+			t.Errorf("restored %s is owned by %d, the session's directory on ws-b by %d", name, got, want)
+		}
+	}
+
+	_, rewrite := run(b, "import os\nos.remove('old.txt')\nopen('new.txt', 'w').write('from b')")
+	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != rewrite || !rec.Stored {
+		t.Fatalf("after the write on ws-b: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, write)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the replaced snapshot is still stored: %v", err)
+	}
+	res, _ = run(a, "import os\nprint(sorted(os.listdir('.')), open('new.txt').read())")
+	if want := "['d', 'new.txt'] from b\n"; res.Stdout != want {
+		t.Errorf("back on ws-a: %q, want %q", res.Stdout, want)
+	}
+}
