@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -14,7 +15,9 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/brokertest"
 	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/workspace"
 )
 
 // A session's files follow it from one worker to another: a worker that
@@ -113,4 +116,46 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if want := "['d', 'new.txt'] from b\n"; res.Stdout != want {
 		t.Errorf("back on ws-a: %q, want %q", res.Stdout, want)
 	}
+}
+
+// BenchmarkWorkspaceSnapshot measures, for a small workspace (20 files of
+// 1 KiB), what a job that changed its session's files adds to its path on
+// the worker (manifest, then the tar streamed into an in-process
+// JetStream object store) and what a worker pays to restore it.
+func BenchmarkWorkspaceSnapshot(b *testing.B) {
+	e := brokertest.StartNATS(b)
+	br := brokertest.Open(b, e, broker.Config{})
+	w := &Worker{broker: br}
+	dir := b.TempDir()
+	for i := 0; i < 20; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), make([]byte, 1024), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	j := &workspaceJob{scope: "bench", maxLen: 1 << 30}
+	b.Run("save", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := workspace.Manifest(dir); err != nil {
+				b.Fatal(err)
+			}
+			if !w.putSnapshot(ctx, j, "s", dir, log) {
+				b.Fatal("not stored")
+			}
+		}
+	})
+	into := b.TempDir()
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			r, err := br.GetWorkspace(ctx, snapshotName("bench", "s"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := workspace.Unpack(r, into, os.Getuid(), os.Getgid(), 1<<30); err != nil {
+				b.Fatal(err)
+			}
+			r.Close()
+		}
+	})
 }
