@@ -33,10 +33,12 @@ func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
 	return mine, nil
 }
 
-// dispatch publishes job: a job with an environment goes to the worker
-// placement chooses (its own subject when it consumes one), any other to
-// the pool. It returns the worker the job was sent to ("" for the pool), or
-// a toolError saying why it was not sent.
+// dispatch publishes job: an execution job goes to the worker holding its
+// session's working directory when it can run it (workspaceHolder); a job
+// with an environment otherwise goes to the worker placement chooses (its
+// own subject when it consumes one), any other to the pool. It returns the
+// worker the job was sent to ("" for the pool), or a toolError saying why
+// it was not sent.
 func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) {
 	fail := func(status wire.Status, format string, args ...any) (string, error) {
 		te := failure(status, format, args...)
