@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // Workspace is the state store's record of where a session's working
 // directory is (statestore.Keys.Workspace): the worker that last ran one of
 // the session's jobs, which the frontend sends the session's next job to
@@ -17,4 +19,8 @@ type Workspace struct {
 	// snapshot that could not be stored (larger than the session's disk
 	// limit, the store unreachable) exists only on Worker.
 	Stored bool `json:"stored,omitempty"`
+	// SavedAt is when the snapshot was stored: the store keeps it for a
+	// limited time, so a session that goes on without changing its files
+	// has it stored again now and then.
+	SavedAt time.Time `json:"saved_at,omitzero"`
 }

@@ -182,10 +182,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	}
 	rec := j.rec
 	rec.V, rec.Worker = wire.Version, w.cfg.ID
-	if m != j.local.Manifest {
+	if m != j.local.Manifest || snapshotAging(rec, j.local) {
 		t0 := time.Now()
 		rec.Snapshot = jobID
 		rec.Stored = w.putSnapshot(ctx, j, jobID, cwd, log)
+		rec.SavedAt = time.Now().UTC()
 		j.local = localWorkspace{Snapshot: jobID, Manifest: m}
 		if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 			log.Warn("remember the saved workspace", "err", err)
@@ -200,11 +201,25 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		log.Warn("record the workspace's holder", "err", err)
 		return
 	}
-	if j.rec.Stored && j.rec.Snapshot != rec.Snapshot {
+	// The previous snapshot goes once the record names a stored one: until
+	// then it is the session's only copy off this worker.
+	if rec.Stored && j.rec.Stored && j.rec.Snapshot != rec.Snapshot {
 		if err := w.broker.DeleteWorkspace(ctx, snapshotName(j.scope, j.rec.Snapshot)); err != nil {
 			log.Warn("delete the previous snapshot", "err", err)
 		}
 	}
+}
+
+// snapshotRefresh is the age at which a stored snapshot of an unchanged
+// directory is stored again, well before the store lets it expire
+// (broker.WorkspaceRetention), so that a session used at least that often
+// keeps its files however long it lasts.
+var snapshotRefresh = broker.WorkspaceRetention / 7
+
+// snapshotAging says whether rec's snapshot, which this worker's copy is
+// of, should be stored again before it expires.
+func snapshotAging(rec wire.Workspace, local localWorkspace) bool {
+	return rec.Stored && rec.Snapshot == local.Snapshot && time.Since(rec.SavedAt) > snapshotRefresh
 }
 
 // putSnapshot streams a tar of cwd, at most j.maxLen bytes of files, into

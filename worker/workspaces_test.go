@@ -78,7 +78,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	}
 
 	_, write := run(a, "import os\nos.makedirs('d', exist_ok=True)\nopen('d/note.txt', 'w').write('kept')\nopen('old.txt', 'w').write('x')")
-	if rec := record(); rec != (wire.Workspace{V: wire.Version, Worker: "ws-a", Snapshot: write, Stored: true}) {
+	if rec := record(); rec.Worker != "ws-a" || rec.Snapshot != write || !rec.Stored || rec.SavedAt.IsZero() {
 		t.Fatalf("after the write on ws-a: %+v", rec)
 	}
 	run(a, "print(open('d/note.txt').read())")
@@ -116,6 +116,48 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if want := "['d', 'new.txt'] from b\n"; res.Stdout != want {
 		t.Errorf("back on ws-a: %q, want %q", res.Stdout, want)
 	}
+
+	// A snapshot nearing its expiry is stored again by the next job, even
+	// one that changes nothing, so that an unchanging session keeps it.
+	aged := record()
+	aged.SavedAt = time.Now().Add(-2 * snapshotRefresh)
+	data, _ := json.Marshal(aged)
+	if err := fx.store.Set(ctx, a.cfg.Keys.Workspace(scope), data, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, renew := run(a, "print(1)")
+	if rec := record(); rec.Snapshot != renew || !rec.Stored || time.Since(rec.SavedAt) > time.Minute {
+		t.Errorf("an aged snapshot was not stored again: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, aged.Snapshot)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the aged snapshot is still stored: %v", err)
+	}
+
+	// A directory with more bytes of files than the job's disk limit is not
+	// stored: the record says so, and the previous snapshot is kept.
+	prev := record()
+	cwdA := filepath.Join(a.sessionsRoot(), scope)
+	if err := os.WriteFile(filepath.Join(cwdA, "big"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.DiscardHandler)
+	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 32<<10, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tooLarge := ulid.Make().String()
+	a.saveWorkspace(ctx, j, tooLarge, cwdA, log)
+	if rec := record(); rec.Worker != "ws-a" || rec.Snapshot != tooLarge || rec.Stored {
+		t.Errorf("after a snapshot too large to store: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, tooLarge)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the snapshot past the limit: %v, want none stored", err)
+	}
+	r, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, prev.Snapshot))
+	if err != nil {
+		t.Fatalf("the previous snapshot is gone: %v", err)
+	}
+	r.Close()
 }
 
 // BenchmarkWorkspaceSnapshot measures, for a small workspace (20 files of
