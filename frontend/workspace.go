@@ -3,24 +3,27 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"slices"
 
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/wire"
 )
 
 // workspaceHolder returns the worker that holds the working directory of
-// job's session, when job should be sent there: an execution job, whose
-// session's holder (the worker that ran its last job, see
-// worker/workspaces.go) is alive, consumes its own subject and can run the
-// job's environment (holds it or can build it). Otherwise "", and
-// placement decides. The holder wins over a worker that holds the
-// environment already: the session's files are where its code expects
-// them without a restore, and the environment is built once per worker.
-// A holder that dies after this choice is handled as any targeted worker
+// job's session, when job should be sent there; otherwise "", and
+// placement decides. The holder (the worker that ran the session's last
+// job, see worker/workspaces.go) must be alive and consume its own
+// subject, and the job must be an execution or an install (an inspection
+// reads an environment, not the session's files). For a job with an
+// environment, the cheaper move wins: the holder when it holds the
+// environment, or when no worker does and it can build it; a worker that
+// holds the environment when the holder does not (restoring a snapshot
+// costs milliseconds, building an environment seconds to minutes). A
+// holder that dies after this choice is handled as any targeted worker
 // (watchTarget), and the worker that then runs the job restores the
 // session's last snapshot.
 func (f *Frontend) workspaceHolder(ctx context.Context, job *wire.Job, adverts []envspec.Advert) string {
-	if job.Kind != wire.KindExecute {
+	if job.Kind != wire.KindExecute && job.Kind != wire.KindInstall {
 		return ""
 	}
 	data, err := f.store.Get(ctx, f.cfg.Keys.Workspace(job.Scope))
@@ -31,16 +34,21 @@ func (f *Frontend) workspaceHolder(ctx context.Context, job *wire.Job, adverts [
 	if json.Unmarshal(data, &rec) != nil || rec.Worker == "" {
 		return ""
 	}
-	for _, a := range adverts {
-		if a.WorkerID != rec.Worker || !a.Targeted {
-			continue
-		}
-		if job.Env != nil {
-			if _, _, err := envspec.Choose([]envspec.Advert{a}, *job.Env, job.EnvID); err != nil {
-				return ""
-			}
-		}
-		return a.WorkerID
+	i := slices.IndexFunc(adverts, func(a envspec.Advert) bool { return a.WorkerID == rec.Worker && a.Targeted })
+	if i < 0 {
+		return ""
 	}
-	return ""
+	if job.Env == nil {
+		return rec.Worker
+	}
+	_, holds, err := envspec.Choose(adverts[i:i+1], *job.Env, job.EnvID)
+	if err != nil {
+		return "" // the holder cannot run it
+	}
+	if !holds {
+		if _, held, _ := envspec.Choose(adverts, *job.Env, job.EnvID); held {
+			return "" // another worker holds it
+		}
+	}
+	return rec.Worker
 }

@@ -11,9 +11,11 @@ import (
 	"github.com/codexec/codexec/wire"
 )
 
-// A session's execution jobs go to the worker holding its working
-// directory while that worker is alive, consumes its own subject and can
-// run the job's environment; otherwise placement decides.
+// A session's execution and install jobs go to the worker holding its
+// working directory while that worker is alive and consumes its own
+// subject, unless the job's environment is held by another worker and not
+// by the holder, or the holder cannot build it; otherwise placement
+// decides.
 func TestWorkspaceHolderRule(t *testing.T) {
 	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -41,6 +43,9 @@ func TestWorkspaceHolderRule(t *testing.T) {
 	conda := &envspec.Spec{Manager: envspec.ManagerConda, Packages: []string{"numpy"}}
 	py312 := &envspec.Spec{Manager: envspec.ManagerVenv, Python: "3.12", Packages: []string{"numpy"}}
 	notTargeted := []envspec.Advert{adverts[0], {WorkerID: "w2", Capabilities: venv}}
+	id := py312.ID()
+	heldByW1 := []envspec.Advert{{WorkerID: "w1", Targeted: true, Capabilities: venv, Envs: []string{id}}, adverts[1]}
+	heldByBoth := []envspec.Advert{heldByW1[0], {WorkerID: "w2", Targeted: true, Capabilities: venv, Envs: []string{id}}}
 	cases := []struct {
 		name    string
 		job     *wire.Job
@@ -48,11 +53,14 @@ func TestWorkspaceHolderRule(t *testing.T) {
 		want    string
 	}{
 		{"holder alive", job(wire.KindExecute, scope, nil), adverts, "w2"},
-		{"holder can build the environment", job(wire.KindExecute, scope, py312), adverts, "w2"},
+		{"holder can build the environment, nobody holds it", job(wire.KindExecute, scope, py312), adverts, "w2"},
+		{"another worker holds the environment", job(wire.KindExecute, scope, py312), heldByW1, ""},
+		{"holder holds the environment too", job(wire.KindExecute, scope, py312), heldByBoth, "w2"},
 		{"holder cannot run the environment", job(wire.KindExecute, scope, conda), adverts, ""},
 		{"holder gone", job(wire.KindExecute, scope, nil), adverts[:1], ""},
 		{"holder without its own subject", job(wire.KindExecute, scope, nil), notTargeted, ""},
-		{"an install job", job(wire.KindInstall, scope, py312), adverts, ""},
+		{"an install job", job(wire.KindInstall, scope, py312), adverts, "w2"},
+		{"an inspection", job(wire.KindInspect, scope, py312), adverts, ""},
 		{"a session without a record", job(wire.KindExecute, "s2", nil), adverts, ""},
 	}
 	for _, c := range cases {
