@@ -117,6 +117,11 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 	}
 	defer r.Close()
 	if err := workspace.Unpack(r, cwd, uid, gidOf(uid), maxLen); err != nil {
+		// The directory holds part of the snapshot: this worker's copy is
+		// of none, and the next job restores again.
+		if lerr := w.saveLocalWorkspace(scope, localWorkspace{Manifest: "partial"}); lerr != nil {
+			log.Warn("forget the workspace's copy", "err", lerr)
+		}
 		return nil, err
 	}
 	m, err := workspace.Manifest(cwd)

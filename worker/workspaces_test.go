@@ -112,6 +112,13 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, write)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
 		t.Errorf("the replaced snapshot is still stored: %v", err)
 	}
+	// A restore that fails half-way (here: a job whose disk limit is below
+	// the snapshot's size) fails that job, and the next job restores again.
+	cwdA := filepath.Join(a.sessionsRoot(), scope)
+	log := slog.New(slog.DiscardHandler)
+	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 3, log); !errors.Is(err, workspace.ErrTooLarge) {
+		t.Fatalf("a restore past the job's disk limit: %v, want ErrTooLarge", err)
+	}
 	res, _ = run(a, "import os\nprint(sorted(os.listdir('.')), open('new.txt').read())")
 	if want := "['d', 'new.txt'] from b\n"; res.Stdout != want {
 		t.Errorf("back on ws-a: %q, want %q", res.Stdout, want)
@@ -136,11 +143,9 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	// A directory with more bytes of files than the job's disk limit is not
 	// stored: the record says so, and the previous snapshot is kept.
 	prev := record()
-	cwdA := filepath.Join(a.sessionsRoot(), scope)
 	if err := os.WriteFile(filepath.Join(cwdA, "big"), make([]byte, 64<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	log := slog.New(slog.DiscardHandler)
 	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 32<<10, log)
 	if err != nil {
 		t.Fatal(err)
