@@ -89,8 +89,12 @@ func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + 
 // worker's copy is of another one (or it has none), owned by uid. On the
 // holder, the common case, it costs one read of the state store. A
 // snapshot that is gone (expired, or never stored) leaves cwd as it is; a
-// snapshot that cannot be read fails the job, which may be retried.
+// snapshot that cannot be read fails the job, which may be retried. With
+// Config.LocalWorkspaces it does nothing (and saveWorkspace neither).
 func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid int, maxLen int64, log *slog.Logger) (*workspaceJob, error) {
+	if w.cfg.LocalWorkspaces {
+		return nil, nil
+	}
 	defer w.workspaces.lock(scope)()
 	j := &workspaceJob{scope: scope, local: w.loadLocalWorkspace(scope), maxLen: maxLen}
 	rec, err := w.readWorkspace(ctx, scope)

@@ -30,10 +30,10 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	fx := newLifecycleFixture(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	start := func(id string) *Worker {
+	start := func(id string, local bool) *Worker {
 		w, err := New(Config{
 			ID: id, DataDir: t.TempDir(), Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
-			Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+			Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler), LocalWorkspaces: local,
 		}, fx.broker, fx.store)
 		if err != nil {
 			t.Fatal(err)
@@ -44,7 +44,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 		t.Cleanup(func() { _ = w.Stop(context.Background()) })
 		return w
 	}
-	a, b := start("ws-a"), start("ws-b")
+	a, b, local := start("ws-a", false), start("ws-b", false), start("ws-local", true)
 	const scope = "workspace-scope"
 	run := func(w *Worker, code string) (*wire.Result, string) {
 		t.Helper()
@@ -138,6 +138,14 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	}
 	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, aged.Snapshot)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
 		t.Errorf("the aged snapshot is still stored: %v", err)
+	}
+
+	// A worker with LocalWorkspaces (codexec dev) stores no snapshot and
+	// records no holder.
+	before := record()
+	run(local, "open('local.txt', 'w').write('here only')")
+	if rec := record(); rec != before {
+		t.Errorf("a worker keeping its workspaces local recorded %+v (was %+v)", rec, before)
 	}
 
 	// A directory with more bytes of files than the job's disk limit is not
