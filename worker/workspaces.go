@@ -166,7 +166,9 @@ func gidOf(uid int) int {
 }
 
 // saveWorkspace runs after job: when cwd changed since this worker's copy
-// was last saved or restored, it snapshots cwd into the object store; then
+// was last saved or restored (or its copy is not of the recorded snapshot,
+// or that snapshot nears its expiry), it snapshots cwd into the object
+// store; then
 // it records this worker as the session's holder, with the snapshot. It
 // writes nothing when neither changed. Failures are logged: the files stay
 // on this worker, which remains the holder.
@@ -191,7 +193,9 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	}
 	rec := j.rec
 	rec.V, rec.Worker = wire.Version, w.cfg.ID
-	if m != j.local.Manifest || snapshotAging(rec, j.local) {
+	// A copy that is not of the recorded snapshot (that one was not stored,
+	// or is gone) is the session's files from now on, and is saved as such.
+	if m != j.local.Manifest || j.local.Snapshot != rec.Snapshot || snapshotAging(rec, j.local) {
 		t0 := time.Now()
 		rec.Snapshot = jobID
 		rec.Stored = w.putSnapshot(ctx, j, jobID, cwd, log)

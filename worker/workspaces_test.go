@@ -171,6 +171,14 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 		t.Fatalf("the previous snapshot is gone: %v", err)
 	}
 	r.Close()
+
+	// Another worker, finding the latest snapshot not stored, runs on its
+	// own copy, and saves that copy as the session's files from now on,
+	// though the job changed nothing.
+	_, onB := run(b, "print(1)")
+	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != onB || !rec.Stored {
+		t.Errorf("after a job on ws-b's own copy: %+v, want ws-b holding %s, stored", rec, onB)
+	}
 }
 
 // BenchmarkWorkspaceSnapshot measures, for a small workspace (20 files of
