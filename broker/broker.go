@@ -56,6 +56,7 @@ type Broker struct {
 	results jetstream.KeyValue
 	jobs    jetstream.Stream
 	blobs   jetstream.ObjectStore
+	ws      workspaceStore // sessions' working directories (workspaces.go)
 
 	published atomic.Uint64 // jobs published through this broker, for the anchor
 	anchoring atomic.Bool   // an anchor renewal is running

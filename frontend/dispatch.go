@@ -33,10 +33,12 @@ func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
 	return mine, nil
 }
 
-// dispatch publishes job: a job with an environment goes to the worker
-// placement chooses (its own subject when it consumes one), any other to
-// the pool. It returns the worker the job was sent to ("" for the pool), or
-// a toolError saying why it was not sent.
+// dispatch publishes job: an execution job goes to the worker holding its
+// session's working directory when it can run it (workspaceHolder); a job
+// with an environment otherwise goes to the worker placement chooses (its
+// own subject when it consumes one), any other to the pool. It returns the
+// worker the job was sent to ("" for the pool), or a toolError saying why
+// it was not sent.
 func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) {
 	fail := func(status wire.Status, format string, args ...any) (string, error) {
 		te := failure(status, format, args...)
@@ -52,8 +54,8 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) 
 	if len(adverts) == 0 {
 		return fail(wire.StatusInternal, "no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
 	}
-	target := ""
-	if job.Env != nil {
+	target := f.workspaceHolder(ctx, job, adverts)
+	if target == "" && job.Env != nil {
 		chosen, _, err := envspec.Choose(adverts, *job.Env, job.EnvID)
 		if err != nil {
 			return fail(wire.StatusRejected, "environment %s cannot run in pool %q: %v", job.EnvID, f.cfg.Pool, err)

@@ -61,3 +61,7 @@ func (k Keys) Usage(scope string) string { return k.Prefix + "usage:" + scope }
 // runs: scope → unix milliseconds of its latest write. The Store has no key
 // scan, so `codexec export` finds sessions here.
 func (k Keys) Scopes() string { return k.Prefix + "scopes" }
+
+// Workspace is the string holding where scope's working directory is kept
+// (JSON: wire.Workspace, the holding worker and the snapshot of its files).
+func (k Keys) Workspace(scope string) string { return k.Prefix + "workspace:" + scope }

@@ -132,6 +132,11 @@ type Config struct {
 	HeartbeatInterval time.Duration
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
+	// LocalWorkspaces keeps the sessions' working directories on this
+	// worker only: no snapshots, no holder records (workspaces.go). For a
+	// worker that is the only one of its pool, as in `codexec dev`, where a
+	// snapshot would only copy the data directory into itself.
+	LocalWorkspaces bool
 	// Logger receives the worker's logs. Default slog.Default().
 	Logger *slog.Logger
 }

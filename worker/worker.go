@@ -46,6 +46,7 @@ type Worker struct {
 	load       atomic.Int64 // jobs running
 	started    time.Time    // when Start began, for the presence record
 	targeted   *broker.Consumer
+	workspaces scopeLocks // one restore or snapshot of a session's directory at a time (workspaces.go)
 
 	// The sandbox, when the worker has one (setupSandbox): bubblewrap, the
 	// sessions' uids, the job cgroups (nil without cgroups).
@@ -460,6 +461,10 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	if err != nil {
 		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
 	}
+	ws, err := w.restoreWorkspace(ctx, job.Scope, cwd, uid, set.Disk, log)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "restore the session's files: "+err.Error())
+	}
 	script := filepath.Join(scripts, job.ID+"_"+wire.CleanFilename(job.Filename))
 	if err := writeNew(script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
 		return w.result(job, attempt, wire.StatusInternal, "save script: "+err.Error())
@@ -529,6 +534,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.EnvID = envID
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
+	w.saveWorkspace(ctx, ws, job.ID, cwd, log)
 	if !facts.started() {
 		log.Error("start python failed", "err", err)
 		return res

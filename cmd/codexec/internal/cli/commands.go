@@ -64,7 +64,9 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	defer b.Close()
 
-	w, err := worker.New(wf.config(dataDir, wire.DefaultPool, &ff, log.With("component", "worker")), b, st)
+	wcfg := wf.config(dataDir, wire.DefaultPool, &ff, log.With("component", "worker"))
+	wcfg.LocalWorkspaces = true // the one worker: its directories need no copy elsewhere
+	w, err := worker.New(wcfg, b, st)
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}

@@ -1,0 +1,97 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// WorkspacesBucket is the object store holding snapshots of sessions'
+// working directories: one object per snapshot, named by the worker that
+// took it (see worker/workspace), written once and read by the worker that
+// next runs the session's job elsewhere.
+const WorkspacesBucket = "codexec-workspaces"
+
+// WorkspaceRetention is how long a snapshot is kept after it was written:
+// a session idle for longer keeps its files only on the worker that held
+// them last.
+const WorkspaceRetention = 7 * 24 * time.Hour
+
+// ErrWorkspaceNotFound is returned by GetWorkspace for a snapshot that is
+// not (or no longer) stored.
+var ErrWorkspaceNotFound = errors.New("broker: workspace snapshot not found")
+
+// workspaceStore is the Broker's handle on WorkspacesBucket, opened once.
+type workspaceStore struct {
+	mu    sync.Mutex
+	store jetstream.ObjectStore
+}
+
+// workspaces opens the snapshots' object store, creating it on first use:
+// only workers that keep workspaces need it.
+func (b *Broker) workspaces(ctx context.Context) (jetstream.ObjectStore, error) {
+	b.ws.mu.Lock()
+	defer b.ws.mu.Unlock()
+	if b.ws.store != nil {
+		return b.ws.store, nil
+	}
+	store, err := b.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+		Bucket:      WorkspacesBucket,
+		Description: "codexec snapshots of sessions' working directories",
+		TTL:         WorkspaceRetention,
+		Storage:     jetstream.FileStorage,
+		Replicas:    b.cfg.Replicas,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("broker: create object store %s: %w", WorkspacesBucket, err)
+	}
+	b.ws.store = store
+	return store, nil
+}
+
+// PutWorkspace stores the snapshot read from r as name. A read error of r
+// fails the put and leaves no object behind.
+func (b *Broker) PutWorkspace(ctx context.Context, name string, r io.Reader) error {
+	store, err := b.workspaces(ctx)
+	if err != nil {
+		return err
+	}
+	if _, err := store.Put(ctx, jetstream.ObjectMeta{Name: name}, r); err != nil {
+		return fmt.Errorf("broker: put workspace %s: %w", name, err)
+	}
+	return nil
+}
+
+// GetWorkspace opens the snapshot name; the caller closes it. A reader
+// that reaches its end has checked the snapshot's digest.
+func (b *Broker) GetWorkspace(ctx context.Context, name string) (io.ReadCloser, error) {
+	store, err := b.workspaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := store.Get(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return nil, fmt.Errorf("%w: %s", ErrWorkspaceNotFound, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: get workspace %s: %w", name, err)
+	}
+	return r, nil
+}
+
+// DeleteWorkspace removes the snapshot name; a missing one is not an error.
+func (b *Broker) DeleteWorkspace(ctx context.Context, name string) error {
+	store, err := b.workspaces(ctx)
+	if err != nil {
+		return err
+	}
+	if err := store.Delete(ctx, name); err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("broker: delete workspace %s: %w", name, err)
+	}
+	return nil
+}

@@ -1,0 +1,54 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"slices"
+
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+)
+
+// workspaceHolder returns the worker that holds the working directory of
+// job's session, when job should be sent there; otherwise "", and
+// placement decides. The holder (the worker that ran the session's last
+// job, see worker/workspaces.go) must be alive and consume its own
+// subject, and the job must be an execution or an install (an inspection
+// reads an environment, not the session's files). For a job with an
+// environment, the cheaper move wins: the holder when it holds the
+// environment, or when no worker does and it can build it; a worker that
+// holds the environment when the holder does not (restoring a snapshot
+// costs milliseconds, building an environment seconds to minutes). A
+// holder that dies after this choice is handled as any targeted worker
+// (watchTarget), and the worker that then runs the job restores the
+// session's last snapshot.
+func (f *Frontend) workspaceHolder(ctx context.Context, job *wire.Job, adverts []envspec.Advert) string {
+	if job.Kind != wire.KindExecute && job.Kind != wire.KindInstall {
+		return ""
+	}
+	data, err := f.store.Get(ctx, f.cfg.Keys.Workspace(job.Scope))
+	if err != nil {
+		return "" // none yet, or unreadable: placement decides
+	}
+	var rec wire.Workspace
+	if json.Unmarshal(data, &rec) != nil || rec.Worker == "" {
+		return ""
+	}
+	i := slices.IndexFunc(adverts, func(a envspec.Advert) bool { return a.WorkerID == rec.Worker && a.Targeted })
+	if i < 0 {
+		return ""
+	}
+	if job.Env == nil {
+		return rec.Worker
+	}
+	_, holds, err := envspec.Choose(adverts[i:i+1], *job.Env, job.EnvID)
+	if err != nil {
+		return "" // the holder cannot run it
+	}
+	if !holds {
+		if _, held, _ := envspec.Choose(adverts, *job.Env, job.EnvID); held {
+			return "" // another worker holds it
+		}
+	}
+	return rec.Worker
+}

@@ -1,0 +1,259 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/workspace"
+)
+
+// A session's working directory follows its jobs from worker to worker.
+// The state store records, per session, the worker that ran its last job
+// (the holder, to which the frontend sends the next one) and the snapshot
+// of the directory taken after the last job that changed it, stored in the
+// broker's workspaces object store. Before a job, a worker whose own copy
+// is not of that snapshot restores it; after the job, a worker whose
+// directory changed takes a new snapshot, before the job's result is
+// stored, so the files of every completed job outlive the worker.
+
+// scopeLocks holds a mutex per session scope.
+type scopeLocks struct{ m sync.Map }
+
+// lock locks scope's mutex and returns its unlock.
+func (l *scopeLocks) lock(scope string) func() {
+	v, _ := l.m.LoadOrStore(scope, new(sync.Mutex))
+	mu := v.(*sync.Mutex)
+	mu.Lock()
+	return mu.Unlock
+}
+
+// workspaceJob is what restoreWorkspace learnt before a job, for
+// saveWorkspace after it.
+type workspaceJob struct {
+	scope  string
+	rec    wire.Workspace // the store's record; zero when there was none
+	known  bool           // the record could be read (found or not)
+	local  localWorkspace // this worker's copy
+	maxLen int64          // bytes of files a snapshot may hold
+}
+
+// localWorkspace is what this worker knows of its copy of a session's
+// directory: the snapshot it is (or was restored from) and its manifest
+// at that point. Kept in the data directory, outside every sandbox.
+type localWorkspace struct {
+	Snapshot string `json:"snapshot"`
+	Manifest string `json:"manifest"`
+}
+
+func (w *Worker) localWorkspacePath(scope string) string {
+	return filepath.Join(w.cfg.DataDir, "workspaces", scope+".json")
+}
+
+func (w *Worker) loadLocalWorkspace(scope string) localWorkspace {
+	var l localWorkspace
+	if data, err := os.ReadFile(w.localWorkspacePath(scope)); err == nil {
+		_ = json.Unmarshal(data, &l)
+	}
+	return l
+}
+
+func (w *Worker) saveLocalWorkspace(scope string, l localWorkspace) error {
+	p := w.localWorkspacePath(scope)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	data, _ := json.Marshal(l)
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, p)
+}
+
+// snapshotName is the object holding the snapshot of scope taken after
+// job snapshot.
+func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + snapshot }
+
+// restoreWorkspace makes cwd hold the session's latest snapshot when this
+// worker's copy is of another one (or it has none), owned by uid. On the
+// holder, the common case, it costs one read of the state store. A
+// snapshot that is gone (expired, or never stored) leaves cwd as it is; a
+// snapshot that cannot be read fails the job, which may be retried. With
+// Config.LocalWorkspaces it does nothing (and saveWorkspace neither).
+func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid int, maxLen int64, log *slog.Logger) (*workspaceJob, error) {
+	if w.cfg.LocalWorkspaces {
+		return nil, nil
+	}
+	defer w.workspaces.lock(scope)()
+	j := &workspaceJob{scope: scope, local: w.loadLocalWorkspace(scope), maxLen: maxLen}
+	rec, err := w.readWorkspace(ctx, scope)
+	if err != nil {
+		log.Warn("workspace record unreadable; the job runs on this worker's copy", "err", err)
+	}
+	j.rec, j.known = rec, err == nil
+	if j.rec.Snapshot == "" || j.rec.Snapshot == j.local.Snapshot {
+		return j, nil
+	}
+	if !j.rec.Stored {
+		log.Warn("the session's latest files were not stored; the job runs on this worker's copy",
+			"snapshot", j.rec.Snapshot, "holder", j.rec.Worker)
+		return j, nil
+	}
+	t0 := time.Now()
+	r, err := w.broker.GetWorkspace(ctx, snapshotName(scope, j.rec.Snapshot))
+	if errors.Is(err, broker.ErrWorkspaceNotFound) {
+		log.Warn("the session's snapshot is gone; the job runs on this worker's copy", "snapshot", j.rec.Snapshot)
+		return j, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer r.Close()
+	if err := workspace.Unpack(r, cwd, uid, gidOf(uid), maxLen); err != nil {
+		// The directory holds part of the snapshot: this worker's copy is
+		// of none, and the next job restores again.
+		if lerr := w.saveLocalWorkspace(scope, localWorkspace{Manifest: "partial"}); lerr != nil {
+			log.Warn("forget the workspace's copy", "err", lerr)
+		}
+		return nil, err
+	}
+	m, err := workspace.Manifest(cwd)
+	if err != nil {
+		return nil, err
+	}
+	j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: m}
+	if err := w.saveLocalWorkspace(scope, j.local); err != nil {
+		log.Warn("remember the restored workspace", "err", err)
+	}
+	log.Info("workspace restored", "snapshot", j.rec.Snapshot, "from", j.rec.Worker, "ms", time.Since(t0).Milliseconds())
+	return j, nil
+}
+
+// readWorkspace reads scope's record: the zero record when there is none.
+func (w *Worker) readWorkspace(ctx context.Context, scope string) (wire.Workspace, error) {
+	var rec wire.Workspace
+	data, err := w.store.Get(ctx, w.cfg.Keys.Workspace(scope))
+	if errors.Is(err, statestore.ErrNotFound) {
+		return rec, nil
+	}
+	if err != nil {
+		return rec, err
+	}
+	if err := json.Unmarshal(data, &rec); err != nil {
+		return wire.Workspace{}, fmt.Errorf("workspace record: %w", err)
+	}
+	return rec, nil
+}
+
+// gidOf is the group of a session's files: the session's uid in the
+// sandbox, the worker's own group when jobs run as the worker's uid.
+func gidOf(uid int) int {
+	if uid == os.Getuid() {
+		return os.Getgid()
+	}
+	return uid
+}
+
+// saveWorkspace runs after job: when cwd changed since this worker's copy
+// was last saved or restored (or its copy is not of the recorded snapshot,
+// or that snapshot nears its expiry), it snapshots cwd into the object
+// store; then
+// it records this worker as the session's holder, with the snapshot. It
+// writes nothing when neither changed. Failures are logged: the files stay
+// on this worker, which remains the holder.
+func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) {
+	if j == nil || !j.known {
+		return
+	}
+	defer w.workspaces.lock(j.scope)()
+	ctx = context.WithoutCancel(ctx) // a completed job's files are saved even while the worker stops
+	m, err := workspace.Manifest(cwd)
+	if err != nil {
+		log.Warn("workspace manifest", "err", err)
+		return
+	}
+	if l := w.loadLocalWorkspace(j.scope); l != j.local {
+		// Another job of the session, here, saved it meanwhile.
+		j.local = l
+		if j.rec, err = w.readWorkspace(ctx, j.scope); err != nil {
+			log.Warn("workspace record unreadable; holder not recorded", "err", err)
+			return
+		}
+	}
+	rec := j.rec
+	rec.V, rec.Worker = wire.Version, w.cfg.ID
+	// A copy that is not of the recorded snapshot (that one was not stored,
+	// or is gone) is the session's files from now on, and is saved as such.
+	if m != j.local.Manifest || j.local.Snapshot != rec.Snapshot || snapshotAging(rec, j.local) {
+		t0 := time.Now()
+		rec.Snapshot = jobID
+		rec.Stored = w.putSnapshot(ctx, j, jobID, cwd, log)
+		rec.SavedAt = time.Now().UTC()
+		j.local = localWorkspace{Snapshot: jobID, Manifest: m}
+		if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
+			log.Warn("remember the saved workspace", "err", err)
+		}
+		log.Info("workspace saved", "snapshot", jobID, "stored", rec.Stored, "ms", time.Since(t0).Milliseconds())
+	}
+	if rec == j.rec {
+		return
+	}
+	data, _ := json.Marshal(rec)
+	if err := w.store.Set(ctx, w.cfg.Keys.Workspace(j.scope), data, broker.WorkspaceRetention); err != nil {
+		log.Warn("record the workspace's holder", "err", err)
+		return
+	}
+	// The previous snapshot goes once the record names a stored one: until
+	// then it is the session's only copy off this worker.
+	if rec.Stored && j.rec.Stored && j.rec.Snapshot != rec.Snapshot {
+		if err := w.broker.DeleteWorkspace(ctx, snapshotName(j.scope, j.rec.Snapshot)); err != nil {
+			log.Warn("delete the previous snapshot", "err", err)
+		}
+	}
+}
+
+// snapshotRefresh is the age at which a stored snapshot of an unchanged
+// directory is stored again, well before the store lets it expire
+// (broker.WorkspaceRetention), so that a session used at least that often
+// keeps its files however long it lasts.
+var snapshotRefresh = broker.WorkspaceRetention / 7
+
+// snapshotAging says whether rec's snapshot, which this worker's copy is
+// of, should be stored again before it expires.
+func snapshotAging(rec wire.Workspace, local localWorkspace) bool {
+	return rec.Stored && rec.Snapshot == local.Snapshot && time.Since(rec.SavedAt) > snapshotRefresh
+}
+
+// putSnapshot streams a tar of cwd, at most j.maxLen bytes of files, into
+// the object store, and reports whether it was stored.
+func (w *Worker) putSnapshot(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) bool {
+	pr, pw := io.Pipe()
+	packed := make(chan error, 1)
+	go func() {
+		err := workspace.Pack(cwd, pw, j.maxLen)
+		pw.CloseWithError(err)
+		packed <- err
+	}()
+	err := w.broker.PutWorkspace(ctx, snapshotName(j.scope, jobID), pr)
+	pr.CloseWithError(errors.New("snapshot not stored"))
+	if perr := <-packed; perr != nil {
+		err = perr
+	}
+	if err != nil {
+		log.Warn("workspace snapshot not stored: the session's files are on this worker only",
+			"err", fmt.Errorf("snapshot of %s: %w", cwd, err))
+		return false
+	}
+	return true
+}

@@ -1,0 +1,224 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/brokertest"
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/workspace"
+)
+
+// A session's files follow it from one worker to another: a worker that
+// changed the session's directory snapshots it before the result is
+// stored and records itself as the holder; a worker whose copy is of an
+// older snapshot (or that has none) restores the latest one first, owned
+// by its own uid for the session, with what was deleted since gone; a job
+// that changes nothing stores no snapshot.
+func TestWorkspaceFollowsTheSession(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	start := func(id string, local bool) *Worker {
+		w, err := New(Config{
+			ID: id, DataDir: t.TempDir(), Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+			Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler), LocalWorkspaces: local,
+		}, fx.broker, fx.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		return w
+	}
+	a, b, local := start("ws-a", false), start("ws-b", false), start("ws-local", true)
+	const scope = "workspace-scope"
+	run := func(w *Worker, code string) (*wire.Result, string) {
+		t.Helper()
+		job := &wire.Job{
+			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope,
+			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+		}
+		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
+			t.Fatal(err)
+		}
+		res, err := fx.broker.WaitResult(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Status != wire.StatusOK || res.WorkerID != w.ID() {
+			t.Fatalf("%s on %s: %s %s %q", code, res.WorkerID, res.Status, res.Message, res.Stderr)
+		}
+		return res, job.ID
+	}
+	record := func() wire.Workspace {
+		t.Helper()
+		data, err := fx.store.Get(ctx, a.cfg.Keys.Workspace(scope))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var rec wire.Workspace
+		if err := json.Unmarshal(data, &rec); err != nil {
+			t.Fatal(err)
+		}
+		return rec
+	}
+
+	_, write := run(a, "import os\nos.makedirs('d', exist_ok=True)\nopen('d/note.txt', 'w').write('kept')\nopen('old.txt', 'w').write('x')")
+	if rec := record(); rec.Worker != "ws-a" || rec.Snapshot != write || !rec.Stored || rec.SavedAt.IsZero() {
+		t.Fatalf("after the write on ws-a: %+v", rec)
+	}
+	run(a, "print(open('d/note.txt').read())")
+	if rec := record(); rec.Snapshot != write {
+		t.Errorf("a job that changed nothing took snapshot %s", rec.Snapshot)
+	}
+
+	res, _ := run(b, "print(open('d/note.txt').read())")
+	if res.Stdout != "kept\n" {
+		t.Fatalf("on ws-b, the file written on ws-a: %q", res.Stdout)
+	}
+	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != write {
+		t.Errorf("after a read on ws-b: %+v, want ws-b holding %s", rec, write)
+	}
+	cwd := filepath.Join(b.sessionsRoot(), scope)
+	for _, name := range []string{"d", "d/note.txt"} {
+		dirInfo, _ := os.Stat(cwd)
+		info, err := os.Lstat(filepath.Join(cwd, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := info.Sys().(*syscall.Stat_t).Uid, dirInfo.Sys().(*syscall.Stat_t).Uid; got != want {
+			t.Errorf("restored %s is owned by %d, the session's directory on ws-b by %d", name, got, want)
+		}
+	}
+
+	_, rewrite := run(b, "import os\nos.remove('old.txt')\nopen('new.txt', 'w').write('from b')")
+	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != rewrite || !rec.Stored {
+		t.Fatalf("after the write on ws-b: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, write)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the replaced snapshot is still stored: %v", err)
+	}
+	// A restore that fails half-way (here: a job whose disk limit is below
+	// the snapshot's size) fails that job, and the next job restores again.
+	cwdA := filepath.Join(a.sessionsRoot(), scope)
+	log := slog.New(slog.DiscardHandler)
+	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 3, log); !errors.Is(err, workspace.ErrTooLarge) {
+		t.Fatalf("a restore past the job's disk limit: %v, want ErrTooLarge", err)
+	}
+	res, _ = run(a, "import os\nprint(sorted(os.listdir('.')), open('new.txt').read())")
+	if want := "['d', 'new.txt'] from b\n"; res.Stdout != want {
+		t.Errorf("back on ws-a: %q, want %q", res.Stdout, want)
+	}
+
+	// A snapshot nearing its expiry is stored again by the next job, even
+	// one that changes nothing, so that an unchanging session keeps it.
+	aged := record()
+	aged.SavedAt = time.Now().Add(-2 * snapshotRefresh)
+	data, _ := json.Marshal(aged)
+	if err := fx.store.Set(ctx, a.cfg.Keys.Workspace(scope), data, 0); err != nil {
+		t.Fatal(err)
+	}
+	_, renew := run(a, "print(1)")
+	if rec := record(); rec.Snapshot != renew || !rec.Stored || time.Since(rec.SavedAt) > time.Minute {
+		t.Errorf("an aged snapshot was not stored again: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, aged.Snapshot)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the aged snapshot is still stored: %v", err)
+	}
+
+	// A worker with LocalWorkspaces (codexec dev) stores no snapshot and
+	// records no holder.
+	before := record()
+	run(local, "open('local.txt', 'w').write('here only')")
+	if rec := record(); rec != before {
+		t.Errorf("a worker keeping its workspaces local recorded %+v (was %+v)", rec, before)
+	}
+
+	// A directory with more bytes of files than the job's disk limit is not
+	// stored: the record says so, and the previous snapshot is kept.
+	prev := record()
+	if err := os.WriteFile(filepath.Join(cwdA, "big"), make([]byte, 64<<10), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 32<<10, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tooLarge := ulid.Make().String()
+	a.saveWorkspace(ctx, j, tooLarge, cwdA, log)
+	if rec := record(); rec.Worker != "ws-a" || rec.Snapshot != tooLarge || rec.Stored {
+		t.Errorf("after a snapshot too large to store: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, tooLarge)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the snapshot past the limit: %v, want none stored", err)
+	}
+	r, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, prev.Snapshot))
+	if err != nil {
+		t.Fatalf("the previous snapshot is gone: %v", err)
+	}
+	r.Close()
+
+	// Another worker, finding the latest snapshot not stored, runs on its
+	// own copy, and saves that copy as the session's files from now on,
+	// though the job changed nothing.
+	_, onB := run(b, "print(1)")
+	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != onB || !rec.Stored {
+		t.Errorf("after a job on ws-b's own copy: %+v, want ws-b holding %s, stored", rec, onB)
+	}
+}
+
+// BenchmarkWorkspaceSnapshot measures, for a small workspace (20 files of
+// 1 KiB), what a job that changed its session's files adds to its path on
+// the worker (manifest, then the tar streamed into an in-process
+// JetStream object store) and what a worker pays to restore it.
+func BenchmarkWorkspaceSnapshot(b *testing.B) {
+	e := brokertest.StartNATS(b)
+	br := brokertest.Open(b, e, broker.Config{})
+	w := &Worker{broker: br}
+	dir := b.TempDir()
+	for i := 0; i < 20; i++ {
+		if err := os.WriteFile(filepath.Join(dir, fmt.Sprintf("f%02d", i)), make([]byte, 1024), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	ctx := context.Background()
+	log := slog.New(slog.DiscardHandler)
+	j := &workspaceJob{scope: "bench", maxLen: 1 << 30}
+	b.Run("save", func(b *testing.B) {
+		for b.Loop() {
+			if _, err := workspace.Manifest(dir); err != nil {
+				b.Fatal(err)
+			}
+			if !w.putSnapshot(ctx, j, "s", dir, log) {
+				b.Fatal("not stored")
+			}
+		}
+	})
+	into := b.TempDir()
+	b.Run("restore", func(b *testing.B) {
+		for b.Loop() {
+			r, err := br.GetWorkspace(ctx, snapshotName("bench", "s"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			if err := workspace.Unpack(r, into, os.Getuid(), os.Getgid(), 1<<30); err != nil {
+				b.Fatal(err)
+			}
+			r.Close()
+		}
+	})
+}
