@@ -40,13 +40,11 @@ func (b *Broker) workspaces(ctx context.Context) (jetstream.ObjectStore, error) 
 	if b.ws.store != nil {
 		return b.ws.store, nil
 	}
-	store, err := b.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+	store, err := b.js.CreateOrUpdateObjectStore(ctx, b.objectStoreConfig(jetstream.ObjectStoreConfig{
 		Bucket:      WorkspacesBucket,
 		Description: "codexec snapshots of sessions' working directories",
 		TTL:         WorkspaceRetention,
-		Storage:     jetstream.FileStorage,
-		Replicas:    b.cfg.Replicas,
-	})
+	}))
 	if err != nil {
 		return nil, fmt.Errorf("broker: create object store %s: %w", WorkspacesBucket, err)
 	}
