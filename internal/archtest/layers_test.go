@@ -30,6 +30,7 @@ var layers = map[string]int{
 	"worker/sandbox":             1,
 	"worker/cgroup":              1,
 	"worker/seccomp":             1,
+	"worker/diskfs":              1,
 
 	// 2: what the roles are built from.
 	"broker":        2,
