@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -349,11 +350,15 @@ var errTreeMoved = errors.New("a directory moved during the walk")
 // with every entry after them (a directory's last), with its parent
 // open: the time to remove it. A directory that cannot be read is skipped.
 func walkTree(root string, pre, post func(parent *os.File, name string, st *unix.Stat_t)) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return err
+	}
+	unlock(nil, root, &st)
 	top, err := openDir(nil, root)
 	if err != nil {
 		return err
 	}
-	var st unix.Stat_t
 	if err := unix.Fstat(int(top.Fd()), &st); err != nil {
 		top.Close()
 		return err
@@ -403,6 +408,7 @@ func walkTree(root string, pre, post func(parent *os.File, name string, st *unix
 		}
 		pre(cur, name, &st)
 		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			unlock(cur, name, &st)
 			child, err := openDir(cur, name)
 			var cst unix.Stat_t
 			if err == nil && unix.Fstat(int(child.Fd()), &cst) == nil && cst.Dev == st.Dev && cst.Ino == st.Ino {
@@ -424,6 +430,37 @@ func walkTree(root string, pre, post func(parent *os.File, name string, st *unix
 		f.names = f.names[1:]
 	}
 	return cur.Close()
+}
+
+// unlock gives the owner of the directory name (relative to dir, or as is
+// when dir is nil) back the access a job took from it with chmod, when
+// that owner is this process: without root the worker is its jobs' uid,
+// and a directory of mode 000 would hide what it holds from the walk, and
+// from trimWorkspace. Root reads and removes whatever the mode. The
+// directory is opened without following a link, checked to be the one
+// st describes, and changed through its descriptor.
+func unlock(dir *os.File, name string, st *unix.Stat_t) {
+	euid := os.Geteuid()
+	if euid == 0 || int(st.Uid) != euid || st.Mode&0o700 == 0o700 {
+		return
+	}
+	at := unix.AT_FDCWD
+	if dir != nil {
+		at = int(dir.Fd())
+	}
+	fd, err := unix.Openat(at, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var now unix.Stat_t
+	if unix.Fstat(fd, &now) != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return
+	}
+	// fchmod refuses an O_PATH descriptor; its /proc name does not.
+	if unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), now.Mode&0o7777|0o700) == nil {
+		st.Mode |= 0o700
+	}
 }
 
 // openDir opens the directory name (relative to dir, or as is when dir is

@@ -4,8 +4,10 @@ import (
 	"context"
 	"log/slog"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -154,3 +156,72 @@ for i in range(6000):
         f.write(b'x' * 20000)
 print('nested 6000 deep', flush=True)
 `
+
+// Without root the worker is its jobs' uid: a directory that a job locked
+// (chmod 000), its working directory included, hides nothing from the
+// walk, and trimming still removes what the job wrote in it. Run as root,
+// the test runs itself again as an unprivileged uid (nobody).
+func TestLockedDirectoriesHideNothingWithoutRoot(t *testing.T) {
+	if os.Geteuid() == 0 {
+		runAsNobody(t, "TestLockedDirectoriesHideNothingWithoutRoot")
+		return
+	}
+	t.Parallel()
+	dir := t.TempDir()
+	time.Sleep(2 * coarseClockLag)
+	started := time.Now()
+	inner := filepath.Join(dir, "locked", "inner")
+	if err := os.MkdirAll(inner, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(inner, "big"), make([]byte, 2<<20), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{inner, filepath.Dir(inner), dir} {
+		if err := os.Chmod(d, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() { // for TempDir's removal, whatever happened
+		for _, d := range []string{dir, filepath.Dir(inner), inner} {
+			_ = os.Chmod(d, 0o700)
+		}
+	})
+	if got := DiskUsage(dir); got < 2<<20 {
+		t.Errorf("DiskUsage = %d with 2 MiB in locked directories", got)
+	}
+	if !trimWorkspace(dir, started, 1<<20) {
+		t.Errorf("still over 1 MiB after trimming: %d", DiskUsage(dir))
+	}
+}
+
+// runAsNobody runs the test name of this test binary as uid 65534 and
+// fails if it fails. The binary is copied where that uid may run it.
+func runAsNobody(t *testing.T, name string) {
+	t.Helper()
+	const nobody = 65534
+	dir := t.TempDir()
+	for _, d := range []string{filepath.Dir(dir), dir} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	exe := filepath.Join(dir, "worker.test")
+	data, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(exe, data, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(exe, "-test.run", "^"+name+"$", "-test.v", "-test.count=1")
+	cmd.Env = []string{"PATH=/usr/bin:/bin", "TMPDIR=/tmp", "HOME=/tmp"}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("as uid %d: %v\n%s", nobody, err, out)
+	}
+	if !strings.Contains(string(out), "--- PASS: "+name) {
+		t.Fatalf("as uid %d, the test did not pass:\n%s", nobody, out)
+	}
+}
