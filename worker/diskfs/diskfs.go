@@ -97,12 +97,20 @@ func (f *FS) Work() string { return filepath.Join(f.dir, Work) }
 // is used. When image is attached to a loop device but not mounted on dir,
 // it fails with ErrInUse.
 func Mount(image, dir string) (*FS, error) {
-	image, err := filepath.Abs(image)
-	if err != nil {
-		return nil, err
+	// As the kernel names them (in mountinfo, in a loop device's
+	// backing_file): absolute, no links.
+	image, err := filepath.EvalSymlinks(image)
+	if err == nil {
+		image, err = filepath.Abs(image)
 	}
-	if dir, err = filepath.Abs(dir); err != nil {
-		return nil, err
+	if err != nil {
+		return nil, fmt.Errorf("diskfs: %w", err)
+	}
+	if dir, err = filepath.EvalSymlinks(dir); err == nil {
+		dir, err = filepath.Abs(dir)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("diskfs: %w", err)
 	}
 	mounted, err := mountedFrom(dir, image)
 	if err != nil {

@@ -209,11 +209,16 @@ func TestMountReusesItsMountAndRefusesASecond(t *testing.T) {
 	if again.overhead != f.overhead {
 		t.Errorf("overhead %d, then %d", f.overhead, again.overhead)
 	}
+	// Named through a link, the image is the same image.
+	link := filepath.Join(t.TempDir(), "link.img")
+	if err := os.Symlink(f.image, link); err != nil {
+		t.Fatal(err)
+	}
 	other := filepath.Join(t.TempDir(), "other")
 	if err := os.Mkdir(other, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if g, err := Mount(f.image, other); !errors.Is(err, ErrInUse) {
+	if g, err := Mount(link, other); !errors.Is(err, ErrInUse) {
 		if g != nil {
 			_ = g.Unmount()
 		}
