@@ -4,10 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io/fs"
+	"math"
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -318,19 +319,220 @@ const minFileUsage = 4096
 
 // DiskUsage is the space the files under dir take on disk (allocated
 // blocks, so sparse files count what they use, and at least minFileUsage
-// each), links not followed.
+// each), links not followed. It walks the tree by descriptors, one name at
+// a time, so that no depth hides a directory from it: a path name is
+// limited to PATH_MAX, a tree is not, and a walk by path names once saw
+// nothing below 4096 bytes of nesting. A tree that keeps moving under the
+// walk (a directory on the way renamed away, three times over) counts as
+// unbounded: the job that does it gets no free pass.
 func DiskUsage(dir string) int64 {
-	var total int64
-	_ = filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return nil
+	for range 3 {
+		var total int64
+		err := walkTree(dir, func(_ *os.File, _ string, st *unix.Stat_t) {
+			total += max(st.Blocks*512, minFileUsage)
+		}, nil)
+		if !errors.Is(err, errTreeMoved) {
+			return total
 		}
-		if info, err := d.Info(); err == nil {
-			if st, ok := info.Sys().(*syscall.Stat_t); ok {
-				total += max(st.Blocks*512, minFileUsage)
+	}
+	return math.MaxInt64
+}
+
+// errTreeMoved says a directory of the tree being walked was moved while
+// the walk was below it.
+var errTreeMoved = errors.New("a directory moved during the walk")
+
+// walkTree visits what lies under root, root included, without following
+// links, holding two descriptors at most whatever the depth: going down
+// it closes the parent, coming back up it opens the child's "..", and
+// checks that it is the directory it left. pre is called with every entry
+// (root: parent nil) before its directory's contents; post, if not nil,
+// with every entry after them (a directory's last), with its parent
+// open: the time to remove it. A directory that cannot be read is skipped.
+func walkTree(root string, pre, post func(parent *os.File, name string, st *unix.Stat_t)) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(root, &st); err != nil {
+		return err
+	}
+	unlock(nil, root, &st)
+	top, err := openDir(nil, root)
+	if err != nil {
+		return err
+	}
+	if err := unix.Fstat(int(top.Fd()), &st); err != nil {
+		top.Close()
+		return err
+	}
+	pre(nil, root, &st)
+	type frame struct {
+		names    []string
+		dev, ino uint64
+	}
+	cur := top
+	names, _ := cur.Readdirnames(-1)
+	stack := []frame{{names: names, dev: st.Dev, ino: st.Ino}}
+	for len(stack) > 0 {
+		f := &stack[len(stack)-1]
+		if len(f.names) == 0 {
+			stack = stack[:len(stack)-1]
+			if len(stack) == 0 {
+				break
+			}
+			// Back up: the parent, checked to be the one left.
+			parent, err := openDir(cur, "..")
+			if err == nil {
+				err = unix.Fstat(int(parent.Fd()), &st)
+			}
+			cur.Close()
+			if err != nil {
+				return err
+			}
+			cur = parent
+			if p := stack[len(stack)-1]; st.Dev != p.dev || st.Ino != p.ino {
+				cur.Close()
+				return errTreeMoved
+			}
+			if post != nil {
+				name := stack[len(stack)-1].names[0]
+				if unix.Fstatat(int(cur.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) == nil {
+					post(cur, name, &st)
+				}
+			}
+			stack[len(stack)-1].names = stack[len(stack)-1].names[1:]
+			continue
+		}
+		name := f.names[0]
+		if unix.Fstatat(int(cur.Fd()), name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+			f.names = f.names[1:]
+			continue
+		}
+		pre(cur, name, &st)
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			unlock(cur, name, &st)
+			child, err := openDir(cur, name)
+			var cst unix.Stat_t
+			if err == nil && unix.Fstat(int(child.Fd()), &cst) == nil && cst.Dev == st.Dev && cst.Ino == st.Ino {
+				// Down: the name stays at the head of f.names until
+				// the child is done, for post.
+				names, _ := child.Readdirnames(-1)
+				cur.Close()
+				cur = child
+				stack = append(stack, frame{names: names, dev: cst.Dev, ino: cst.Ino})
+				continue
+			}
+			if child != nil {
+				child.Close()
 			}
 		}
-		return nil
-	})
-	return total
+		if post != nil {
+			post(cur, name, &st)
+		}
+		f.names = f.names[1:]
+	}
+	return cur.Close()
+}
+
+// unlock gives the owner of the directory name (relative to dir, or as is
+// when dir is nil) back the access a job took from it with chmod, when
+// that owner is this process: without root the worker is its jobs' uid,
+// and a directory of mode 000 would hide what it holds from the walk, and
+// from trimWorkspace. Root reads and removes whatever the mode. The
+// directory is opened without following a link, checked to be the one
+// st describes, and changed through its descriptor.
+func unlock(dir *os.File, name string, st *unix.Stat_t) {
+	euid := os.Geteuid()
+	if euid == 0 || int(st.Uid) != euid || st.Mode&0o700 == 0o700 {
+		return
+	}
+	at := unix.AT_FDCWD
+	if dir != nil {
+		at = int(dir.Fd())
+	}
+	fd, err := unix.Openat(at, name, unix.O_PATH|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
+	var now unix.Stat_t
+	if unix.Fstat(fd, &now) != nil || now.Dev != st.Dev || now.Ino != st.Ino {
+		return
+	}
+	// fchmod refuses an O_PATH descriptor; its /proc name does not.
+	if unix.Chmod("/proc/self/fd/"+strconv.Itoa(fd), now.Mode&0o7777|0o700) == nil {
+		st.Mode |= 0o700
+	}
+}
+
+// openDir opens the directory name (relative to dir, or as is when dir is
+// nil), not following a link.
+func openDir(dir *os.File, name string) (*os.File, error) {
+	at := unix.AT_FDCWD
+	if dir != nil {
+		at = int(dir.Fd())
+	}
+	fd, err := unix.Openat(at, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: name, Err: err}
+	}
+	return os.NewFile(uintptr(fd), name), nil
+}
+
+// trimWorkspace brings a working directory that a job left over its disk
+// limit back under it: it removes every file, link and directory that
+// changed since the job started (by its ctime, which no job can set back),
+// deepest first. A sampled limit lets a job write past it between two
+// samples (a fallocate is instant), and what it wrote then stayed: the
+// next call found the workspace over its limit before it began. What was
+// there before the call, unchanged, stays. It reports whether the
+// directory is under the limit afterwards.
+func trimWorkspace(dir string, since time.Time, limit int64) bool {
+	if limit <= 0 || DiskUsage(dir) <= limit {
+		return true
+	}
+	// File times come from the kernel's coarse clock, a tick behind.
+	since = since.Add(-coarseClockLag)
+	changed := func(st *unix.Stat_t) bool { return !time.Unix(st.Ctim.Unix()).Before(since) }
+	// A directory's own ctime changes when its entries are removed: what
+	// counts is the one it had before the walk went in.
+	before := map[[2]uint64]bool{}
+	pre := func(_ *os.File, _ string, st *unix.Stat_t) {
+		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+			before[[2]uint64{st.Dev, st.Ino}] = changed(st)
+		}
+	}
+	post := func(parent *os.File, name string, st *unix.Stat_t) {
+		if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+			if changed(st) {
+				_ = unix.Unlinkat(int(parent.Fd()), name, 0)
+			}
+		} else if before[[2]uint64{st.Dev, st.Ino}] {
+			_ = unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR) // when empty
+		}
+	}
+	for range 3 {
+		if err := walkTree(dir, pre, post); !errors.Is(err, errTreeMoved) {
+			break
+		}
+	}
+	return DiskUsage(dir) <= limit
+}
+
+// coarseClockLag is how far behind the time it reads a file's ctime may
+// be: the kernel stamps files from a clock updated once per tick (1 to 10
+// ms).
+const coarseClockLag = 20 * time.Millisecond
+
+// settleDisk finishes a job that ended on its disk limit: the workspace is
+// trimmed back under the limit (trimWorkspace) and the verdict says what
+// became of it. Other verdicts pass unchanged.
+func settleDisk(v verdict, dir string, started time.Time, limit int64) verdict {
+	if v.limit != wire.LimitDisk || limit <= 0 || DiskUsage(dir) <= limit {
+		return v
+	}
+	if trimWorkspace(dir, started, limit) {
+		v.message += "; what it wrote in this call was removed"
+	} else {
+		v.message += "; files from before this call keep the working directory over it"
+	}
+	return v
 }

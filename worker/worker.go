@@ -528,7 +528,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		timeout: timeout, shutdown: ctx.Err() != nil, diskStopped: diskStopped,
 		diskUsage: func() int64 { return DiskUsage(cwd) },
 	}
-	v := classify(facts)
+	v := settleDisk(classify(facts), cwd, started, set.Disk)
 	res := w.result(job, attempt, v.status, v.message)
 	res.Limit = v.limit
 	res.EnvID = envID

@@ -49,6 +49,7 @@ var secCases = []secCase{
 	{"memory_bomb", caseMemoryBomb},
 	{"memory_limit_covers_children", caseMemoryChildren},
 	{"disk_fill", caseDiskFill},
+	{"disk_limit_races", caseDiskRaces},
 	{"tmp_fill", caseTmpFill},
 	{"file_size", caseFileSize},
 	{"open_files", caseOpenFiles},
@@ -440,6 +441,49 @@ func caseDiskFill(t *testing.T, tg *secTarget, s *secSession) {
 	}
 	if res, er := s.run(t, "import os\nif os.path.exists('fill.bin'): os.remove('fill.bin')\nprint('clean')", &jobOpts{timeout: 30}); res.IsError || er.Stdout != "clean\n" {
 		t.Errorf("the session cannot clean up after a disk limit:\n%s", dump(res, er))
+	}
+}
+
+// The ways past a sampled disk limit: nesting directories past PATH_MAX,
+// where a walk by path names sees nothing, and reserving far more than the
+// limit between two samples (fallocate is instant; files of 19 MiB each
+// stay under the file size limit that disk_mb implies). Each ends on the
+// disk limit, and leaves the session's directory under it (measured by du,
+// which walks by descriptors), so that the session's next call does not
+// begin over its limit.
+func caseDiskRaces(t *testing.T, tg *secTarget, s *secSession) {
+	const limit = 20
+	for _, c := range []struct{ name, code string }{
+		{"nested", `import os
+fd = os.open('.', os.O_RDONLY)
+for i in range(6000):
+    os.mkdir('n' * 200, dir_fd=fd)
+    nfd = os.open('n' * 200, os.O_RDONLY, dir_fd=fd)
+    os.close(fd)
+    fd = nfd
+    with open(os.open('data', os.O_CREAT | os.O_WRONLY, 0o600, dir_fd=fd), 'wb') as f:
+        f.write(b'x' * 20000)
+print('nested 6000 deep', flush=True)
+`},
+		{"fallocate", `import os, time
+for i in range(40):
+    fd = os.open('race-%d' % i, os.O_CREAT | os.O_WRONLY, 0o600)
+    os.posix_fallocate(fd, 0, 19 << 20)
+    os.close(fd)
+print('760 MiB reserved', flush=True)
+time.sleep(5)
+`},
+	} {
+		res, er := s.run(t, c.code, &jobOpts{timeout: 90, limits: map[string]int{"disk_mb": limit}})
+		t.Logf("%s: status %q limit %q: %s", c.name, er.Status, er.Limit, clip(er.Message, 200))
+		limitResult(t, res, er, "disk")
+		if s.hostDir == "" {
+			t.Errorf("cannot find the session's directory on the host to measure it")
+			continue
+		}
+		if du := duBytes(t, s.hostDir); du > limit<<20 {
+			t.Errorf("%s: the session's directory %s takes %d MiB on the host after the job, over its %d MiB disk limit", c.name, s.hostDir, du>>20, limit)
+		}
 	}
 }
 

@@ -813,6 +813,21 @@ func diskUsage(dir string) int64 {
 	return total
 }
 
+// duBytes is what du says dir takes on disk, in bytes: du walks by
+// descriptors, so that no depth of nesting hides anything from it.
+func duBytes(t *testing.T, dir string) int64 {
+	t.Helper()
+	out, err := exec.Command("du", "-s", "-B1", dir).Output()
+	if err != nil {
+		t.Fatalf("du %s: %v", dir, err)
+	}
+	n, err := strconv.ParseInt(strings.Fields(string(out))[0], 10, 64)
+	if err != nil {
+		t.Fatalf("du %s: %q: %v", dir, out, err)
+	}
+	return n
+}
+
 // ---- the host's view of the network
 
 // trap is a TCP listener on the host that no job may reach; it records

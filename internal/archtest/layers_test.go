@@ -31,6 +31,7 @@ var layers = map[string]int{
 	"worker/cgroup":              1,
 	"worker/seccomp":             1,
 	"worker/workspace":           1,
+	"worker/diskfs":              1,
 
 	// 2: what the roles are built from.
 	"broker":        2,
