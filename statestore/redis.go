@@ -50,7 +50,8 @@ type RedisOptions struct {
 	// MasterName is the name the sentinels monitor the primary under.
 	MasterName string
 	// WaitReplicas, when positive, makes every write of lasting state (Set,
-	// SetNX, Delete, Append, HSet, HDel: code files, runs, settings) wait
+	// SetNX, Delete, Append, HSet, HDel, the counted writes, Link and
+	// Unlink: code files, runs, settings) wait
 	// until that many replicas have it (Redis WAIT) before it returns, so
 	// that a failover cannot lose a write that was acknowledged. A write
 	// that fewer replicas confirm within WaitTimeout returns an error (it is
@@ -423,7 +424,12 @@ func (s *RedisStore) counted(ctx context.Context, op, key string, data []byte, m
 	if data == nil {
 		data = []byte{}
 	}
-	r, err := countedScript.Run(ctx, s.client, []string{key, q.Key}, op, data, q.Limit, maxLen).Int64Slice()
+	var r []int64
+	err := s.write(ctx, func(c redisWriter) error {
+		var err error
+		r, err = countedScript.Run(ctx, c, []string{key, q.Key}, op, data, q.Limit, maxLen).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return 0, s.wrap(op+" counted", err)
 	}
@@ -455,7 +461,12 @@ func (s *RedisStore) Link(ctx context.Context, l Link, data []byte) (bool, error
 		ttl = ttlMillis(l.TTL)
 	}
 	keys := []string{l.Index, linksKey(l.Index), refsKey(l.Index), l.Value, l.Quota.Key}
-	r, err := linkScript.Run(ctx, s.client, keys, l.Field, l.Entry, given, data, ttl, l.Quota.Limit).Int64Slice()
+	var r []int64
+	err := s.write(ctx, func(c redisWriter) error {
+		var err error
+		r, err = linkScript.Run(ctx, c, keys, l.Field, l.Entry, given, data, ttl, l.Quota.Limit).Int64Slice()
+		return err
+	})
 	if err != nil {
 		return false, s.wrap("link", err)
 	}
@@ -485,7 +496,7 @@ func (s *RedisStore) Unlink(ctx context.Context, index string, q Quota, fields .
 		args[i] = f
 	}
 	keys := []string{index, linksKey(index), refsKey(index), q.Key}
-	return s.wrap("unlink", unlinkScript.Run(ctx, s.client, keys, args...).Err())
+	return s.wrap("unlink", s.write(ctx, func(c redisWriter) error { return unlinkScript.Run(ctx, c, keys, args...).Err() }))
 }
 
 // Ping implements Store.

@@ -50,6 +50,17 @@ func TestRedisWaitReplicas(t *testing.T) {
 	if ok, err := s.SetNX(ctx, "nx", []byte("v"), 0); !errors.Is(err, statestore.ErrNotReplicated) || ok {
 		t.Fatalf("SetNX without a replica: %v %v, want ErrNotReplicated", ok, err)
 	}
+	q := statestore.Quota{Key: "q", Limit: 1 << 20}
+	if _, err := s.SetCounted(ctx, "c", []byte("v"), q); !errors.Is(err, statestore.ErrNotReplicated) {
+		t.Fatalf("SetCounted without a replica: %v, want ErrNotReplicated", err)
+	}
+	link := statestore.Link{Index: "idx", Field: "f", Entry: []byte("e"), Value: "val", Quota: q}
+	if _, err := s.Link(ctx, link, []byte("code")); !errors.Is(err, statestore.ErrNotReplicated) {
+		t.Fatalf("Link without a replica: %v, want ErrNotReplicated", err)
+	}
+	if err := s.Unlink(ctx, "idx", q, "f"); !errors.Is(err, statestore.ErrNotReplicated) {
+		t.Fatalf("Unlink without a replica: %v, want ErrNotReplicated", err)
+	}
 	if err := s.Touch(ctx, "set", "m", []byte("d"), time.Minute); err != nil {
 		t.Fatalf("Touch (presence never waits): %v", err)
 	}
