@@ -54,6 +54,7 @@ type Broker struct {
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	results jetstream.KeyValue
+	claims  jetstream.KeyValue // see claims.go
 	jobs    jetstream.Stream
 	blobs   jetstream.ObjectStore
 	ws      workspaceStore // sessions' working directories (workspaces.go)
@@ -159,6 +160,9 @@ func (b *Broker) setup(ctx context.Context) error {
 	}))
 	if err != nil {
 		return fmt.Errorf("broker: create bucket %s: %w", wire.ResultsBucket, err)
+	}
+	if err := b.createClaims(ctx); err != nil {
+		return err
 	}
 	b.blobs, err = js.CreateOrUpdateObjectStore(ctx, b.objectStoreConfig(jetstream.ObjectStoreConfig{
 		Bucket:      wire.BlobsBucket,

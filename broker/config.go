@@ -12,7 +12,7 @@ import (
 // Defaults applied by Config.WithDefaults.
 const (
 	DefaultRetention  = 24 * time.Hour
-	DefaultAckWait    = 30 * time.Second
+	DefaultAckWait    = 6 * time.Second
 	DefaultMaxDeliver = 5
 	DefaultReplicas   = 1
 )
@@ -40,9 +40,12 @@ type Config struct {
 	// no age limit: they stay queued until a worker takes them.
 	Retention time.Duration
 	// AckWait is how long the server waits for a delivered job to be
-	// acknowledged before redelivering it. Default 30s. A consumer sends
+	// acknowledged before redelivering it. Default 6s. A consumer sends
 	// InProgress every AckWait/3 while a handler runs, so AckWait bounds how
-	// long a dead worker holds a job, not how long a job may run.
+	// long a dead worker holds a job, not how long a job may run. It is
+	// short because a redelivery does not start a job whose first attempt
+	// is still alive (see the worker's claims): a lapse of the lease during
+	// a NATS outage costs a wait, not a second run.
 	AckWait time.Duration
 	// MaxDeliver is how many times a job is delivered before the server gives
 	// up on it. Default 5; -1 means no limit.

@@ -14,6 +14,12 @@ type Keys struct{ Prefix string }
 // Workers is the presence set of live workers.
 func (k Keys) Workers() string { return k.Prefix + "workers" }
 
+// Claimants is the presence set of workers running claimed jobs: member
+// worker id, data the worker's instance and the jobs it runs. Its records
+// live a few seconds, much less than Workers', so that a dead worker's jobs
+// are taken over soon after its death (see worker/claim.go).
+func (k Keys) Claimants() string { return k.Prefix + "claimants" }
+
 // Session is the hash holding one session scope's settings.
 func (k Keys) Session(scope string) string { return k.Prefix + "session:" + scope }
 

@@ -60,6 +60,7 @@ type Worker struct {
 	bg       sync.WaitGroup // goroutines of Start's (warming the default zygote)
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
+	claims   claimants // the jobs claimed here, and their liveness (claim.go)
 
 	mu          sync.Mutex
 	consumer    *broker.Consumer
@@ -338,19 +339,18 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 func (w *Worker) sessionsRoot() string { return filepath.Join(w.cfg.DataDir, "sessions") }
 
 // handle runs one delivery to completion: result stored, message acked.
+// A job runs once per live claim (claim.go): a delivery whose job is done
+// is acked, one whose job another live attempt runs waits for that
+// attempt's result, and one whose first attempt is over without a result
+// takes the job over.
 func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	job := d.Job
 	log := w.log.With("job", job.ID, "attempt", d.Attempt)
-
-	// A redelivery of a job whose result was already stored: just ack it.
-	// Only a redelivery can have one, so a first delivery skips the lookup.
-	if d.Attempt > 1 {
-		if _, err := w.broker.GetResult(ctx, job.ID); err == nil {
-			log.Info("result already stored; acking redelivery")
-			_ = d.Ack()
-			return
-		}
+	claim, ok := w.claimJob(ctx, d, log)
+	if !ok {
+		return
 	}
+	defer claim.end()
 
 	tStart := time.Now()
 	log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
@@ -358,13 +358,16 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	res := w.run(ctx, job, d.Attempt, log)
 	w.load.Add(-1)
 	if ctx.Err() != nil && res.Status != wire.StatusOK && res.Status != wire.StatusError {
-		// The worker is stopping hard: the consumer hands the job back.
+		// The worker is stopping hard: the consumer hands the job back,
+		// and the claim goes, so that the next delivery runs it at once.
 		log.Info("job interrupted by shutdown; leaving it for another worker")
+		claim.release(log)
 		return
 	}
 	tRan := time.Now()
-	if err := w.storeResult(ctx, res); err != nil {
+	if err := w.storeResultHeld(ctx, res, log); err != nil {
 		log.Error("store result failed; the job will be redelivered", "err", err)
+		claim.release(log)
 		_ = d.Nak(time.Second)
 		return
 	}

@@ -1,0 +1,105 @@
+package broker_test
+
+import (
+	"errors"
+	"sync"
+	"testing"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
+)
+
+// A job's claim is create-only: the second worker to claim it gets the
+// first one's claim back, unchanged.
+func TestClaimJobIsCreateOnly(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
+	ctx := testCtx(t)
+	job := ulid.Make().String()
+
+	first, won, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "w1", Instance: "w1@a", Attempt: 1})
+	if err != nil || !won {
+		t.Fatalf("first claim: won=%v err=%v", won, err)
+	}
+	held, won, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "w2", Instance: "w2@a", Attempt: 2})
+	if err != nil || won {
+		t.Fatalf("second claim: won=%v err=%v", won, err)
+	}
+	if held.Worker != "w1" || held.Instance != "w1@a" || held.Revision != first.Revision {
+		t.Errorf("second claim got %+v, want w1's %+v", held, first)
+	}
+	got, found, err := tb.b.GetClaim(ctx, job)
+	if err != nil || !found || got.Worker != "w1" {
+		t.Errorf("GetClaim: %+v %v %v", got, found, err)
+	}
+	if _, found, err := tb.b.GetClaim(ctx, ulid.Make().String()); err != nil || found {
+		t.Errorf("GetClaim of an unclaimed job: found=%v err=%v", found, err)
+	}
+}
+
+// Of workers taking over the same claim at once, exactly one wins; the
+// others get ErrClaimChanged.
+func TestTakeOverClaimIsAtomic(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
+	ctx := testCtx(t)
+	job := ulid.Make().String()
+	dead, _, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "dead", Instance: "dead@a", Attempt: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	const takers = 8
+	var wg sync.WaitGroup
+	errs := make([]error, takers)
+	for i := range takers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, errs[i] = tb.b.TakeOverClaim(ctx, job, broker.Claim{Worker: "w", Instance: ulid.Make().String(), Attempt: 2}, dead.Revision)
+		}()
+	}
+	wg.Wait()
+	wins := 0
+	for _, err := range errs {
+		switch {
+		case err == nil:
+			wins++
+		case !errors.Is(err, broker.ErrClaimChanged):
+			t.Errorf("take over: %v", err)
+		}
+	}
+	if wins != 1 {
+		t.Errorf("%d of %d takeovers won, want exactly 1", wins, takers)
+	}
+}
+
+// A claim is released only at its revision; once released, the job can be
+// claimed afresh.
+func TestReleaseClaim(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
+	ctx := testCtx(t)
+	job := ulid.Make().String()
+	old, _, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "w1", Instance: "w1@a"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur, err := tb.b.TakeOverClaim(ctx, job, broker.Claim{Worker: "w2", Instance: "w2@a"}, old.Revision)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := tb.b.ReleaseClaim(ctx, job, old.Revision); !errors.Is(err, broker.ErrClaimChanged) {
+		t.Fatalf("release at a stale revision: %v, want ErrClaimChanged", err)
+	}
+	if err := tb.b.ReleaseClaim(ctx, job, cur.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, found, err := tb.b.GetClaim(ctx, job); err != nil || found {
+		t.Fatalf("released claim still found (%v) or error %v", found, err)
+	}
+	if held, won, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "w3", Instance: "w3@a"}); err != nil || !won || held.Worker != "w3" {
+		t.Errorf("claim after release: %+v won=%v err=%v", held, won, err)
+	}
+}
