@@ -826,7 +826,7 @@ func TestOpenGivesUpWithContext(t *testing.T) {
 func TestConfigValidation(t *testing.T) {
 	t.Parallel()
 	cfg := broker.Config{}.WithDefaults()
-	if cfg.Retention != 24*time.Hour || cfg.AckWait != 30*time.Second || cfg.MaxDeliver != 5 ||
+	if cfg.Retention != 24*time.Hour || cfg.AckWait != 6*time.Second || cfg.MaxDeliver != 5 ||
 		cfg.Replicas != 1 || cfg.Logger == nil || cfg.URL != nats.DefaultURL {
 		t.Errorf("WithDefaults = %+v", cfg)
 	}
