@@ -1,6 +1,7 @@
 package broker_test
 
 import (
+	"context"
 	"errors"
 	"sync"
 	"testing"
@@ -8,6 +9,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/brokertest"
 )
 
 // A job's claim is create-only: the second worker to claim it gets the
@@ -101,5 +103,20 @@ func TestReleaseClaim(t *testing.T) {
 	}
 	if held, won, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "w3", Instance: "w3@a"}); err != nil || !won || held.Worker != "w3" {
 		t.Errorf("claim after release: %+v won=%v err=%v", held, won, err)
+	}
+}
+
+// BenchmarkClaimJob measures what claims add to every job: one create-only
+// write to the claims bucket, on an in-process server. Run it with
+// BenchmarkRoundTrip to see it beside a job's whole way through the broker.
+func BenchmarkClaimJob(b *testing.B) {
+	e := brokertest.StartNATSWith(b, broker.EmbeddedConfig{})
+	br := brokertest.Open(b, e, broker.Config{})
+	ctx := context.Background()
+	c := broker.Claim{Worker: "w1", Instance: "w1@a", Attempt: 1}
+	for b.Loop() {
+		if _, won, err := br.ClaimJob(ctx, ulid.Make().String(), c); err != nil || !won {
+			b.Fatal(won, err)
+		}
 	}
 }
