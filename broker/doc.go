@@ -34,6 +34,11 @@
 //     the connection that asked for it is gone. WaitResult subscribes to
 //     the key's subject and reads the key when woken (no consumer per
 //     call, no polling but a slow safety net).
+//   - Key-value bucket ClaimsBucket ("codexec-claims"): one key per job id,
+//     history 1, TTL Config.Retention, file storage: the worker that claimed
+//     the job before starting it (claims.go). Claims are created
+//     create-only and taken over at a revision, so of two workers one
+//     wins; whether a claim's holder lives is for package worker to tell.
 //   - Every stream, bucket and store has Config.Replicas copies (3 on a
 //     three-node cluster; defined through streamConfig, keyValueConfig and
 //     objectStoreConfig). While one elects a new leader after a node died,

@@ -3,7 +3,8 @@
 //
 // For each job a worker: skips a redelivered job if its result already
 // exists (a crash that happened between storing the result and the ack),
-// refuses it if its deadline has passed (the frontend has stopped waiting),
+// claims the job, or waits for the result of a live attempt that claimed
+// it first (claim.go), refuses it if its deadline has passed (the frontend has stopped waiting),
 // saves the script under the session's scripts directory, runs it in a fresh
 // Python process (package runner) with the session's own working directory
 // and a scrubbed environment, removes the script, stores the result (create-only, first result
@@ -13,7 +14,8 @@
 // without one, stopped when idle); in ExecSpawn mode it is a new
 // interpreter. While a job runs the broker keeps the message's
 // lease alive; a worker that dies mid-job stops doing so and JetStream hands
-// the job to another worker after AckWait.
+// the job to another worker after AckWait, which runs it once the dead
+// worker's claim has lapsed.
 //
 // Jobs run confined (confine.go, see docs/architecture.md): in a
 // bubblewrap sandbox under a uid of their session's own, in a cgroup of
