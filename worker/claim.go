@@ -117,9 +117,7 @@ func (w *Worker) claimJob(ctx context.Context, d *broker.Delivery, log *slog.Log
 	if d.Attempt > 1 && w.resultStored(ctx, d, log) {
 		return nil, false
 	}
-	if err := w.enterJob(ctx, job); err != nil {
-		log.Error("cannot announce the job as running; it will be redelivered", "err", err)
-		_ = d.Nak(time.Second)
+	if !w.enterJobWaiting(ctx, job, log) {
 		return nil, false
 	}
 	held, won, err := w.broker.ClaimJob(ctx, job, w.myClaim(d))
@@ -208,9 +206,7 @@ func (w *Worker) awaitClaim(ctx context.Context, d *broker.Delivery, held broker
 // changed it first) with ok, or ok=false when d was settled.
 func (w *Worker) takeOver(ctx context.Context, d *broker.Delivery, held broker.HeldClaim, log *slog.Logger) (c *jobClaim, next broker.HeldClaim, ok bool) {
 	job := d.Job.ID
-	if err := w.enterJob(ctx, job); err != nil {
-		log.Error("cannot announce the job as running; it will be redelivered", "err", err)
-		_ = d.Nak(time.Second)
+	if !w.enterJobWaiting(ctx, job, log) {
 		return nil, broker.HeldClaim{}, false
 	}
 	mine, err := w.broker.TakeOverClaim(ctx, job, w.myClaim(d), held.Revision)
@@ -300,6 +296,28 @@ func (w *Worker) enterJob(ctx context.Context, job string) error {
 		return errors.New("the claimants record could not be renewed")
 	}
 	return nil
+}
+
+// enterJobWaiting is enterJob, tried again every claimPoll while the
+// state store cannot be written (the delivery held meanwhile, which a Nak
+// would count against MaxDeliver): no claim is made that others could not
+// see alive. It reports false when ctx ended first (a hard stop: the
+// consumer has settled the delivery).
+func (w *Worker) enterJobWaiting(ctx context.Context, job string, log *slog.Logger) bool {
+	for warned := false; ; warned = true {
+		err := w.enterJob(ctx, job)
+		if err == nil {
+			return true
+		}
+		if !warned {
+			log.Warn("cannot list the job as running in the state store; waiting for it", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(claimPoll):
+		}
+	}
 }
 
 // leaveJob undoes one enterJob, and stops the renewal when no job is left.

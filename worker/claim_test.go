@@ -14,6 +14,8 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -236,5 +238,51 @@ func TestRunningJobIsListed(t *testing.T) {
 	}
 	if _, err := fx.broker.WaitResult(ctx, job.ID); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A job delivered while the state store is down waits for it, holding its
+// delivery, and runs on that delivery once the store is back: without a
+// record that others can see alive no claim is made, and a Nak a second
+// instead spent one of the job's deliveries (MaxDeliver, 5) each time,
+// dropping the job once they were gone.
+func TestDeliveryWaitsForStateStore(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fx := newLifecycleFixture(t)
+	rs := redistest.Start(t)
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: rs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	w, err := New(Config{
+		ID: "storeless", DataDir: fx.dataDir, ExecMode: ExecSpawn, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+
+	rs.Stop()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "claims-scope",
+		Code: "print('ran')", Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+	}
+	if err := fx.broker.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(8 * time.Second) // longer than MaxDeliver (5) Naks of a second
+	rs.Restart(t)
+	res, err := fx.broker.WaitResult(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != wire.StatusOK || res.Stdout != "ran\n" || res.Attempt != 1 {
+		t.Errorf("result %+v, want the first delivery's run", res)
 	}
 }
