@@ -108,8 +108,9 @@ func (c *jobClaim) release(log *slog.Logger) {
 
 // claimJob decides whether this delivery runs its job, and returns the
 // claim when it does. When it does not, d is settled: acked when the
-// result is stored, Nak'd when the claim could not be made, or by a
-// stopping consumer.
+// result is stored, or by a stopping consumer. Failures of the state store
+// or of the claims bucket are waited out, the delivery held: a Nak would
+// spend one of the job's deliveries (MaxDeliver) on each.
 func (w *Worker) claimJob(ctx context.Context, d *broker.Delivery, log *slog.Logger) (*jobClaim, bool) {
 	job := d.Job.ID
 	// Only a redelivery can find a result, so a first delivery skips the
@@ -117,20 +118,37 @@ func (w *Worker) claimJob(ctx context.Context, d *broker.Delivery, log *slog.Log
 	if d.Attempt > 1 && w.resultStored(ctx, d, log) {
 		return nil, false
 	}
-	if !w.enterJobWaiting(ctx, job, log) {
-		return nil, false
+	for warned := false; ; warned = true {
+		if !w.enterJobWaiting(ctx, job, log) {
+			return nil, false
+		}
+		held, won, err := w.broker.ClaimJob(ctx, job, w.myClaim(d))
+		if err == nil && won {
+			return &jobClaim{w: w, job: job, held: held}, true
+		}
+		w.leaveJob(job)
+		if err == nil {
+			return w.awaitClaim(ctx, d, held, log)
+		}
+		if !warned {
+			log.Warn("claim failed; retrying", "err", err)
+		}
+		if !sleepCtx(ctx, claimPoll) {
+			return nil, false // a hard stop: the consumer has settled d
+		}
 	}
-	held, won, err := w.broker.ClaimJob(ctx, job, w.myClaim(d))
-	if err == nil && won {
-		return &jobClaim{w: w, job: job, held: held}, true
+}
+
+// sleepCtx waits for d, and reports false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
 	}
-	w.leaveJob(job)
-	if err != nil {
-		log.Error("claim failed; the job will be redelivered", "err", err)
-		_ = d.Nak(time.Second)
-		return nil, false
-	}
-	return w.awaitClaim(ctx, d, held, log)
 }
 
 // resultStored acks d and reports true when its job's result is stored.
@@ -171,22 +189,16 @@ func (w *Worker) awaitClaim(ctx context.Context, d *broker.Delivery, held broker
 		if state == holderDead || (state == holderAlive && beat >= firstBeat+2) {
 			log.Info("taking over the claim of an attempt that is over", "holder", held.Worker,
 				"holder_attempt", held.Attempt, "holder_alive", state == holderAlive)
-			c, next, ok := w.takeOver(ctx, d, held, log)
-			if c != nil || !ok {
-				return c, c != nil
+			if c, ok := w.takeOver(ctx, d, held, log); ok {
+				return c, true
 			}
-			held, seen = next, false
-			continue
-		}
-		if !waiting {
+		} else if !waiting {
 			log.Info("job claimed by a live attempt; waiting for its result", "holder", held.Worker,
 				"holder_attempt", held.Attempt)
 			waiting = true
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, claimPoll) {
 			return nil, false // a hard stop: the consumer has settled d
-		case <-time.After(claimPoll):
 		}
 		cur, found, err := w.broker.GetClaim(ctx, job)
 		switch {
@@ -201,31 +213,25 @@ func (w *Worker) awaitClaim(ctx context.Context, d *broker.Delivery, held broker
 	}
 }
 
-// takeOver replaces held with this worker's claim on d's job. It returns
-// the claim when it won; else the claim now held (another worker's, which
-// changed it first) with ok, or ok=false when d was settled.
-func (w *Worker) takeOver(ctx context.Context, d *broker.Delivery, held broker.HeldClaim, log *slog.Logger) (c *jobClaim, next broker.HeldClaim, ok bool) {
+// takeOver replaces held with this worker's claim on d's job, and reports
+// whether it did. It does not when another worker changed the claim first
+// or the write failed: the caller reads the claim again.
+func (w *Worker) takeOver(ctx context.Context, d *broker.Delivery, held broker.HeldClaim, log *slog.Logger) (*jobClaim, bool) {
 	job := d.Job.ID
 	if !w.enterJobWaiting(ctx, job, log) {
-		return nil, broker.HeldClaim{}, false
+		return nil, false
 	}
 	mine, err := w.broker.TakeOverClaim(ctx, job, w.myClaim(d), held.Revision)
 	if err == nil {
-		return &jobClaim{w: w, job: job, held: mine}, mine, true
+		return &jobClaim{w: w, job: job, held: mine}, true
 	}
 	w.leaveJob(job)
-	if !errors.Is(err, broker.ErrClaimChanged) {
-		log.Error("take over claim failed; the job will be redelivered", "err", err)
-		_ = d.Nak(time.Second)
-		return nil, broker.HeldClaim{}, false
+	if errors.Is(err, broker.ErrClaimChanged) {
+		log.Info("another delivery changed the claim first", "err", err)
+	} else {
+		log.Warn("take over claim failed; retrying", "err", err)
 	}
-	cur, found, err := w.broker.GetClaim(ctx, job)
-	if err != nil || !found {
-		// Released meanwhile (or unreadable): start over on the next delivery.
-		_ = d.Nak(0)
-		return nil, broker.HeldClaim{}, false
-	}
-	return nil, cur, true
+	return nil, false
 }
 
 // holder tells what held's holder is doing with job, and the number of its
@@ -312,10 +318,8 @@ func (w *Worker) enterJobWaiting(ctx context.Context, job string, log *slog.Logg
 		if !warned {
 			log.Warn("cannot list the job as running in the state store; waiting for it", "err", err)
 		}
-		select {
-		case <-ctx.Done():
+		if !sleepCtx(ctx, claimPoll) {
 			return false
-		case <-time.After(claimPoll):
 		}
 	}
 }
