@@ -31,8 +31,17 @@ const jobsSubjects = wire.JobsSubjectPre + ">"
 // pingTimeout bounds Ping when its context has no deadline.
 const pingTimeout = 10 * time.Second
 
-// duplicateWindow is how long the jobs stream remembers Nats-Msg-Id values.
-const duplicateWindow = 2 * time.Minute
+// DuplicateWindow is how long the jobs stream remembers Nats-Msg-Id values:
+// a job published again under the same message id within it is stored
+// once. A publisher that retries a job must stop retrying within it (the
+// frontend retries for at most DuplicateWindow less a publish attempt).
+const DuplicateWindow = 2 * time.Minute
+
+// ErrNotConnected is returned, wrapped, by PublishJob and PutJobRecord while
+// the connection to NATS is down: nothing was sent, rather than the message
+// waiting in the client's reconnect buffer to be sent, unacknowledged, at
+// some later reconnect.
+var ErrNotConnected = errors.New("broker: not connected to NATS")
 
 // idRe accepts job ids that are safe as a KV key, an object name and a
 // Nats-Msg-Id. ULIDs always match.
@@ -143,7 +152,7 @@ func (b *Broker) setup(ctx context.Context) error {
 		Description: "codexec jobs, one subject per worker pool",
 		Subjects:    []string{jobsSubjects},
 		Retention:   jetstream.WorkQueuePolicy,
-		Duplicates:  duplicateWindow,
+		Duplicates:  DuplicateWindow,
 		MaxMsgSize:  int32(min(maxPayload, 1<<31-1)),
 	}))
 	if err != nil {
@@ -291,8 +300,9 @@ func (b *Broker) messageLimit() int {
 }
 
 // PublishJob publishes job on wire.JobSubject(job.Pool) with Nats-Msg-Id set
-// to job.ID, so that publishing the same id again within two minutes is a
-// no-op (the server reports a duplicate, PublishJob returns nil).
+// to job.ID, so that publishing the same id again within DuplicateWindow is
+// a no-op (the server reports a duplicate, PublishJob returns nil). While
+// the connection is down it sends nothing and returns ErrNotConnected.
 //
 // It stamps job.V, sets job.Pool to wire.DefaultPool when empty and
 // job.EnqueuedAt to now when zero. When the encoded job does not fit one
@@ -320,6 +330,9 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishO
 	if len(job.Code) > MaxJobBytes {
 		return fmt.Errorf("broker: publish job %s: code is %d bytes, more than %d: %w",
 			job.ID, len(job.Code), MaxJobBytes, wire.ErrPayloadTooLarge)
+	}
+	if !b.nc.IsConnected() {
+		return fmt.Errorf("broker: publish job %s: %w", job.ID, ErrNotConnected)
 	}
 	job.V = wire.Version
 	job.CodeRef = ""
@@ -537,6 +550,95 @@ func (b *Broker) storedResult(ctx context.Context, jobID string) ([]byte, error)
 		return nil, fmt.Errorf("broker: get result %s: %w", jobID, err)
 	}
 	return e.Value(), nil
+}
+
+// JobRecord is what is known of a job before it has a result: written by
+// the frontend before the job is first published, so that whoever holds the
+// job id can tell a job that is queued or running (a record, no result) from
+// one that never was (no record) and from one whose deadline passed without
+// a result. It lives in the results bucket under "job.<id>" (job ids have no
+// dots, so it never meets a result's key) and expires with the results.
+type JobRecord struct {
+	V          int          `json:"v"`
+	JobID      string       `json:"job_id"`
+	Scope      string       `json:"scope"`
+	Kind       wire.JobKind `json:"kind"`
+	EnqueuedAt time.Time    `json:"enqueued_at"`
+	// Deadline is the job's: no worker starts it later.
+	Deadline time.Time `json:"deadline"`
+	// TimeoutMS is the job's run time limit: a job started just before its
+	// deadline may run this long past it.
+	TimeoutMS int64 `json:"timeout_ms"`
+}
+
+// RecordOf is job's record.
+func RecordOf(job *wire.Job) *JobRecord {
+	return &JobRecord{
+		V: wire.Version, JobID: job.ID, Scope: job.Scope, Kind: job.Kind,
+		EnqueuedAt: job.EnqueuedAt, Deadline: job.Deadline, TimeoutMS: job.TimeoutMS,
+	}
+}
+
+// ErrNoJobRecord is returned, wrapped, by GetJobRecord when the bucket holds
+// no record of the job (never written, deleted, or past retention).
+var ErrNoJobRecord = errors.New("broker: no record of the job")
+
+// jobRecordKey is the results-bucket key of jobID's record.
+func jobRecordKey(jobID string) string { return "job." + jobID }
+
+// PutJobRecord stores rec, create-only: a record already there (a retry of
+// the same job) is kept and PutJobRecord returns nil. While the connection is
+// down it sends nothing and returns ErrNotConnected.
+func (b *Broker) PutJobRecord(ctx context.Context, rec *JobRecord) error {
+	if rec == nil || !idRe.MatchString(rec.JobID) {
+		return errors.New("broker: put job record: no valid job id")
+	}
+	if !b.nc.IsConnected() {
+		return fmt.Errorf("broker: put job record %s: %w", rec.JobID, ErrNotConnected)
+	}
+	rec.V = wire.Version
+	data, err := encode(rec)
+	if err != nil {
+		return fmt.Errorf("broker: put job record %s: %w", rec.JobID, err)
+	}
+	if _, err := b.results.Create(ctx, jobRecordKey(rec.JobID), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
+		return fmt.Errorf("broker: put job record %s: %w", rec.JobID, err)
+	}
+	return nil
+}
+
+// GetJobRecord returns jobID's record, or an error wrapping ErrNoJobRecord.
+func (b *Broker) GetJobRecord(ctx context.Context, jobID string) (*JobRecord, error) {
+	if !idRe.MatchString(jobID) {
+		return nil, fmt.Errorf("broker: get job record: invalid job id %q", jobID)
+	}
+	e, err := b.results.Get(ctx, jobRecordKey(jobID))
+	if errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted) {
+		return nil, fmt.Errorf("broker: get job record %s: %w", jobID, ErrNoJobRecord)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("broker: get job record %s: %w", jobID, err)
+	}
+	var rec JobRecord
+	if err := json.Unmarshal(e.Value(), &rec); err != nil {
+		return nil, fmt.Errorf("broker: decode job record %s: %w", jobID, err)
+	}
+	if rec.V != wire.Version {
+		return nil, fmt.Errorf("broker: job record %s has version %d: %w", jobID, rec.V, wire.ErrBadVersion)
+	}
+	return &rec, nil
+}
+
+// DeleteJobRecord removes jobID's record: the job was refused before it
+// could be queued and will never run.
+func (b *Broker) DeleteJobRecord(ctx context.Context, jobID string) error {
+	if !idRe.MatchString(jobID) {
+		return fmt.Errorf("broker: delete job record: invalid job id %q", jobID)
+	}
+	if err := b.results.Delete(ctx, jobRecordKey(jobID)); err != nil {
+		return fmt.Errorf("broker: delete job record %s: %w", jobID, err)
+	}
+	return nil
 }
 
 // WaitResult returns the result for jobID as soon as it exists, which may
