@@ -299,6 +299,15 @@ func (b *Broker) messageLimit() int {
 	return int(b.nc.MaxPayload()) - headerRoom
 }
 
+// NotSent says that err, from PublishJob or PutJobRecord, means the message
+// was not stored: the connection was down, or no JetStream server answered
+// on the subject. Any other failure (an acknowledgement that did not come in
+// time) may hide a message that was stored all the same.
+func NotSent(err error) bool {
+	return errors.Is(err, ErrNotConnected) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+		errors.Is(err, nats.ErrNoResponders)
+}
+
 // PublishJob publishes job on wire.JobSubject(job.Pool) with Nats-Msg-Id set
 // to job.ID, so that publishing the same id again within DuplicateWindow is
 // a no-op (the server reports a duplicate, PublishJob returns nil). While

@@ -36,10 +36,12 @@ func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
 // dispatch publishes job: an execution job goes to the worker holding its
 // session's working directory when it can run it (workspaceHolder); a job
 // with an environment otherwise goes to the worker placement chooses (its
-// own subject when it consumes one), any other to the pool. It returns the
-// worker the job was sent to ("" for the pool), or a toolError saying why
-// it was not sent.
-func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) {
+// own subject when it consumes one), any other to the pool. record, when
+// not nil, records the job where its caller keeps it (the runs history);
+// submit runs it before the job is published. It returns the worker the job
+// was sent to ("" for the pool), or a toolError saying why it was not sent
+// (naming the job when it may still run).
+func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(context.Context)) (string, error) {
 	fail := func(status wire.Status, format string, args ...any) (string, error) {
 		te := failure(status, format, args...)
 		te.Filename = job.Filename
@@ -70,15 +72,13 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job) (string, error) 
 	if target != "" {
 		opts = append(opts, broker.ToWorker(target))
 	}
-	if err := f.broker.PublishJob(ctx, job, opts...); err != nil {
-		if errors.Is(err, wire.ErrPayloadTooLarge) {
-			return fail(wire.StatusRejected, "code is too large to send: %v", err)
-		}
-		f.log.Error("publish job", "job", job.ID, "err", err)
-		return fail(wire.StatusInternal, "could not queue the job: %v", err)
+	if err := f.submit(ctx, job, record, opts...); err != nil {
+		te := asToolError(err)
+		te.Filename = job.Filename
+		return "", te
 	}
 	if f.log.Enabled(ctx, slog.LevelDebug) {
-		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "publish_ms", ms(time.Since(tPool)))
+		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "submit_ms", ms(time.Since(tPool)))
 	}
 	return target, nil
 }
@@ -147,7 +147,7 @@ func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string
 // dispatchAndAwait dispatches job and waits for its result: the whole path
 // of a job whose tool does nothing while it runs.
 func (f *Frontend) dispatchAndAwait(ctx context.Context, job *wire.Job) (*wire.Result, error) {
-	target, err := f.dispatch(ctx, job)
+	target, err := f.dispatch(ctx, job, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -68,11 +68,11 @@ func asToolError(err error) *toolError {
 type toolFunc func(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error)
 
 // handler adapts fn to mcp-go: the call's session scope comes from the
-// transport, and a failure is rendered by render, the renderer of the
-// tool's result shape.
+// transport, its progress token (if any) travels in ctx (announceJob), and
+// a failure is rendered by render, the renderer of the tool's result shape.
 func handler(stdio bool, fn toolFunc, render func(error) *mcp.CallToolResult) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res, err := fn(ctx, req, scopeFrom(ctx, stdio))
+		res, err := fn(withProgressToken(ctx, req), req, scopeFrom(ctx, stdio))
 		if err != nil {
 			return render(err), nil
 		}

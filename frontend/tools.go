@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -19,7 +20,7 @@ import (
 // ExecResult is the structured content of execute_code and get_job_result.
 type ExecResult struct {
 	JobID           string  `json:"job_id" jsonschema_description:"ULID of the job; get_job_result fetches it again"`
-	Status          string  `json:"status" jsonschema_description:"ok, error, timeout, limit, rejected, expired or internal"`
+	Status          string  `json:"status" jsonschema_description:"ok, error, timeout, limit, rejected, expired or internal; get_job_result also says running for a job not finished yet"`
 	ExitCode        int     `json:"exit_code" jsonschema_description:"process exit code; -1 when killed by a signal or never run"`
 	Stdout          string  `json:"stdout"`
 	Stderr          string  `json:"stderr"`
@@ -160,8 +161,8 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 // runCode runs code as a job of scope and waits for its result. It is the
 // one path every tool that runs code takes (execute_code, execute_code_file),
 // so they run code the same way: same environment, limits and result. The
-// code is recorded in the session's runs history (CodeStore.RecordRun) while
-// the job runs. filename is already clean; sourceFile names the code
+// code is recorded in the session's runs history (CodeStore.RecordRun)
+// before the job is published. filename is already clean; sourceFile names the code
 // file the code came from, if any.
 func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, args runArgs) (*mcp.CallToolResult, error) {
 	timeout := args.timeout
@@ -183,30 +184,27 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 		// of the code's timeout.
 		job.Deadline = job.Deadline.Add(f.cfg.InstallTimeout)
 	}
-	target, err := f.dispatch(ctx, job)
-	if err != nil {
-		return nil, err
-	}
-	tDispatched := time.Now()
-	// The run is recorded while the job runs, off the latency path, and the
-	// call returns only once the record is written, so a caller that sees
-	// the result can always list the run.
+	// The run is recorded before the job is published (submit), so that a
+	// job that may run always has its run recorded, whatever the call
+	// returns and even if this frontend dies before the result.
 	log := f.log.With("job", job.ID, "scope", scope)
 	run := codefiles.RunInfo{JobID: job.ID, Filename: filename, SourceFile: sourceFile, Size: int64(len(code)), Time: now}
-	recorded := make(chan struct{})
-	go func() {
-		defer close(recorded)
+	record := func(ctx context.Context) {
 		if err := f.files.RecordRun(context.WithoutCancel(ctx), scope, run, code); err != nil {
 			// The job runs regardless; its worker keeps its own copy of the script.
 			log.Error("record run", "err", err)
 		}
-	}()
+	}
+	target, err := f.dispatch(ctx, job, record)
+	if err != nil {
+		return nil, err
+	}
+	tDispatched := time.Now()
 	res, err := f.awaitResult(ctx, job, target)
 	tResult := time.Now()
 	if err != nil && ctx.Err() == nil {
 		log.Warn("no result", "message", err.Error())
 	}
-	<-recorded
 	if err != nil {
 		return nil, err
 	}
@@ -214,14 +212,14 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 	if log.Enabled(ctx, slog.LevelDebug) {
 		// Where the frontend's part of a call goes, for operators and for
 		// docs/performance.md: the session's environment (state store),
-		// the dispatch (presence read and publish; its own debug line
-		// splits them), the wait for the result (queue, worker, result
-		// store, notification), what the run record added after the result
-		// came, and rendering.
+		// the dispatch (presence read, then the run and job records and
+		// the publish; its own debug line splits them), the wait for the
+		// result (queue, worker, result store, notification), and
+		// rendering.
 		end := time.Now()
 		log.Debug("call timing",
 			"session_ms", ms(tEnv.Sub(t0)), "dispatch_ms", ms(tDispatched.Sub(tEnv)),
-			"wait_ms", ms(tResult.Sub(tDispatched)), "record_extra_ms", ms(end.Sub(tResult)),
+			"wait_ms", ms(tResult.Sub(tDispatched)), "render_ms", ms(end.Sub(tResult)),
 			"total_ms", ms(end.Sub(t0)))
 	}
 	return tr, nil
@@ -231,6 +229,13 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 // debug lines.
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
+// getJobResult answers for a job id in one of four ways: its result; the
+// job is still queued or running (status running, not an error); it expired
+// (no result, and past its deadline and timeout no result can come); or no
+// such job of this session. A job of another session reads exactly like an
+// unknown one, so ids cannot be probed. The job's record (written before the
+// job was first published, broker.PutJobRecord) tells the middle two apart
+// from the last.
 func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	id, ok := req.GetArguments()["job_id"].(string)
 	if !ok || id == "" {
@@ -241,20 +246,66 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 	}
 	res, err := f.broker.GetResult(ctx, id)
 	switch {
-	case errors.Is(err, wire.ErrResultNotFound):
-		return nil, rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
-	case err != nil:
-		return nil, internal("reading the result failed: %v", err)
-	case res.Scope != scope:
-		// Indistinguishable from a missing result, so ids cannot be probed.
-		return nil, rejected("no result for job %s: it is still running, it never existed, or its result has expired", id)
+	case err == nil && res.Scope == scope:
+		return toolResult(res, ""), nil
+	case err == nil:
+		return nil, unknownJob(id)
+	case !errors.Is(err, wire.ErrResultNotFound):
+		return nil, internal("reading the result of job %s failed: %v; try again", id, err)
 	}
-	return toolResult(res, ""), nil
+	rec, err := f.broker.GetJobRecord(ctx, id)
+	switch {
+	case errors.Is(err, broker.ErrNoJobRecord):
+		return nil, unknownJob(id)
+	case err != nil:
+		return nil, internal("reading the record of job %s failed: %v; try again", id, err)
+	case rec.Scope != scope:
+		return nil, unknownJob(id)
+	case time.Now().Before(settledBy(rec)):
+		return jobRunning(rec), nil
+	default:
+		te := failure(wire.StatusExpired, "job %s expired: it has no result and its deadline (%s) has passed, so it will not run now "+
+			"(had a worker started it and died, its output is lost); send the code again to run it",
+			id, rec.Deadline.Format(time.RFC3339))
+		te.JobID = id
+		return nil, te
+	}
+}
+
+// statusRunning is get_job_result's status for a job that is queued or
+// running: not a failure, not a result yet.
+const statusRunning wire.Status = "running"
+
+// settleGrace is how long, past the latest time a job can still be running
+// (its deadline plus its timeout), its result may take to be stored.
+const settleGrace = 30 * time.Second
+
+// settledBy is when a job without a result will never have one: no worker
+// starts it past its deadline, and one that started it just before stops
+// it after its timeout.
+func settledBy(rec *broker.JobRecord) time.Time {
+	return rec.Deadline.Add(time.Duration(rec.TimeoutMS)*time.Millisecond + settleGrace)
+}
+
+// unknownJob is get_job_result's answer for a job id that is not one of the
+// session's jobs.
+func unknownJob(id string) *toolError {
+	return rejected("no job %s in this session: it was never submitted here, or it is older than the time results are kept", id)
+}
+
+// jobRunning renders a job that is queued or running.
+func jobRunning(rec *broker.JobRecord) *mcp.CallToolResult {
+	return toolResult(&wire.Result{
+		JobID: rec.JobID, Status: statusRunning, ExitCode: -1,
+		Message: fmt.Sprintf("job %s has not finished: it is queued or running (no worker starts it after %s); call get_job_result again later",
+			rec.JobID, rec.Deadline.Format(time.RFC3339)),
+	}, "")
 }
 
 // toolResult renders a job result: text a model reads at a glance (stdout,
 // then stderr, then a one-line status that names the limit the job hit, if
-// one did) and the same facts as structured content. isError is true exactly when the job failed.
+// one did) and the same facts as structured content. isError is true exactly
+// when the job failed; a job still running (get_job_result) has not.
 func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 	var b strings.Builder
 	if r.Stdout != "" {
@@ -285,7 +336,10 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 	if r.Message != "" {
 		fmt.Fprintf(&b, ": %s", r.Message)
 	}
-	if r.JobID != "" {
+	switch {
+	case r.JobID != "" && r.Status == statusRunning:
+		fmt.Fprintf(&b, " | job %s", r.JobID)
+	case r.JobID != "":
 		fmt.Fprintf(&b, " | %.1f ms | job %s", r.DurationMS, r.JobID)
 		if r.WorkerID != "" {
 			fmt.Fprintf(&b, " on %s", r.WorkerID)
@@ -300,6 +354,6 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
 		Filename: filename, Signal: r.Signal, Limit: r.Limit, Message: r.Message,
 	}, b.String())
-	out.IsError = r.Status.Failed()
+	out.IsError = r.Status.Failed() && r.Status != statusRunning
 	return out
 }

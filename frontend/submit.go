@@ -1,0 +1,223 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/nats-io/nats.go"
+)
+
+// How a job becomes known, then queued, so that its caller is always told
+// the truth: either the job will not run, or it has a job id whose result
+// (or fate) get_job_result can fetch.
+//
+//	record ─▶ runs history (the caller's record func) ∥ broker.PutJobRecord
+//	       ─▶ the job id to the client (first progress notification)
+//	       ─▶ broker.PublishJob, Nats-Msg-Id = job id
+//	       ─▶ not acknowledged: the same again until publishCutoff
+//	          (the call waits publishPatience, then returns the job id and
+//	          the retries go on without it)
+//
+// The retries are safe because the stream stores one message per message
+// id within broker.DuplicateWindow, which the cutoff stays inside, and
+// because no worker starts a job past its deadline (it stores an expired
+// result instead), which the cutoff never passes either.
+
+const (
+	// publishPatience is how long a call waits for its job to be queued
+	// before it returns the job id and leaves the retries to go on alone.
+	publishPatience = 5 * time.Second
+	// publishAttempt bounds one attempt (the record, then the job).
+	publishAttempt = 5 * time.Second
+	// publishPauseMax bounds the pause between two attempts.
+	publishPauseMax = 2 * time.Second
+)
+
+// publishCutoff is when the retries of job stop: its deadline, or earlier
+// where the deadline lies beyond the stream's duplicate window (an attempt
+// that starts before the cutoff ends within the window).
+func publishCutoff(job *wire.Job) time.Time {
+	cutoff := job.EnqueuedAt.Add(broker.DuplicateWindow - publishAttempt)
+	if job.Deadline.Before(cutoff) {
+		return job.Deadline
+	}
+	return cutoff
+}
+
+// publisher is one job's way into the queue.
+type publisher struct {
+	f    *Frontend
+	job  *wire.Job
+	opts []broker.PublishOption
+
+	// recorded is set once the job's record is written.
+	recorded bool
+	// maybeSent is set once an attempt to publish failed in a way that does
+	// not rule out that the stream stored the job (its ack did not come).
+	maybeSent bool
+	// lastErr is the last attempt's failure.
+	lastErr error
+}
+
+// submit records job, tells the client its id and publishes it (see the
+// top of this file). It returns nil once the job is queued, a rejection
+// when the job can never be queued, and otherwise a toolError naming the
+// job: queued at most once later, or (when the retries ended within the
+// call's patience) not queued.
+func (f *Frontend) submit(ctx context.Context, job *wire.Job, record func(context.Context), opts ...broker.PublishOption) error {
+	p := &publisher{f: f, job: job, opts: opts}
+	var wg sync.WaitGroup
+	if record != nil {
+		wg.Go(func() { record(ctx) })
+	}
+	err := p.attempt(ctx)
+	wg.Wait()
+	f.announceJob(ctx, job)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, wire.ErrPayloadTooLarge):
+		p.forget()
+		return rejected("code is too large to send: %v", err)
+	}
+	f.log.Warn("job not queued yet; retrying", "job", job.ID, "err", err, "until", publishCutoff(job))
+	pending := p.pending(err)
+	done := make(chan error, 1)
+	go func() { done <- p.retry(context.WithoutCancel(ctx)) }()
+	patience := time.NewTimer(publishPatience)
+	defer patience.Stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			return nil
+		}
+		return p.gaveUp(err)
+	case <-patience.C:
+	case <-ctx.Done():
+	}
+	go func() {
+		if err := <-done; err != nil {
+			f.log.Error("job not queued", "job", job.ID, "err", err)
+			return
+		}
+		f.log.Info("job queued after its call returned", "job", job.ID)
+	}()
+	return pending
+}
+
+// attempt writes the job's record unless written already, then publishes
+// the job, within publishAttempt.
+func (p *publisher) attempt(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, publishAttempt)
+	defer cancel()
+	if !p.recorded {
+		if err := p.f.broker.PutJobRecord(ctx, broker.RecordOf(p.job)); err != nil {
+			return err
+		}
+		p.recorded = true
+	}
+	err := p.f.broker.PublishJob(ctx, p.job, p.opts...)
+	if err != nil && !broker.NotSent(err) {
+		p.maybeSent = true
+	}
+	return err
+}
+
+// retry attempts again, at growing intervals, until an attempt succeeds,
+// the connection is closed for good, or the cutoff passes.
+func (p *publisher) retry(ctx context.Context) error {
+	ctx, cancel := context.WithDeadline(ctx, publishCutoff(p.job))
+	defer cancel()
+	pause := 100 * time.Millisecond
+	for {
+		select {
+		case <-ctx.Done():
+			return p.lastErr
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, publishPauseMax)
+		err := p.attempt(ctx)
+		switch {
+		case err == nil:
+			return nil
+		case errors.Is(err, nats.ErrConnectionClosed):
+			return err
+		case ctx.Err() == nil || p.lastErr == nil:
+			p.lastErr = err
+		}
+	}
+}
+
+// forget deletes the record of a job that can never be queued (best
+// effort: a record left behind reads as expired after the deadline).
+func (p *publisher) forget() {
+	if !p.recorded {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), publishAttempt)
+	defer cancel()
+	if err := p.f.broker.DeleteJobRecord(ctx, p.job.ID); err != nil {
+		p.f.log.Warn("delete job record", "job", p.job.ID, "err", err)
+	}
+}
+
+// pending is what a call returns while its job is not queued yet and the
+// retries go on.
+func (p *publisher) pending(err error) *toolError {
+	te := internal("job %s is not queued yet (%v). codexec keeps trying until %s and queues it at most once: "+
+		"do not send the code again; get_job_result with this job_id returns its result once it has run, "+
+		"says running while it waits or runs, and expired if it never ran",
+		p.job.ID, err, publishCutoff(p.job).Format(time.RFC3339))
+	te.JobID = p.job.ID
+	return te
+}
+
+// gaveUp is what a call returns when the retries ended before the call's
+// patience did.
+func (p *publisher) gaveUp(err error) *toolError {
+	var te *toolError
+	if p.maybeSent {
+		te = internal("codexec could not confirm that job %s was queued (%v) and stopped trying; "+
+			"get_job_result with this job_id tells whether it ran", p.job.ID, err)
+	} else {
+		te = internal("job %s could not be queued before its deadline (%v): it did not run and will not", p.job.ID, err)
+	}
+	te.JobID = p.job.ID
+	return te
+}
+
+// progressTokenKey is the context key of the call's progress token.
+type progressTokenKey struct{}
+
+// withProgressToken returns ctx carrying req's progress token, if it has
+// one, for announceJob.
+func withProgressToken(ctx context.Context, req mcp.CallToolRequest) context.Context {
+	if req.Params.Meta == nil || req.Params.Meta.ProgressToken == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, progressTokenKey{}, req.Params.Meta.ProgressToken)
+}
+
+// announceJob tells the client job's id in a progress notification (the
+// first of the call: progress 0) when the call asked for progress, so that
+// a client whose connection drops before the result can still fetch it.
+func (f *Frontend) announceJob(ctx context.Context, job *wire.Job) {
+	token, _ := ctx.Value(progressTokenKey{}).(mcp.ProgressToken)
+	srv := server.ServerFromContext(ctx)
+	if token == nil || srv == nil {
+		return
+	}
+	err := srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
+		"progressToken": token, "progress": 0,
+		"message": "job " + job.ID + " submitted; if this call is interrupted, get_job_result with this job_id fetches its result",
+	})
+	if err != nil {
+		f.log.Debug("announce job", "job", job.ID, "err", err)
+	}
+}
