@@ -146,6 +146,9 @@ type Frontend struct {
 	files  *codefiles.CodeStore
 	log    *slog.Logger
 	bodies *bodyLimit // of the last HTTPHandler (tests watch it)
+	// unqueued are the jobs whose publishing this frontend is still
+	// retrying, or gave up (see submit.go).
+	unqueued unqueuedJobs
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared

@@ -141,10 +141,10 @@ func TestExecuteAnnouncesJobID(t *testing.T) {
 	if err := jb.f.store.Touch(t.Context(), jb.f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithCancel(t.Context())
-	defer cancel()
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	ctx, cancel := context.WithCancel(t.Context())
+	defer cancel()
 	wg.Go(func() {
 		req := mcp.CallToolRequest{}
 		req.Params.Name = "execute_code"

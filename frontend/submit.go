@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -88,8 +89,13 @@ func (f *Frontend) submit(ctx context.Context, job *wire.Job, record func(contex
 	}
 	f.log.Warn("job not queued yet; retrying", "job", job.ID, "err", err, "until", publishCutoff(job))
 	pending := p.pending(err)
+	u := f.unqueued.add(job)
 	done := make(chan error, 1)
-	go func() { done <- p.retry(context.WithoutCancel(ctx)) }()
+	go func() {
+		err := p.retry(context.WithoutCancel(ctx))
+		f.unqueued.settle(u, err == nil, p.maybeSent)
+		done <- err
+	}()
 	patience := time.NewTimer(publishPatience)
 	defer patience.Stop()
 	select {
@@ -190,6 +196,43 @@ func (p *publisher) gaveUp(err error) *toolError {
 	}
 	te.JobID = p.job.ID
 	return te
+}
+
+// unqueuedJobs are the jobs whose publishing a frontend retries: their
+// record may not be written yet (NATS is down), so get_job_result asks here
+// before it calls a job unknown. A job leaves once queued, or, when the
+// retries gave up, once its record would read as expired.
+type unqueuedJobs struct{ m sync.Map } // job id ─▶ *unqueuedJob
+
+// unqueuedJob is one job of unqueuedJobs.
+type unqueuedJob struct {
+	rec *broker.JobRecord
+	// never is set when the retries gave up and no attempt can have
+	// reached the stream: the job will not run.
+	never atomic.Bool
+}
+
+func (u *unqueuedJobs) add(job *wire.Job) *unqueuedJob {
+	j := &unqueuedJob{rec: broker.RecordOf(job)}
+	u.m.Store(job.ID, j)
+	return j
+}
+
+// settle records how j's retries ended.
+func (u *unqueuedJobs) settle(j *unqueuedJob, queued, maybeSent bool) {
+	if queued {
+		u.m.Delete(j.rec.JobID)
+		return
+	}
+	j.never.Store(!maybeSent)
+	time.AfterFunc(time.Until(settledBy(j.rec)), func() { u.m.Delete(j.rec.JobID) })
+}
+
+// get returns the job of id, or nil.
+func (u *unqueuedJobs) get(id string) *unqueuedJob {
+	j, _ := u.m.Load(id)
+	uj, _ := j.(*unqueuedJob)
+	return uj
 }
 
 // progressTokenKey is the context key of the call's progress token.

@@ -253,7 +253,7 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 	case !errors.Is(err, wire.ErrResultNotFound):
 		return nil, internal("reading the result of job %s failed: %v; try again", id, err)
 	}
-	rec, err := f.broker.GetJobRecord(ctx, id)
+	rec, never, err := f.jobRecord(ctx, id)
 	switch {
 	case errors.Is(err, broker.ErrNoJobRecord):
 		return nil, unknownJob(id)
@@ -261,6 +261,10 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 		return nil, internal("reading the record of job %s failed: %v; try again", id, err)
 	case rec.Scope != scope:
 		return nil, unknownJob(id)
+	case never:
+		te := failure(wire.StatusExpired, "job %s expired: it could not be queued before its deadline, so it did not run and will not; send the code again to run it", id)
+		te.JobID = id
+		return nil, te
 	case time.Now().Before(settledBy(rec)):
 		return jobRunning(rec), nil
 	default:
@@ -270,6 +274,17 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 		te.JobID = id
 		return nil, te
 	}
+}
+
+// jobRecord returns the record of job id: the broker's, or, while this
+// frontend still retries to queue the job (or gave up), its own. never says
+// that the job was never queued and will not run.
+func (f *Frontend) jobRecord(ctx context.Context, id string) (rec *broker.JobRecord, never bool, err error) {
+	if u := f.unqueued.get(id); u != nil {
+		return u.rec, u.never.Load(), nil
+	}
+	rec, err = f.broker.GetJobRecord(ctx, id)
+	return rec, false, err
 }
 
 // statusRunning is get_job_result's status for a job that is queued or
