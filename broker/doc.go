@@ -28,7 +28,9 @@
 //     worker to start sets AckWait and MaxDeliver; give the workers of a
 //     pool the same values.
 //   - Key-value bucket wire.ResultsBucket ("codexec-results"): one key per
-//     job id, history 1, TTL Config.Retention, file storage. Results are
+//     job id for its result and one "job.<id>" for its record (JobRecord,
+//     written by the frontend before the job is published), history 1, TTL
+//     Config.Retention, file storage. Results are
 //     written create-only, so the first result of a job wins even if a
 //     redelivered job runs twice, and a client can fetch a result long after
 //     the connection that asked for it is gone. WaitResult subscribes to

@@ -136,7 +136,8 @@ func (p *publisher) attempt(ctx context.Context) error {
 }
 
 // retry attempts again, at growing intervals, until an attempt succeeds,
-// the connection is closed for good, or the cutoff passes.
+// the connection is closed for good (the frontend stops), or the cutoff
+// passes.
 func (p *publisher) retry(ctx context.Context) error {
 	ctx, cancel := context.WithDeadline(ctx, publishCutoff(p.job))
 	defer cancel()
@@ -152,8 +153,8 @@ func (p *publisher) retry(ctx context.Context) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, nats.ErrConnectionClosed):
-			return err
+		case errors.Is(err, nats.ErrConnectionClosed) || p.f.broker.Conn().IsClosed():
+			return err // the frontend is stopping
 		case ctx.Err() == nil || p.lastErr == nil:
 			p.lastErr = err
 		}

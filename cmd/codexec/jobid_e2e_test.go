@@ -11,9 +11,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore/redistest"
+	"github.com/codexec/codexec/wire"
+	"github.com/oklog/ulid/v2"
 )
 
 // startNATSAt starts nats-server bin with JetStream on port of the loopback
@@ -90,5 +93,34 @@ func TestClusterNATSDownDuringCall(t *testing.T) {
 	res, count := call(t, c, "execute_code", map[string]any{"code": "print(open('runs.txt').read().count('ran'))"})
 	if res.IsError || count.Stdout != "1\n" {
 		t.Fatalf("the job ran %q times (isError=%v %+v)", count.Stdout, res.IsError, count)
+	}
+}
+
+// A job delivered past its deadline (a publish that reached the stream
+// late) is not run: the worker stores an expired result, which is what
+// get_job_result then shows.
+func TestClusterLateJobExpires(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	b, err := broker.Open(ctx, broker.Config{URL: cl.natsURL})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	now := time.Now().UTC()
+	job := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "late-test",
+		Code: "print('ran')", Filename: "late.py", TimeoutMS: 5000,
+		EnqueuedAt: now.Add(-time.Minute), Deadline: now.Add(-time.Second)}
+	if err := b.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.WaitResult(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != wire.StatusExpired || res.Stdout != "" || res.ExitCode != -1 {
+		t.Fatalf("a job delivered past its deadline: %+v", res)
 	}
 }
