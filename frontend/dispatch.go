@@ -37,10 +37,10 @@ func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
 // session's working directory when it can run it (workspaceHolder); a job
 // with an environment otherwise goes to the worker placement chooses (its
 // own subject when it consumes one), any other to the pool. record, when
-// not nil, records the job where its caller keeps it (the runs history);
-// submit runs it before the job is published. It returns the worker the job
-// was sent to ("" for the pool), or a toolError saying why it was not sent
-// (naming the job when it may still run).
+// not nil, starts recording the job where its caller keeps it (the runs
+// history); submit calls it before the job is first published. It returns
+// the worker the job was sent to ("" for the pool), or a toolError saying
+// why it was not sent (naming the job when it may still run).
 func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(context.Context)) (string, error) {
 	fail := func(status wire.Status, format string, args ...any) (string, error) {
 		te := failure(status, format, args...)

@@ -18,8 +18,9 @@ import (
 // the truth: either the job will not run, or it has a job id whose result
 // (or fate) get_job_result can fetch.
 //
-//	record ─▶ runs history (the caller's record func) ∥ broker.PutJobRecord
-//	       ─▶ the job id to the client (first progress notification)
+//	start the caller's record (the runs history, in the background)
+//	       ─▶ broker.PutJobRecord ─▶ the job id to the client (first
+//	          progress notification)
 //	       ─▶ broker.PublishJob, Nats-Msg-Id = job id
 //	       ─▶ not acknowledged: the same again until publishCutoff
 //	          (the call waits publishPatience, then returns the job id and
@@ -73,12 +74,10 @@ type publisher struct {
 // call's patience) not queued.
 func (f *Frontend) submit(ctx context.Context, job *wire.Job, record func(context.Context), opts ...broker.PublishOption) error {
 	p := &publisher{f: f, job: job, opts: opts}
-	var wg sync.WaitGroup
 	if record != nil {
-		wg.Go(func() { record(ctx) })
+		record(ctx)
 	}
 	err := p.attempt(ctx)
-	wg.Wait()
 	f.announceJob(ctx, job)
 	switch {
 	case err == nil:
@@ -234,6 +233,34 @@ func (u *unqueuedJobs) get(id string) *unqueuedJob {
 	j, _ := u.m.Load(id)
 	uj, _ := j.(*unqueuedJob)
 	return uj
+}
+
+// background is work started at most once and waited for, if started.
+type background struct {
+	fn      func(context.Context)
+	started atomic.Bool
+	done    chan struct{}
+}
+
+func newBackground(fn func(context.Context)) *background {
+	return &background{fn: fn, done: make(chan struct{})}
+}
+
+// start runs the work in a goroutine; a second call does nothing.
+func (b *background) start(ctx context.Context) {
+	if b.started.CompareAndSwap(false, true) {
+		go func() {
+			defer close(b.done)
+			b.fn(ctx)
+		}()
+	}
+}
+
+// wait returns once the work is done, at once if it never started.
+func (b *background) wait() {
+	if b.started.Load() {
+		<-b.done
+	}
 }
 
 // progressTokenKey is the context key of the call's progress token.
