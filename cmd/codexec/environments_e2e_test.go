@@ -127,10 +127,11 @@ func TestDevEnvironments(t *testing.T) {
 		t.Fatalf("refused installs changed the environment: %+v", er)
 	}
 
-	// A real install from the wheelhouse, with progress notifications.
+	// A real install from the wheelhouse, with progress notifications: the
+	// installer's, after the first one (progress 0), which names the job.
 	var progress atomic.Int32
 	c.OnNotification(func(n mcp.JSONRPCNotification) {
-		if n.Method == "notifications/progress" {
+		if p, _ := n.Params.AdditionalFields["progress"].(float64); n.Method == "notifications/progress" && p > 0 {
 			progress.Add(1)
 		}
 	})

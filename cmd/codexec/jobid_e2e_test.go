@@ -16,6 +16,7 @@ import (
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/oklog/ulid/v2"
 )
 
@@ -54,7 +55,7 @@ func TestClusterNATSDownDuringCall(t *testing.T) {
 	common := []string{fmt.Sprintf("CODEXEC_NATS_URL=nats://127.0.0.1:%d", port), "CODEXEC_REDIS_URL=" + rs.URL(), "CODEXEC_ACK_WAIT=2s"}
 	startWorker(t, "worker w1", codexecEnv(append(common, "CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t),
 		"CODEXEC_WORKER_ID=w1", "CODEXEC_CONCURRENCY=1")...))
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fe, url, err := e2e.StartFrontend(ctx, start(t), os.Args[0], codexecEnv(common...))
 	if err != nil {
@@ -70,10 +71,35 @@ func TestClusterNATSDownDuringCall(t *testing.T) {
 	if _, err := fe.WaitFor(ctx, natsDisconnectedRe); err != nil {
 		t.Fatal(err)
 	}
+	notes := make(chan string, 16)
+	c.OnNotification(func(n mcp.JSONRPCNotification) {
+		if msg, _ := n.Params.AdditionalFields["message"].(string); n.Method == "notifications/progress" {
+			notes <- msg
+		}
+	})
 	code := "with open('runs.txt', 'a') as f:\n    f.write('ran\\n')\nprint('ran')\n"
-	res, er := callWithin[frontend.ExecResult](t, c, "execute_code", map[string]any{"code": code}, time.Minute)
+	req := mcp.CallToolRequest{}
+	req.Params.Name, req.Params.Arguments = "execute_code", map[string]any{"code": code}
+	req.Params.Meta = &mcp.Meta{ProgressToken: "outage-1"}
+	res, err := c.CallTool(ctx, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var er frontend.ExecResult
+	if err := e2e.Decode(res, &er); err != nil {
+		t.Fatal(err)
+	}
 	if !res.IsError || er.JobID == "" || !strings.Contains(er.Message, er.JobID) || !strings.Contains(er.Message, "not queued yet") {
 		t.Fatalf("call during the outage: isError=%v %+v", res.IsError, er)
+	}
+	// The job id reached the client before the result, over Streamable HTTP.
+	select {
+	case first := <-notes:
+		if !strings.HasPrefix(first, "job "+er.JobID+" ") {
+			t.Errorf("first progress notification %q does not name job %s", first, er.JobID)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("no progress notification")
 	}
 
 	startNATSAt(t, natsBin, port, store)
