@@ -172,3 +172,19 @@ func TestExecuteAnnouncesJobID(t *testing.T) {
 		t.Errorf("get_job_result of the announced job: isError=%v %+v", res.IsError, er)
 	}
 }
+
+// A job's publishing is retried until its deadline, but never past the
+// stream's duplicate window from the first attempt, so that every copy
+// published is one the stream recognises as a repeat.
+func TestPublishCutoff(t *testing.T) {
+	t.Parallel()
+	now := time.Now()
+	short := &wire.Job{EnqueuedAt: now, Deadline: now.Add(30 * time.Second)}
+	if got := publishCutoff(short); !got.Equal(short.Deadline) {
+		t.Errorf("a 30 s job: cutoff %v after enqueue, want its deadline", got.Sub(now))
+	}
+	long := &wire.Job{EnqueuedAt: now, Deadline: now.Add(10 * time.Minute)}
+	if got := publishCutoff(long); got.Add(publishAttempt).After(now.Add(broker.DuplicateWindow)) || !got.Before(long.Deadline) {
+		t.Errorf("a 10 min job: cutoff %v after enqueue, want an attempt's length inside the %v window", got.Sub(now), broker.DuplicateWindow)
+	}
+}
