@@ -68,17 +68,21 @@ type publisher struct {
 }
 
 // submit records job, tells the client its id and publishes it (see the
-// top of this file). It returns nil once the job is queued, a rejection
+// top of this file); recordRun, when not nil, starts the caller's record
+// of the job first. It returns nil once the job is queued, a rejection
 // when the job can never be queued, and otherwise a toolError naming the
 // job: queued at most once later, or (when the retries ended within the
 // call's patience) not queued.
-func (f *Frontend) submit(ctx context.Context, job *wire.Job, record func(context.Context), opts ...broker.PublishOption) error {
+func (f *Frontend) submit(ctx context.Context, job *wire.Job, recordRun func(context.Context), opts ...broker.PublishOption) error {
 	p := &publisher{f: f, job: job, opts: opts}
-	if record != nil {
-		record(ctx)
+	if recordRun != nil {
+		recordRun(ctx)
 	}
-	err := p.attempt(ctx)
+	err := p.record(ctx)
 	f.announceJob(ctx, job)
+	if err == nil {
+		err = p.publish(ctx)
+	}
 	switch {
 	case err == nil:
 		return nil
@@ -117,16 +121,33 @@ func (f *Frontend) submit(ctx context.Context, job *wire.Job, record func(contex
 }
 
 // attempt writes the job's record unless written already, then publishes
-// the job, within publishAttempt.
+// the job.
 func (p *publisher) attempt(ctx context.Context) error {
+	if err := p.record(ctx); err != nil {
+		return err
+	}
+	return p.publish(ctx)
+}
+
+// record writes the job's record unless written already, within
+// publishAttempt.
+func (p *publisher) record(ctx context.Context) error {
+	if p.recorded {
+		return nil
+	}
 	ctx, cancel := context.WithTimeout(ctx, publishAttempt)
 	defer cancel()
-	if !p.recorded {
-		if err := p.f.broker.PutJobRecord(ctx, broker.RecordOf(p.job)); err != nil {
-			return err
-		}
-		p.recorded = true
+	if err := p.f.broker.PutJobRecord(ctx, broker.RecordOf(p.job)); err != nil {
+		return err
 	}
+	p.recorded = true
+	return nil
+}
+
+// publish publishes the job, within publishAttempt.
+func (p *publisher) publish(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, publishAttempt)
+	defer cancel()
 	err := p.f.broker.PublishJob(ctx, p.job, p.opts...)
 	if err != nil && !broker.NotSent(err) {
 		p.maybeSent = true
