@@ -11,7 +11,6 @@ import (
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
-	"github.com/nats-io/nats.go"
 )
 
 // How a job becomes known, then queued, so that its caller is always told
@@ -35,7 +34,8 @@ const (
 	// publishPatience is how long a call waits for its job to be queued
 	// before it returns the job id and leaves the retries to go on alone.
 	publishPatience = 5 * time.Second
-	// publishAttempt bounds one attempt (the record, then the job).
+	// publishAttempt bounds each step of an attempt: writing the record,
+	// publishing the job.
 	publishAttempt = 5 * time.Second
 	// publishPauseMax bounds the pause between two attempts.
 	publishPauseMax = 2 * time.Second
@@ -173,7 +173,7 @@ func (p *publisher) retry(ctx context.Context) error {
 		switch {
 		case err == nil:
 			return nil
-		case errors.Is(err, nats.ErrConnectionClosed) || p.f.broker.Conn().IsClosed():
+		case p.f.broker.Conn().IsClosed():
 			return err // the frontend is stopping
 		case ctx.Err() == nil || p.lastErr == nil:
 			p.lastErr = err
