@@ -163,8 +163,7 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 // so they run code the same way: same environment, limits and result. The
 // code's record in the session's runs history (CodeStore.RecordRun) starts
 // before the job is published and ends before the call returns. filename is
-// already clean; sourceFile names the code
-// file the code came from, if any.
+// already clean; sourceFile names the code file the code came from, if any.
 func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFile string, args runArgs) (*mcp.CallToolResult, error) {
 	timeout := args.timeout
 	t0 := time.Now()
@@ -267,7 +266,7 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 	case rec.Scope != scope:
 		return nil, unknownJob(id)
 	case never:
-		te := failure(wire.StatusExpired, "job %s expired: it could not be queued before its deadline, so it did not run and will not; send the code again to run it", id)
+		te := failure(wire.StatusExpired, "job %s expired: it could not be queued in time, so it did not run and will not; send the code again to run it", id)
 		te.JobID = id
 		return nil, te
 	case time.Now().Before(settledBy(rec)):
