@@ -27,21 +27,23 @@ import (
 
 type jobBundle struct {
 	f *Frontend
+	e *broker.Embedded
 	b *broker.Broker
 	c *client.Client
 	// notes receives the client's notifications.
 	notes chan mcp.JSONRPCNotification
 }
 
-func setupJobs(t *testing.T) jobBundle {
+func setupJobs(t *testing.T, cfg Config) jobBundle {
 	t.Helper()
-	b := brokertest.Open(t, brokertest.StartNATS(t), broker.Config{})
+	e := brokertest.StartNATS(t)
+	b := brokertest.Open(t, e, broker.Config{})
 	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	f, err := New(Config{}, b, st)
+	f, err := New(cfg, b, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +63,7 @@ func setupJobs(t *testing.T) jobBundle {
 	if _, err := c.Initialize(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	return jobBundle{f: f, b: b, c: c, notes: notes}
+	return jobBundle{f: f, e: e, b: b, c: c, notes: notes}
 }
 
 // A record of job id in scope, with its deadline at deadline.
@@ -80,7 +82,7 @@ func putRecord(t *testing.T, b *broker.Broker, scope string, deadline time.Time)
 // it says of an unknown one.
 func TestGetJobResultStates(t *testing.T) {
 	t.Parallel()
-	jb := setupJobs(t)
+	jb := setupJobs(t, Config{})
 	ctx := t.Context()
 	get := func(id string) (*mcp.CallToolResult, ExecResult) {
 		return callTool[ExecResult](t, jb.c, "get_job_result", map[string]any{"job_id": id})
@@ -134,13 +136,10 @@ func TestGetJobResultStates(t *testing.T) {
 // while the job waits for a worker, get_job_result says running.
 func TestExecuteAnnouncesJobID(t *testing.T) {
 	t.Parallel()
-	jb := setupJobs(t)
+	jb := setupJobs(t, Config{})
 	// A live worker's presence, so that the job is queued; nothing consumes
 	// it, so it waits, as a job whose caller lost its connection would.
-	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: jb.f.cfg.Pool})
-	if err := jb.f.store.Touch(t.Context(), jb.f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	jb.liveWorker(t)
 	var wg sync.WaitGroup
 	defer wg.Wait()
 	ctx, cancel := context.WithCancel(t.Context())
@@ -186,5 +185,36 @@ func TestPublishCutoff(t *testing.T) {
 	long := &wire.Job{EnqueuedAt: now, Deadline: now.Add(10 * time.Minute)}
 	if got := publishCutoff(long); got.Add(publishAttempt).After(now.Add(broker.DuplicateWindow)) || !got.Before(long.Deadline) {
 		t.Errorf("a 10 min job: cutoff %v after enqueue, want an attempt's length inside the %v window", got.Sub(now), broker.DuplicateWindow)
+	}
+}
+
+// liveWorker writes a live worker's presence record, so that dispatch
+// sends jobs (which nothing consumes).
+func (jb jobBundle) liveWorker(t *testing.T) {
+	t.Helper()
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: jb.f.cfg.Pool})
+	if err := jb.f.store.Touch(t.Context(), jb.f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A job that cannot be queued before its deadline (NATS is down
+// throughout) is known not to run: the call says so, and get_job_result
+// says expired at once, with nothing left to wait for.
+func TestJobNotQueuedBeforeDeadline(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{QueueWait: time.Millisecond})
+	jb.liveWorker(t)
+	jb.e.Shutdown()
+	for jb.b.Conn().IsConnected() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	res, er := callTool[ExecResult](t, jb.c, "execute_code", map[string]any{"code": "print(1)", "timeout_seconds": 0.3})
+	if !res.IsError || er.JobID == "" || !strings.Contains(er.Message, "did not run and will not") {
+		t.Fatalf("call: isError=%v %+v", res.IsError, er)
+	}
+	res, got := callTool[ExecResult](t, jb.c, "get_job_result", map[string]any{"job_id": er.JobID})
+	if !res.IsError || got.Status != "expired" || got.JobID != er.JobID || !strings.Contains(got.Message, "did not run") {
+		t.Errorf("get_job_result: isError=%v %+v", res.IsError, got)
 	}
 }

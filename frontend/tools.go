@@ -248,16 +248,30 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 	if _, err := ulid.ParseStrict(id); err != nil {
 		return nil, rejected("job_id %q is not a job id", id)
 	}
+	// A job this frontend is still trying to queue, or gave up on, may have
+	// no record yet, and NATS may be down: its own account comes first
+	// where it is the whole answer.
+	local := f.unqueued.get(id)
+	if local != nil && local.rec.Scope != scope {
+		local = nil
+	}
+	if local != nil && local.never.Load() {
+		te := failure(wire.StatusExpired, "job %s expired: it could not be queued in time, so it did not run and will not; send the code again to run it", id)
+		te.JobID = id
+		return nil, te
+	}
 	res, err := f.broker.GetResult(ctx, id)
 	switch {
 	case err == nil && res.Scope == scope:
 		return toolResult(res, ""), nil
 	case err == nil:
 		return nil, unknownJob(id)
+	case local != nil:
+		return jobRunning(local.rec), nil
 	case !errors.Is(err, wire.ErrResultNotFound):
 		return nil, internal("reading the result of job %s failed: %v; try again", id, err)
 	}
-	rec, never, err := f.jobRecord(ctx, id)
+	rec, err := f.broker.GetJobRecord(ctx, id)
 	switch {
 	case errors.Is(err, broker.ErrNoJobRecord):
 		return nil, unknownJob(id)
@@ -265,10 +279,6 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 		return nil, internal("reading the record of job %s failed: %v; try again", id, err)
 	case rec.Scope != scope:
 		return nil, unknownJob(id)
-	case never:
-		te := failure(wire.StatusExpired, "job %s expired: it could not be queued in time, so it did not run and will not; send the code again to run it", id)
-		te.JobID = id
-		return nil, te
 	case time.Now().Before(settledBy(rec)):
 		return jobRunning(rec), nil
 	default:
@@ -278,17 +288,6 @@ func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, sc
 		te.JobID = id
 		return nil, te
 	}
-}
-
-// jobRecord returns the record of job id: the broker's, or, while this
-// frontend still retries to queue the job (or gave up), its own. never says
-// that the job was never queued and will not run.
-func (f *Frontend) jobRecord(ctx context.Context, id string) (rec *broker.JobRecord, never bool, err error) {
-	if u := f.unqueued.get(id); u != nil {
-		return u.rec, u.never.Load(), nil
-	}
-	rec, err = f.broker.GetJobRecord(ctx, id)
-	return rec, false, err
 }
 
 // statusRunning is get_job_result's status for a job that is queued or
