@@ -78,10 +78,12 @@ func (f *Frontend) submit(ctx context.Context, job *wire.Job, recordRun func(con
 	if recordRun != nil {
 		recordRun(ctx)
 	}
-	err := p.record(ctx)
+	// Once its id may be out, the job is queued whether or not its caller
+	// is still there: its attempts do not end with the call.
+	err := p.record(context.WithoutCancel(ctx))
 	f.announceJob(ctx, job)
 	if err == nil {
-		err = p.publish(ctx)
+		err = p.publish(context.WithoutCancel(ctx))
 	}
 	switch {
 	case err == nil:
