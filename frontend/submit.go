@@ -94,6 +94,7 @@ func (f *Frontend) submit(ctx context.Context, job *wire.Job, recordRun func(con
 	}
 	f.log.Warn("job not queued yet; retrying", "job", job.ID, "err", err, "until", publishCutoff(job))
 	pending := p.pending(err)
+	p.lastErr = err
 	u := f.unqueued.add(job)
 	done := make(chan error, 1)
 	go func() {
@@ -159,7 +160,8 @@ func (p *publisher) publish(ctx context.Context) error {
 
 // retry attempts again, at growing intervals, until an attempt succeeds,
 // the connection is closed for good (the frontend stops), or the cutoff
-// passes.
+// passes. It returns nil only for an attempt that succeeded; p.lastErr is
+// set (to the first attempt's failure) before it starts.
 func (p *publisher) retry(ctx context.Context) error {
 	ctx, cancel := context.WithDeadline(ctx, publishCutoff(p.job))
 	defer cancel()
