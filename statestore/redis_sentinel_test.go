@@ -66,6 +66,13 @@ func TestRedisWaitReplicas(t *testing.T) {
 	}
 
 	redistest.StartReplica(t, primary)
+	// With a replica, a generous timeout: only the count is under test, and
+	// a loaded machine can take more than 100ms to confirm.
+	s, err = statestore.NewRedis(ctx, statestore.RedisOptions{URL: primary.URL(), WaitReplicas: 1, WaitTimeout: 10 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
 	if n, err := s.Append(ctx, "k", []byte("b"), 0); err != nil || n != 2 {
 		t.Fatalf("Append with a replica: %d %v", n, err)
 	}
