@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
@@ -24,7 +25,7 @@ type toolBundle struct {
 
 func setupTools(t *testing.T, mirror bool) toolBundle {
 	t.Helper()
-	cfg := Config{CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}}
+	cfg := Config{CodeFiles: codefiles.Config{MaxFileBytes: 1 << 20, MaxFiles: 4}, AnnounceWait: 100 * time.Millisecond}
 	if mirror {
 		cfg.CodeFiles.MirrorDir = t.TempDir()
 	}

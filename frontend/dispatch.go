@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"time"
 
@@ -17,21 +18,80 @@ import (
 // result.
 
 // pool returns the presence records of the live workers of the frontend's
-// pool, sorted by worker id.
+// pool, sorted by worker id. When the state store does not answer, it
+// returns the records it last read if they are recent (see presence).
 func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
+	adverts, _, err := f.presenceOf(ctx)
+	return adverts, err
+}
+
+// presenceMaxAge is how old the last presence read may be to stand in for
+// the store's while the store does not answer.
+const presenceMaxAge = time.Minute
+
+// outageMemory is how long after a failed read of the presence records an
+// empty pool is taken for records lost with the store rather than for
+// workers gone.
+const outageMemory = time.Minute
+
+// presenceOf reads the pool's presence records. live says they come from
+// the store now; when the store fails, the last records read within
+// presenceMaxAge are returned with live false, and without such records
+// the store's error.
+func (f *Frontend) presenceOf(ctx context.Context) (adverts []envspec.Advert, live bool, err error) {
 	members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
+	now := time.Now()
 	if err != nil {
-		return nil, err
+		f.presence.failed(now)
+		if last, ok := f.presence.last(now, presenceMaxAge); ok {
+			return last, false, nil
+		}
+		return nil, false, fmt.Errorf("%w: %v", ErrStoreUnreachable, err)
 	}
-	adverts := envspec.DecodeAdverts(members)
-	mine := adverts[:0]
-	for _, a := range adverts {
+	all := envspec.DecodeAdverts(members)
+	mine := all[:0]
+	for _, a := range all {
 		if a.Pool == f.cfg.Pool {
 			mine = append(mine, a)
 		}
 	}
-	return mine, nil
+	f.presence.read(mine, now)
+	return mine, true, nil
 }
+
+// awaitAnnounce is called when the store says no worker of the pool is
+// live. Right after the store failed, the records may have expired with
+// it while the workers run: the job goes to the pool (ok, no adverts) and
+// its deadline decides. Otherwise it waits up to AnnounceWait for a worker
+// to announce itself, and returns its records; none at all is an error
+// that says what was seen.
+func (f *Frontend) awaitAnnounce(ctx context.Context) ([]envspec.Advert, error) {
+	if f.presence.failedWithin(time.Now(), outageMemory) {
+		f.log.Warn("no worker presence since the state store failed; sending the job to the pool", "pool", f.cfg.Pool)
+		return nil, nil
+	}
+	deadline := time.Now().Add(f.cfg.AnnounceWait)
+	for time.Now().Before(deadline) {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(announcePoll):
+		}
+		adverts, live, err := f.presenceOf(ctx)
+		if err != nil || !live {
+			f.log.Warn("worker presence unreadable; sending the job to the pool", "pool", f.cfg.Pool, "err", err)
+			return nil, nil
+		}
+		if len(adverts) > 0 {
+			return adverts, nil
+		}
+	}
+	return nil, fmt.Errorf("no live worker in pool %q: none has announced itself in the last %s (a running worker renews its presence every few seconds); "+
+		"if none runs, start one with `codexec worker`; if some run, check their connection to Redis and NATS", f.cfg.Pool, f.cfg.AnnounceWait)
+}
+
+// announcePoll is how often awaitAnnounce reads the presence records.
+const announcePoll = 250 * time.Millisecond
 
 // dispatch publishes job: an execution job goes to the worker holding its
 // session's working directory when it can run it (workspaceHolder); a job
@@ -48,22 +108,24 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		return "", te
 	}
 	t0 := time.Now()
-	adverts, err := f.pool(ctx)
+	adverts, live, err := f.dispatchPresence(ctx)
 	tPool := time.Now()
 	if err != nil {
-		return fail(wire.StatusInternal, "cannot read worker presence: %v", err)
+		return fail(wire.StatusInternal, "%v", err)
 	}
-	if len(adverts) == 0 {
-		return fail(wire.StatusInternal, "no live worker in pool %q: start one with `codexec worker` (or check the workers' connection to NATS and Redis)", f.cfg.Pool)
+	// A worker's own subject only when the records are the store's now
+	// (see dispatchPresence).
+	target := ""
+	if live {
+		target = f.workspaceHolder(ctx, job, adverts)
 	}
-	target := f.workspaceHolder(ctx, job, adverts)
-	if target == "" && job.Env != nil {
+	if target == "" && job.Env != nil && len(adverts) > 0 {
 		chosen, _, err := envspec.Choose(adverts, *job.Env, job.EnvID)
 		if err != nil {
 			return fail(wire.StatusRejected, "environment %s cannot run in pool %q: %v", job.EnvID, f.cfg.Pool, err)
 		}
 		for _, a := range adverts {
-			if a.WorkerID == chosen && a.Targeted {
+			if a.WorkerID == chosen && a.Targeted && live {
 				target = chosen
 			}
 		}
@@ -81,6 +143,27 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "submit_ms", ms(time.Since(tPool)))
 	}
 	return target, nil
+}
+
+// dispatchPresence is the presence dispatch places a job with. live says
+// the records come from the store now: only then is a job sent to one
+// worker's own subject (a worker that died while the store was down could
+// not be noticed). Without any records (the store down for long, or empty
+// records right after it failed) the job goes to the pool, where any
+// worker that still consumes takes it, and its deadline decides. Only an
+// empty pool the store vouches for, with nobody announcing itself, is an
+// error.
+func (f *Frontend) dispatchPresence(ctx context.Context) (adverts []envspec.Advert, live bool, err error) {
+	adverts, live, err = f.presenceOf(ctx)
+	switch {
+	case err != nil:
+		f.log.Warn("worker presence unreadable; sending the job to the pool", "pool", f.cfg.Pool, "err", err)
+		return nil, false, nil
+	case live && len(adverts) == 0:
+		adverts, err = f.awaitAnnounce(ctx)
+		return adverts, len(adverts) > 0, err
+	}
+	return adverts, live, nil
 }
 
 // watchTarget republishes job to the pool if target's presence lapses

@@ -78,27 +78,64 @@ func envToolResult(r EnvResult, text string) *mcp.CallToolResult {
 }
 
 // sessionEnv returns the session's environment, nil for the default one.
+// The state store's answer wins; when the store cannot answer, the
+// environment this frontend last read or wrote for the session is used
+// (envMemory), so that a session it has served keeps running while the
+// store is down. For a session it has never seen it cannot know: the
+// session may have chosen another environment through another frontend,
+// and running its code in the default one would be silently wrong, so
+// the call fails with ErrStoreUnreachable.
 func (f *Frontend) sessionEnv(ctx context.Context, scope string) (*envspec.Spec, string, error) {
 	data, err := f.store.HGet(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
 	if errors.Is(err, statestore.ErrNotFound) {
+		f.envs.put(scope, nil, "")
 		return nil, "", nil
 	}
 	if err != nil {
-		return nil, "", err
+		return f.lastKnownEnv(scope, err)
 	}
 	var se sessionEnv
 	if err := json.Unmarshal(data, &se); err != nil || se.ID == "" {
+		f.envs.put(scope, nil, "")
 		return nil, "", nil // unreadable: the default environment
 	}
+	f.envs.put(scope, &se.Spec, se.ID)
 	return &se.Spec, se.ID, nil
+}
+
+// ErrStoreUnreachable is the error of a call that needs what only the
+// state store knows while the store does not answer.
+var ErrStoreUnreachable = errors.New("the state store (Redis) is unreachable")
+
+// lastKnownEnv answers sessionEnv when the store failed with err.
+func (f *Frontend) lastKnownEnv(scope string, err error) (*envspec.Spec, string, error) {
+	k, ok := f.envs.get(scope)
+	if !ok {
+		return nil, "", fmt.Errorf("%w (%v) and this frontend has not seen this session before, "+
+			"so it cannot tell which environment the session chose; nothing was run: try again once the store is back", ErrStoreUnreachable, err)
+	}
+	id := k.id
+	if k.spec == nil {
+		id = envspec.DefaultID
+	}
+	f.log.Warn("state store unreachable: using the session's last known environment", "scope", scope, "env", id, "err", err)
+	return k.spec, k.id, nil
 }
 
 func (f *Frontend) setSessionEnv(ctx context.Context, scope string, spec *envspec.Spec, id string) error {
 	if spec == nil {
-		return f.store.HDel(ctx, f.cfg.Keys.Session(scope), sessionEnvField)
+		if err := f.store.HDel(ctx, f.cfg.Keys.Session(scope), sessionEnvField); err != nil {
+			return err
+		}
+		f.envs.put(scope, nil, "")
+		return nil
 	}
 	data, _ := json.Marshal(sessionEnv{Spec: *spec, ID: id, Updated: time.Now().UTC()})
-	return f.store.HSet(ctx, f.cfg.Keys.Session(scope), sessionEnvField, data)
+	if err := f.store.HSet(ctx, f.cfg.Keys.Session(scope), sessionEnvField, data); err != nil {
+		return err
+	}
+	f.envs.put(scope, spec, id)
+	return nil
 }
 
 // progressForwarder forwards a job's progress lines to the client as MCP

@@ -9,12 +9,15 @@ import (
 	"log/slog"
 	"net/http"
 	"path/filepath"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -66,6 +69,12 @@ type Config struct {
 	// checks that worker's presence (republishing to the pool when it has
 	// lapsed). Default 2s.
 	TargetCheck time.Duration
+	// AnnounceWait is how long a call that finds no live worker in the
+	// pool waits for one to announce itself before it is refused: a
+	// worker renews its presence every 5 seconds, so after the state
+	// store lost the records (an outage past their expiry) they are back
+	// within one heartbeat. Default 6s.
+	AnnounceWait time.Duration
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
@@ -79,6 +88,7 @@ const (
 	DefaultTimeout      = 60 * time.Second
 	DefaultMaxCodeBytes = 16 << 20
 	DefaultQueueWait    = 2 * time.Minute
+	DefaultAnnounceWait = 6 * time.Second
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -112,6 +122,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.TargetCheck <= 0 {
 		c.TargetCheck = 2 * time.Second
+	}
+	if c.AnnounceWait <= 0 {
+		c.AnnounceWait = DefaultAnnounceWait
 	}
 	if c.Version == "" {
 		c.Version = "dev"
@@ -149,6 +162,18 @@ type Frontend struct {
 	// unqueued are the jobs whose publishing this frontend is still
 	// retrying, or gave up (see submit.go).
 	unqueued unqueuedJobs
+
+	// What the frontend last knew of the state store (memory.go), for
+	// when the store does not answer.
+	envs     *envMemory
+	presence presenceMemory
+
+	// Stopping (Drain, Abort): calls running when the frontend is told to
+	// stop finish and answer; hard ends them.
+	draining  atomic.Bool
+	hard      context.Context
+	abort     context.CancelFunc
+	openCalls sync.WaitGroup
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared
@@ -165,7 +190,9 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 		}
 		cfg.CodeFiles.MirrorDir = abs
 	}
-	return &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger}, nil
+	hard, abort := context.WithCancel(context.Background())
+	return &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger,
+		envs: newEnvMemory(maxRememberedSessions), hard: hard, abort: abort}, nil
 }
 
 const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process
@@ -187,6 +214,7 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		server.WithToolCapabilities(false),
 		server.WithInstructions(instructions),
 		server.WithRecovery(),
+		server.WithToolHandlerMiddleware(f.keepThroughDrain),
 	)
 	f.registerTools(s, stdio)
 	return s
@@ -229,6 +257,51 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		_, _ = io.WriteString(w, "ok\n")
 	})
 	return mux, h
+}
+
+// Drain tells the frontend that it is stopping: from now on a call already
+// running is no longer cancelled when its request's context ends (the end
+// of stdio input, the server's shutdown, a client that went away), so that
+// it finishes and its answer is written; the server stops taking new calls
+// on its own side. Abort ends what is still running. WaitCalls waits for
+// the calls running.
+func (f *Frontend) Drain() { f.draining.Store(true) }
+
+// Abort cancels every call still running (after Drain, once the grace
+// period is over).
+func (f *Frontend) Abort() { f.abort() }
+
+// WaitCalls waits until no call runs, or until ctx ends.
+func (f *Frontend) WaitCalls(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { f.openCalls.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// keepThroughDrain wraps every tool handler: the call is counted while it
+// runs, and its context is cancelled when the request's is, unless the
+// frontend is draining by then, and when Abort is called.
+func (f *Frontend) keepThroughDrain(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		f.openCalls.Add(1)
+		defer f.openCalls.Done()
+		cctx, cancel := context.WithCancelCause(context.WithoutCancel(ctx))
+		defer cancel(nil)
+		stopReq := context.AfterFunc(ctx, func() {
+			if !f.draining.Load() {
+				cancel(context.Cause(ctx))
+			}
+		})
+		defer stopReq()
+		stopHard := context.AfterFunc(f.hard, func() { cancel(errors.New("frontend: stopped before the call finished")) })
+		defer stopHard()
+		return next(cctx, req)
+	}
 }
 
 type slogWriter struct{ l *slog.Logger }

@@ -1,0 +1,172 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/brokertest"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/redistest"
+	"github.com/codexec/codexec/wire"
+	"github.com/oklog/ulid/v2"
+)
+
+// These tests stop a real redis-server under a frontend and check what it
+// still does: what needs the store's answer degrades to what the frontend
+// last knew, and what it cannot know is refused with the reason.
+
+func openRedis(t *testing.T, rs *redistest.Server) statestore.Store {
+	t.Helper()
+	st, err := statestore.NewRedis(t.Context(), statestore.RedisOptions{URL: rs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+func TestSessionEnvWhileStoreIsDown(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	ctx := t.Context()
+	f, err := New(Config{}, nil, openRedis(t, rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, err := New(Config{}, nil, openRedis(t, rs))
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec, err := envspec.Spec{Manager: envspec.ManagerVenv, Packages: []string{"six"}}.Normalize()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.setSessionEnv(ctx, "s-chose", &spec, spec.ID()); err != nil {
+		t.Fatal(err)
+	}
+	if env, _, err := f.sessionEnv(ctx, "s-default"); env != nil || err != nil {
+		t.Fatalf("a session that chose nothing: %v, %v", env, err)
+	}
+
+	rs.Stop()
+	env, id, err := f.sessionEnv(ctx, "s-chose")
+	if err != nil || env == nil || id != spec.ID() || env.ID() != spec.ID() {
+		t.Fatalf("a session this frontend switched, store down: %v %q %v", env, id, err)
+	}
+	if env, _, err := f.sessionEnv(ctx, "s-default"); env != nil || err != nil {
+		t.Fatalf("a session this frontend read as default, store down: %v, %v", env, err)
+	}
+	// A session this frontend never saw may have chosen another
+	// environment elsewhere: refused, with the reason.
+	if _, _, err := other.sessionEnv(ctx, "s-chose"); !errors.Is(err, ErrStoreUnreachable) || !strings.Contains(err.Error(), "nothing was run") {
+		t.Fatalf("a session this frontend never saw: %v", err)
+	}
+
+	rs.Restart(t)
+	// Back, the store's answer wins over what the frontend remembers.
+	if err := other.setSessionEnv(ctx, "s-chose", nil, ""); err != nil {
+		t.Fatal(err)
+	}
+	if env, _, err := f.sessionEnv(ctx, "s-chose"); env != nil || err != nil {
+		t.Fatalf("the store said default, the frontend remembered %s: got %v, %v", spec.ID(), env, err)
+	}
+}
+
+// consumed runs a consumer of pool on b and returns the ids of the jobs it
+// takes.
+func consumed(t *testing.T, b *broker.Broker) <-chan string {
+	t.Helper()
+	ids := make(chan string, 16)
+	c, err := b.Consume(t.Context(), wire.DefaultPool, 1, func(_ context.Context, d *broker.Delivery) {
+		ids <- d.Job.ID
+		_ = d.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	return ids
+}
+
+func testJob() *wire.Job {
+	now := time.Now().UTC()
+	return &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "s-x",
+		Code: "print(1)", TimeoutMS: 1000, EnqueuedAt: now, Deadline: now.Add(time.Minute)}
+}
+
+// dispatched dispatches a job and checks that it reached the pool's queue.
+func dispatched(t *testing.T, f *Frontend, ids <-chan string, when string) {
+	t.Helper()
+	job := testJob()
+	target, err := f.dispatch(t.Context(), job, nil)
+	if err != nil {
+		t.Fatalf("%s: %v", when, err)
+	}
+	if target != "" {
+		t.Fatalf("%s: sent to worker %s, not to the pool", when, target)
+	}
+	select {
+	case id := <-ids:
+		if id != job.ID {
+			t.Fatalf("%s: the pool got job %s, not %s", when, id, job.ID)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatalf("%s: job %s never reached the pool", when, job.ID)
+	}
+}
+
+func TestDispatchWhileStoreIsDown(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	b := brokertest.Open(t, brokertest.StartNATS(t), broker.Config{})
+	ids := consumed(t, b)
+	st := openRedis(t, rs)
+	cfg := Config{AnnounceWait: 300 * time.Millisecond}
+	f, err := New(cfg, b, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys := f.cfg.Keys
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: wire.DefaultPool, Concurrency: 1})
+	if err := st.Touch(t.Context(), keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	dispatched(t, f, ids, "store up")
+
+	rs.Stop()
+	dispatched(t, f, ids, "store down")
+
+	// Back without the presence records (they expired while it was down):
+	// the workers may well run, so the job goes to the pool.
+	rs.Restart(t)
+	if err := st.Leave(t.Context(), keys.Workers(), "w1"); err != nil {
+		t.Fatal(err)
+	}
+	dispatched(t, f, ids, "store back, presence lost")
+
+	// A frontend that saw no outage waits for a worker to announce itself,
+	// then says so.
+	fresh, err := New(cfg, b, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = fresh.dispatch(t.Context(), testJob(), nil)
+	if err == nil || !strings.Contains(err.Error(), "none has announced itself in the last 300ms") {
+		t.Fatalf("an empty pool: %v", err)
+	}
+	patient, err := New(Config{AnnounceWait: time.Minute}, b, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		time.Sleep(100 * time.Millisecond)
+		_ = st.Touch(context.Background(), keys.Workers(), "w1", advert, time.Minute)
+	}()
+	dispatched(t, patient, ids, "a worker announcing itself while the call waits")
+}

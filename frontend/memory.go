@@ -1,0 +1,117 @@
+package frontend
+
+import (
+	"container/list"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/envspec"
+)
+
+// What a frontend remembers of the state store, so that it can keep
+// serving what does not need the store while the store is unreachable:
+// each session's environment as it last read or wrote it, and the pool's
+// presence records as it last read them. The store's answer always wins
+// when there is one; the memory is read only when the store fails.
+
+// maxRememberedSessions bounds envMemory: past it the least recently used
+// session is forgotten (its next call during an outage is refused).
+const maxRememberedSessions = 10000
+
+// knownEnv is a session's environment as last seen: spec nil for the
+// workers' default environment.
+type knownEnv struct {
+	scope string
+	spec  *envspec.Spec
+	id    string
+}
+
+// envMemory maps session scopes to their last known environment, least
+// recently used first out.
+type envMemory struct {
+	mu    sync.Mutex
+	max   int
+	byKey map[string]*list.Element
+	order list.List // of knownEnv, most recent at the front
+}
+
+func newEnvMemory(max int) *envMemory {
+	return &envMemory{max: max, byKey: make(map[string]*list.Element)}
+}
+
+// put records scope's environment (spec nil: the default one).
+func (m *envMemory) put(scope string, spec *envspec.Spec, id string) {
+	var kept *envspec.Spec
+	if spec != nil {
+		c := *spec
+		kept = &c
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.byKey[scope]; ok {
+		e.Value = knownEnv{scope: scope, spec: kept, id: id}
+		m.order.MoveToFront(e)
+		return
+	}
+	m.byKey[scope] = m.order.PushFront(knownEnv{scope: scope, spec: kept, id: id})
+	for m.order.Len() > m.max {
+		last := m.order.Back()
+		m.order.Remove(last)
+		delete(m.byKey, last.Value.(knownEnv).scope)
+	}
+}
+
+// get returns scope's last known environment, if any.
+func (m *envMemory) get(scope string) (knownEnv, bool) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.byKey[scope]
+	if !ok {
+		return knownEnv{}, false
+	}
+	m.order.MoveToFront(e)
+	k := e.Value.(knownEnv)
+	if k.spec != nil {
+		c := *k.spec
+		k.spec = &c
+	}
+	return k, true
+}
+
+// presenceMemory is the pool's presence as last read, and when the store
+// last failed to answer.
+type presenceMemory struct {
+	mu       sync.Mutex
+	adverts  []envspec.Advert
+	readAt   time.Time // when adverts were read
+	failedAt time.Time // the last failed read
+}
+
+func (p *presenceMemory) read(adverts []envspec.Advert, at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.adverts, p.readAt = append([]envspec.Advert(nil), adverts...), at
+}
+
+func (p *presenceMemory) failed(at time.Time) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.failedAt = at
+}
+
+// last returns the adverts read within maxAge of now, if any were.
+func (p *presenceMemory) last(now time.Time, maxAge time.Duration) ([]envspec.Advert, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.readAt.IsZero() || now.Sub(p.readAt) > maxAge {
+		return nil, false
+	}
+	return append([]envspec.Advert(nil), p.adverts...), true
+}
+
+// failedWithin reports whether a read failed within d of now.
+func (p *presenceMemory) failedWithin(now time.Time, d time.Duration) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return !p.failedAt.IsZero() && now.Sub(p.failedAt) <= d
+}
