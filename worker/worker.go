@@ -61,6 +61,7 @@ type Worker struct {
 	stopBeat context.CancelFunc
 	beatDone chan struct{}
 	claims   claimants // the jobs claimed here, and their liveness (claim.go)
+	beatOnce sync.Once // stops the heartbeat
 
 	mu          sync.Mutex
 	consumer    *broker.Consumer
@@ -231,6 +232,10 @@ func (w *Worker) prepareEnv(ctx context.Context) error {
 // cancels them and hands their jobs back to the queue), closes what Start
 // opened and withdraws the worker's presence. It is idempotent and safe in
 // any state; a second call waits for the first (or for its own ctx).
+//
+// The presence is withdrawn first, before the running jobs end: placement
+// sends no more jobs to this worker's own subject, and frontends waiting on
+// one it had been sent send it to the pool.
 func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Lock()
 	if w.stopped {
@@ -241,6 +246,8 @@ func (w *Worker) Stop(ctx context.Context) error {
 	c, tc := w.consumer, w.targeted
 	w.mu.Unlock()
 	defer close(w.stopDone)
+	w.stopHeartbeat()
+	w.leave(ctx)
 	var err error
 	if tc != nil {
 		go func() { _ = tc.Stop(ctx) }()
@@ -261,8 +268,17 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	w.release()
-	w.leave(ctx)
 	return err
+}
+
+// stopHeartbeat stops the heartbeat loop and waits for it; idempotent.
+func (w *Worker) stopHeartbeat() {
+	w.beatOnce.Do(func() {
+		if w.stopBeat != nil {
+			w.stopBeat()
+			<-w.beatDone
+		}
+	})
 }
 
 // release closes, once, what Start opened: the heartbeat, the executor's
@@ -270,10 +286,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 // over (or their consumers stopped) first.
 func (w *Worker) release() {
 	w.releaseOnce.Do(func() {
-		if w.stopBeat != nil {
-			w.stopBeat()
-			<-w.beatDone
-		}
+		w.stopHeartbeat()
 		stopCtx := context.Background() // what runs in them is over: nothing to wait for
 		if w.pool != nil {
 			if err := w.pool.Stop(stopCtx); err != nil {
@@ -320,20 +333,54 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	return w.store.Touch(ctx, w.cfg.Keys.Workers(), w.cfg.ID, info, 3*w.cfg.HeartbeatInterval)
 }
 
+// heartbeatLoop renews the worker's presence every HeartbeatInterval. A
+// failed renewal (the state store unreachable) changes nothing else: the
+// worker keeps consuming jobs, which reach it through the queue. It is
+// retried every heartbeatRetry until it works again, so that the presence
+// is back at once when the store is, even after the record expired.
 func (w *Worker) heartbeatLoop(ctx context.Context) {
 	defer close(w.beatDone)
-	t := time.NewTicker(w.cfg.HeartbeatInterval)
+	t := time.NewTimer(w.cfg.HeartbeatInterval)
 	defer t.Stop()
+	failing := false
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
-			if err := w.heartbeat(ctx); err != nil && ctx.Err() == nil {
-				w.log.Warn("heartbeat failed", "err", err)
+		}
+		err := w.beat(ctx)
+		switch {
+		case ctx.Err() != nil:
+			return
+		case err != nil:
+			if !failing {
+				w.log.Warn("heartbeat failed: the worker still runs jobs from the queue; retrying", "every", heartbeatRetry(w.cfg.HeartbeatInterval), "err", err)
 			}
+			failing = true
+			t.Reset(heartbeatRetry(w.cfg.HeartbeatInterval))
+		default:
+			if failing {
+				w.log.Info("heartbeat restored: presence announced again")
+			}
+			failing = false
+			t.Reset(w.cfg.HeartbeatInterval)
 		}
 	}
+}
+
+// beat is one heartbeat, bounded by the interval so that an unresponsive
+// store cannot hold the loop.
+func (w *Worker) beat(ctx context.Context) error {
+	bctx, cancel := context.WithTimeout(ctx, w.cfg.HeartbeatInterval)
+	defer cancel()
+	return w.heartbeat(bctx)
+}
+
+// heartbeatRetry is how soon a failed heartbeat is tried again: a second,
+// or the interval when that is shorter.
+func heartbeatRetry(interval time.Duration) time.Duration {
+	return min(interval, time.Second)
 }
 
 func (w *Worker) sessionsRoot() string { return filepath.Join(w.cfg.DataDir, "sessions") }
