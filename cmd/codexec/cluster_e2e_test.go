@@ -80,6 +80,7 @@ func startFrontend(t testing.TB, env []string) string {
 
 type cluster struct {
 	natsURL, redisURL, mcpURL string
+	redis                     *redistest.Server
 	workers                   []*proc
 	// env is what every codexec process of the cluster is started with.
 	env []string
@@ -105,7 +106,7 @@ func startClusterArgs(t testing.TB, perWorker [][]string) *cluster {
 	rs := redistest.Start(t)
 	natsURL, _ := startNATS(t, natsBin)
 
-	cl := &cluster{natsURL: natsURL, redisURL: rs.URL()}
+	cl := &cluster{natsURL: natsURL, redisURL: rs.URL(), redis: rs}
 	common := []string{"CODEXEC_NATS_URL=" + cl.natsURL, "CODEXEC_REDIS_URL=" + cl.redisURL, "CODEXEC_ACK_WAIT=2s"}
 	for i := 0; i < workers; i++ {
 		env := codexecEnv(append(common, "CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t),

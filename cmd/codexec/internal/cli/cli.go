@@ -6,7 +6,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"log/slog"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -50,11 +49,12 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		return 0
 	}
 	if err != nil {
-		if errors.As(err, new(flagenv.UsageError)) {
+		if !errors.As(err, new(reported)) {
 			fmt.Fprintf(stderr, "codexec %s: %v\n", args[0], err)
+		}
+		if errors.As(err, new(flagenv.UsageError)) {
 			return 2
 		}
-		fmt.Fprintf(stderr, "codexec %s: %v\n", args[0], err)
 		return 1
 	}
 	return 0
@@ -96,14 +96,6 @@ func limitSet(f *flagenv.Flags, p *limits.Set, name, env string, base limits.Set
 	flagenv.Value(f, p, name, env, base,
 		func(v string) (limits.Set, error) { return limits.ParseOver(base, v) },
 		func(limits.Set) string { return base.String() }, help)
-}
-
-func newLogger(w io.Writer, level string) (*slog.Logger, error) {
-	var l slog.Level
-	if err := l.UnmarshalText([]byte(level)); err != nil {
-		return nil, flagenv.UsageError{Err: fmt.Errorf("invalid log level %q (debug, info, warn, error)", level)}
-	}
-	return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: l})), nil
 }
 
 // defaultDataDir is $CODEXEC_DATA_DIR's default: $XDG_DATA_HOME/codexec, or

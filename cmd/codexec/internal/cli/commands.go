@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -17,18 +18,28 @@ import (
 	"github.com/nats-io/nats.go"
 )
 
-const stopGrace = 30 * time.Second
+// defaultStopGrace is --stop-grace's default.
+const defaultStopGrace = 30 * time.Second
+
+// graceFlag registers --stop-grace.
+func graceFlag(f *flagenv.Flags, p *time.Duration) {
+	f.Duration(p, "stop-grace", "CODEXEC_STOP_GRACE", defaultStopGrace,
+		"on SIGTERM or SIGINT, how long running jobs (worker) and open calls (frontend) get to finish; then they are cancelled, and a worker's jobs handed back to the queue")
+}
 
 // runDev runs everything in one process: embedded NATS with JetStream and
 // the embedded state store under the data directory, one worker, and the
 // MCP frontend on stdio (or HTTP).
-func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	f := newFlags("dev", stderr)
-	var dataDir, logLevel string
+	var dataDir string
+	var lf logFlags
 	var ff frontendFlags
 	var wf workerFlags
+	var grace time.Duration
 	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
-	f.String(&logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
+	lf.register(f)
+	graceFlag(f, &grace)
 	ff.register(f, "")
 	wf.register(f)
 	if err := f.Parse(args); err != nil {
@@ -37,10 +48,11 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err := wf.check(); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, logLevel)
+	log, err := lf.logger(stderr)
 	if err != nil {
 		return err
 	}
+	defer logStop(log, &err)
 	if err := applyLegacyEnv(&wf); err != nil {
 		return flagenv.UsageError{Err: err}
 	}
@@ -70,10 +82,10 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
-	if err := w.Start(ctx); err != nil {
+	if err := startWorker(ctx, w); err != nil {
 		return err
 	}
-	defer stopWorker(w, stopGrace, log)
+	defer stopWorker(w, grace, log)
 
 	// Code files get a plain-file copy next to the scripts the worker keeps
 	// (DATA_DIR/scripts, or --scripts-dir / CODE_STORAGE_DIR), so a local
@@ -87,7 +99,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return flagenv.UsageError{Err: err}
 	}
 	log.Info("codexec dev ready", "data_dir", dataDir, "version", Version())
-	return serveFrontend(ctx, fe, ff.http, stdin, stdout, log)
+	return serveFrontend(ctx, fe, ff.http, stdin, stdout, log, grace)
 }
 
 // applyLegacyEnv honours the environment variables of the server codexec
@@ -121,10 +133,12 @@ func applyLegacyEnv(wf *workerFlags) error {
 }
 
 type clusterFlags struct {
-	natsURL, redisURL, pool, logLevel string
-	retention, ackWait                time.Duration
-	replicas                          int
-	redis                             redisFlags
+	natsURL, redisURL, pool string
+	log                     logFlags
+	retention, ackWait      time.Duration
+	grace                   time.Duration
+	replicas                int
+	redis                   redisFlags
 }
 
 // redisFlags say how to reach a Redis that Sentinel manages, and how many
@@ -153,12 +167,13 @@ func (cf *clusterFlags) register(f *flagenv.Flags) {
 	f.String(&cf.redisURL, "redis", "CODEXEC_REDIS_URL", "redis://127.0.0.1:6379/0", "Redis URL")
 	cf.redis.register(f)
 	f.String(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
-	f.String(&cf.logLevel, "log-level", "CODEXEC_LOG_LEVEL", "info", "debug, info, warn or error (logs go to stderr)")
+	cf.log.register(f)
+	graceFlag(f, &cf.grace)
 	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", broker.DefaultRetention, "how long results are kept, addressable by job id")
 	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", broker.DefaultAckWait, "how long a job's lease lasts without a heartbeat before another worker gets it")
 }
 
-func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer) (*broker.Broker, statestore.Store, func(), error) {
+func (cf *clusterFlags) open(ctx context.Context, name string, log *slog.Logger) (*broker.Broker, statestore.Store, func(), error) {
 	if !wire.ValidPool(cf.pool) {
 		return nil, nil, nil, flagenv.UsageError{Err: fmt.Errorf("invalid pool %q: lower-case letters, digits, '-' and '_'", cf.pool)}
 	}
@@ -166,7 +181,7 @@ func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer)
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	b, err := openBroker(ctx, broker.Config{URL: cf.natsURL, Name: name, Retention: cf.retention, AckWait: cf.ackWait, Replicas: cf.replicas})
+	b, err := openBroker(ctx, broker.Config{URL: cf.natsURL, Name: name, Retention: cf.retention, AckWait: cf.ackWait, Replicas: cf.replicas, Logger: log})
 	if err != nil {
 		st.Close()
 		return nil, nil, nil, err
@@ -175,7 +190,7 @@ func (cf *clusterFlags) open(ctx context.Context, name string, stderr io.Writer)
 }
 
 // runFrontend runs the MCP frontend of a cluster.
-func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) error {
+func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) (err error) {
 	f := newFlags("frontend", stderr)
 	var cf clusterFlags
 	var ff frontendFlags
@@ -186,11 +201,12 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err := f.Parse(args); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, cf.logLevel)
+	log, err := cf.log.logger(stderr)
 	if err != nil {
 		return err
 	}
-	b, st, closeAll, err := cf.open(ctx, "codexec-frontend", stderr)
+	defer logStop(log, &err)
+	b, st, closeAll, err := cf.open(ctx, "codexec-frontend", log)
 	if err != nil {
 		return err
 	}
@@ -203,11 +219,11 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if stdio {
 		addr = ""
 	}
-	return serveFrontend(ctx, fe, addr, stdin, stdout, log)
+	return serveFrontend(ctx, fe, addr, stdin, stdout, log, cf.grace)
 }
 
 // runWorker runs one worker of a cluster until a signal.
-func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
+func runWorker(ctx context.Context, args []string, stderr io.Writer) (err error) {
 	f := newFlags("worker", stderr)
 	var cf clusterFlags
 	var ff frontendFlags
@@ -225,14 +241,15 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := wf.check(); err != nil {
 		return err
 	}
-	log, err := newLogger(stderr, cf.logLevel)
+	log, err := cf.log.logger(stderr)
 	if err != nil {
 		return err
 	}
+	defer logStop(log, &err)
 	if dataDir, err = mkdirPrivate(dataDir); err != nil {
 		return err
 	}
-	b, st, closeAll, err := cf.open(ctx, "codexec-worker", stderr)
+	b, st, closeAll, err := cf.open(ctx, "codexec-worker", log)
 	if err != nil {
 		return err
 	}
@@ -241,11 +258,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
-	if err := w.Start(ctx); err != nil {
+	if err := startWorker(ctx, w); err != nil {
 		return err
 	}
 	<-ctx.Done()
-	log.Info("stopping: finishing running jobs", "grace", stopGrace)
-	stopWorker(w, stopGrace, log)
+	log.Info("stopping: finishing running jobs", "grace", cf.grace)
+	stopWorker(w, cf.grace, log)
 	return nil
 }

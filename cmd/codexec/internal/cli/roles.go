@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -28,6 +29,7 @@ import (
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
 	"github.com/codexec/codexec/worker/sandbox"
+	"github.com/mark3labs/mcp-go/server"
 )
 
 // frontendFlags are the settings of the MCP frontend, shared by dev and frontend.
@@ -221,11 +223,12 @@ const (
 	idleHTTPConn = 2 * time.Minute
 )
 
-// serveFrontend serves MCP on stdio or HTTP until ctx ends (or stdin closes).
-func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, stdin io.Reader, stdout io.Writer, log *slog.Logger) error {
+// serveFrontend serves MCP on stdio or HTTP until ctx ends (or stdin
+// closes). When ctx ends (a signal), the calls still open get grace to
+// finish and answer (frontend.Drain); past it they are cancelled.
+func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, stdin io.Reader, stdout io.Writer, log *slog.Logger, grace time.Duration) error {
 	if httpAddr == "" {
-		log.Info("serving MCP on stdio")
-		return fe.ServeStdio(ctx, stdin, stdout)
+		return serveStdio(ctx, fe, stdin, stdout, log, grace)
 	}
 	handler, mcpHTTP := fe.HTTPHandler()
 	ln, err := net.Listen("tcp", httpAddr)
@@ -237,7 +240,7 @@ func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, 
 	// bounded by the frontend); an idle keep-alive connection is closed
 	// after idleHTTPConn.
 	ln = netutil.LimitListener(ln, maxHTTPConns)
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn}
+	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn, ErrorLog: stdLogger(log)}
 	// The first line on stderr names the address, so scripts and tests can
 	// find a random port (--http 127.0.0.1:0).
 	log.Info("serving MCP over HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
@@ -248,13 +251,76 @@ func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, 
 		return err
 	case <-ctx.Done():
 	}
-	shutCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	log.Info("stopping: finishing open calls", "grace", grace)
+	fe.Drain()
+	shutCtx, cancel := context.WithTimeout(context.Background(), grace)
 	defer cancel()
-	mcpHTTP.CloseSessions(shutCtx)
-	if err := srv.Shutdown(shutCtx); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	if err := shutdownHTTP(shutCtx, srv, mcpHTTP); err != nil {
+		log.Warn("grace period over: cancelling the calls still open", "err", err)
+		fe.Abort()
+		_ = srv.Close()
 	}
+	log.Info("frontend stopped")
 	return nil
+}
+
+// shutdownHTTP stops taking connections and waits, until ctx ends, for
+// the requests being served to finish: the tool calls answer, while the
+// sessions' listening streams (long-lived GET requests that would hold the
+// shutdown until its end) are closed, again as new ones come.
+func shutdownHTTP(ctx context.Context, srv *http.Server, mcpHTTP *server.StreamableHTTPServer) error {
+	done := make(chan error, 1)
+	go func() { done <- srv.Shutdown(ctx) }()
+	t := time.NewTicker(50 * time.Millisecond)
+	defer t.Stop()
+	for {
+		mcpHTTP.CloseSessions(ctx)
+		select {
+		case err := <-done:
+			if errors.Is(err, http.ErrServerClosed) {
+				return nil
+			}
+			return err
+		case <-t.C:
+		}
+	}
+}
+
+// serveStdio serves MCP on stdin and stdout. When ctx ends, it stops
+// reading requests and waits, up to grace, for the calls being served to
+// write their answers.
+func serveStdio(ctx context.Context, fe *frontend.Frontend, stdin io.Reader, stdout io.Writer, log *slog.Logger, grace time.Duration) error {
+	log.Info("serving MCP on stdio")
+	serveCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancel()
+	abort := time.AfterFunc(math.MaxInt64, func() {
+		log.Warn("grace period over: cancelling the calls still open")
+		fe.Abort()
+	})
+	defer abort.Stop()
+	stop := context.AfterFunc(ctx, func() {
+		log.Info("stopping: finishing open calls", "grace", grace)
+		fe.Drain()
+		abort.Reset(grace)
+		cancel()
+	})
+	defer stop()
+	return fe.ServeStdio(serveCtx, stdin, stdout)
+}
+
+// startWorker starts w. A signal during the start interrupts it; once
+// started, the worker stops only through stopWorker, which lets its
+// running jobs finish (a context bound to the signal would cancel them at
+// once: see broker.Consume).
+func startWorker(ctx context.Context, w *worker.Worker) error {
+	startCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	stop := context.AfterFunc(ctx, cancel)
+	err := w.Start(startCtx)
+	stop()
+	if err != nil {
+		cancel() // nothing started is bound to it
+	}
+	return err
 }
 
 // stopWorker drains w: running jobs get grace to finish, then are cancelled
@@ -265,6 +331,7 @@ func stopWorker(w *worker.Worker, grace time.Duration, log *slog.Logger) {
 	if err := w.Stop(ctx); err != nil {
 		log.Warn("worker stop", "err", err)
 	}
+	log.Info("worker stopped")
 }
 
 // openRedis connects to Redis, retrying for a while so that a cluster's

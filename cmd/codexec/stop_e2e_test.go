@@ -1,0 +1,264 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
+	"github.com/codexec/codexec/frontend"
+)
+
+// Graceful stop, Redis outages and the log format, each with real
+// processes: a real nats-server and redis-server, codexec roles as
+// processes of their own, real signals.
+
+// sleeper prints, sleeps secs seconds, prints again.
+func sleeper(secs int) map[string]any {
+	return map[string]any{"code": "import time\nprint('start', flush=True)\ntime.sleep(" + strconv.Itoa(secs) + ")\nprint('end')"}
+}
+
+// term sends SIGTERM to the process alone, as a supervisor stopping a
+// service does (not to its group: the job's processes are the worker's to
+// end).
+func term(p *e2e.Proc) { _ = syscall.Kill(p.Pid(), syscall.SIGTERM) }
+
+type callOut struct {
+	res *frontend.ExecResult
+	err bool
+}
+
+// callAsync makes call in the background.
+func callAsync(call func() (bool, frontend.ExecResult)) <-chan callOut {
+	out := make(chan callOut, 1)
+	go func() {
+		isErr, er := call()
+		out <- callOut{&er, isErr}
+	}()
+	return out
+}
+
+// exits waits for p to exit.
+func exits(t *testing.T, p *e2e.Proc, within time.Duration) {
+	t.Helper()
+	select {
+	case <-p.Exited():
+	case <-time.After(within):
+		t.Fatalf("%s still runs %s after SIGTERM", p.Name, within)
+	}
+}
+
+var jobStarted = regexp.MustCompile(`msg="job started"`)
+
+// A worker told to stop mid-job finishes the job within its grace period,
+// stores its result and acks it, then exits.
+func TestClusterWorkerStopFinishesJob(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 1, "--stop-grace", "1m")
+	c := httpClient(t, cl.mcpURL)
+	results := callAsync(func() (bool, frontend.ExecResult) {
+		res, er := call(t, c, "execute_code", sleeper(3))
+		return res.IsError, er
+	})
+	w := cl.workers[0]
+	w.waitFor(t, jobStarted, time.Minute)
+	term(w.Proc)
+	r := <-results
+	if r.err || r.res.Stdout != "start\nend\n" || r.res.WorkerID != "w1" {
+		t.Fatalf("the job of a worker stopped mid-job: %+v", r.res)
+	}
+	exits(t, w.Proc, time.Minute)
+	if out := w.Out.String(); !strings.Contains(out, `msg="worker stopped"`) || strings.Contains(out, "interrupted") {
+		t.Fatalf("worker log:\n%s", out)
+	}
+}
+
+// Past its grace period a stopping worker kills the job and hands it back:
+// another worker runs it, and the result is that worker's, the killed
+// attempt having stored none (results are create-only: had it stored one,
+// the client would see it).
+func TestClusterWorkerStopPastGrace(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 2, "--stop-grace", "1s")
+	c := httpClient(t, cl.mcpURL)
+	results := callAsync(func() (bool, frontend.ExecResult) {
+		res, er := call(t, c, "execute_code", sleeper(8))
+		return res.IsError, er
+	})
+	// Whichever worker took the job is stopped.
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	first := make(chan *proc, 2)
+	for _, w := range cl.workers {
+		go func() {
+			if _, err := w.WaitFor(ctx, jobStarted); err == nil {
+				first <- w
+			}
+		}()
+	}
+	var stopped *proc
+	select {
+	case stopped = <-first:
+	case <-ctx.Done():
+		t.Fatal("no worker started the job")
+	}
+	term(stopped.Proc)
+	exits(t, stopped.Proc, time.Minute)
+	r := <-results
+	want := "w1"
+	if stopped == cl.workers[0] {
+		want = "w2"
+	}
+	if r.err || r.res.Stdout != "start\nend\n" || r.res.WorkerID != want {
+		t.Fatalf("a job handed back past the grace period: %+v (want it run by %s)", r.res, want)
+	}
+	if out := stopped.Out.String(); !strings.Contains(out, "job interrupted by shutdown") {
+		t.Fatalf("stopped worker's log:\n%s", out)
+	}
+}
+
+// A frontend told to stop while a call is open answers it before it
+// exits.
+func TestClusterFrontendStopFinishesCall(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fe, url, err := e2e.StartFrontend(ctx, start(t), os.Args[0], append(cl.env, "CODEXEC_STOP_GRACE=1m"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := httpClient(t, url)
+	results := callAsync(func() (bool, frontend.ExecResult) {
+		res, er := call(t, c, "execute_code", sleeper(7))
+		return res.IsError, er
+	})
+	cl.workers[0].waitFor(t, jobStarted, time.Minute)
+	term(fe)
+	r := <-results
+	if r.err || r.res.Stdout != "start\nend\n" {
+		t.Fatalf("the call open when its frontend was stopped: %+v", r.res)
+	}
+	exits(t, fe, time.Minute)
+}
+
+// The same on stdio: `codexec dev` told to stop answers the open call on
+// stdout, then exits; every line it wrote on stderr is in the log format
+// (text).
+func TestDevStdioStopFinishesCall(t *testing.T) {
+	t.Parallel()
+	env := codexecEnv("CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t), "CODEXEC_STOP_GRACE=1m")
+	c, p := stdio(t, e2e.Command{Name: "codexec dev", Path: os.Args[0], Args: []string{"dev"}, Env: env}, nil)
+	results := callAsync(func() (bool, frontend.ExecResult) {
+		res, er := call(t, c, "execute_code", sleeper(3))
+		return res.IsError, er
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if _, err := p.WaitFor(ctx, jobStarted); err != nil {
+		t.Fatal(err)
+	}
+	term(p)
+	r := <-results
+	if r.err || r.res.Stdout != "start\nend\n" {
+		t.Fatalf("the call open when codexec dev was stopped: %+v", r.res)
+	}
+	if _, err := p.WaitFor(ctx, regexp.MustCompile(`msg="worker stopped"`)); err != nil {
+		t.Fatal(err)
+	}
+	checkLines(t, "codexec dev", p.Out.String(), textLine)
+}
+
+// textLine is a line of slog's text handler.
+var textLine = func(line string) bool { return textLineRe.MatchString(line) }
+
+var textLineRe = regexp.MustCompile(`^time=\S+ level=(DEBUG|INFO|WARN|ERROR)\S* msg=`)
+
+// jsonLine is a line of slog's JSON handler.
+func jsonLine(line string) bool {
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		return false
+	}
+	_, hasTime := m["time"]
+	_, hasLevel := m["level"]
+	_, hasMsg := m["msg"]
+	return hasTime && hasLevel && hasMsg
+}
+
+// checkLines checks that every line of out is in the format ok checks.
+func checkLines(t *testing.T, who, out string, ok func(string) bool) {
+	t.Helper()
+	lines := strings.Split(strings.TrimRight(out, "\n"), "\n")
+	if len(lines) < 2 {
+		t.Fatalf("%s logged %d lines", who, len(lines))
+	}
+	for i, line := range lines {
+		if !ok(line) {
+			t.Errorf("%s, line %d is not in the log format: %q", who, i+1, line)
+		}
+	}
+}
+
+// While Redis is down, the sessions a frontend serves keep running code in
+// their environment, and a session it never saw is refused with the
+// reason. Once Redis is back after the presence records expired, calls
+// run at once: no "no live worker" while the workers re-announce. Every
+// line the roles logged meanwhile, go-redis's and the NATS client's
+// included, is JSON (--log-format json).
+func TestClusterRedisOutage(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 2, "--log-format", "json")
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	fe, err := start(t)(e2e.Command{Name: "frontend", Path: os.Args[0], Env: cl.env,
+		Args: []string{"frontend", "--http", "127.0.0.1:0", "--log-format", "json"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	url, err := fe.WaitFor(ctx, regexp.MustCompile(`"url":"(http://[^"]+/mcp)"`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := httpClient(t, url)
+	hello := map[string]any{"code": "print('hello')"}
+	if res, er := call(t, c, "execute_code", hello); res.IsError || er.Stdout != "hello\n" {
+		t.Fatalf("before the outage: %+v", er)
+	}
+
+	cl.redis.Stop()
+	down := time.Now()
+	if res, er := call(t, c, "execute_code", hello); res.IsError || er.Stdout != "hello\n" {
+		t.Fatalf("Redis down, a session the frontend served: %+v", er)
+	}
+	stranger := httpClient(t, url)
+	if res, er := call(t, stranger, "execute_code", hello); !res.IsError || !strings.Contains(er.Message, "state store (Redis) is unreachable") {
+		t.Fatalf("Redis down, a session the frontend never saw: %+v", er)
+	}
+	// Past the presence records' life (three 5 s heartbeats).
+	time.Sleep(16*time.Second - time.Since(down))
+	cl.redis.Restart(t)
+	if res, er := call(t, c, "execute_code", hello); res.IsError || er.Stdout != "hello\n" {
+		t.Fatalf("Redis back: %+v", er)
+	}
+	if res, er := call(t, stranger, "execute_code", hello); res.IsError || er.Stdout != "hello\n" {
+		t.Fatalf("Redis back, the other session: %+v", er)
+	}
+
+	term(fe)
+	exits(t, fe, time.Minute)
+	checkLines(t, "frontend", fe.Out.String(), jsonLine)
+	for _, w := range cl.workers {
+		w.Stop(stopGrace)
+		checkLines(t, w.Name, w.Out.String(), jsonLine)
+	}
+	if !strings.Contains(fe.Out.String(), `"component":"redis"`) {
+		t.Errorf("go-redis logged nothing through the frontend's logger during the outage:\n%s", fe.Out.String())
+	}
+}
