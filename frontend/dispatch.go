@@ -19,7 +19,7 @@ import (
 
 // pool returns the presence records of the live workers of the frontend's
 // pool, sorted by worker id. When the state store does not answer, it
-// returns the records it last read if they are recent (see presence).
+// returns the records it last read if they are recent (see presenceOf).
 func (f *Frontend) pool(ctx context.Context) ([]envspec.Advert, error) {
 	adverts, _, err := f.presenceOf(ctx)
 	return adverts, err
