@@ -25,11 +25,12 @@
 # its own for one. A job goes to the spare; a new spare is forked when the
 # zygote has nothing else to do, so the fork is not on the job's path. The
 # job's exit status is always its process's wait status, never anything the
-# job wrote: in a sandbox, the init of the job's PID namespace, which runs no
-# job code, sends it on that socket as soon as it has reaped the job's
-# process, so that the teardown of the namespace and of the processes above
-# the job is not on the job's path (the job's own teardown is); unsandboxed,
-# the zygote reaps the job's process itself.
+# job wrote: in a sandbox, the spare is the init of a PID namespace of its
+# own, runs no job code, and forks the job's process; it sends that
+# process's wait status on that socket as soon as it has reaped it, so that
+# the teardown of the namespace is not on the job's path (the job's own
+# teardown is); unsandboxed, the spare is the job's process and the zygote
+# reaps it itself.
 
 import atexit
 import builtins
@@ -167,6 +168,20 @@ class _Zygote:
         self.spare_failed = False
         self.jobs = {}  # pid -> _Job, until reaped
         self.by_fd = {}  # job socket fd -> pid
+        # In a sandbox each spare is the init of a PID namespace of its own
+        # (fork_in_pid_namespace): the zygote's own namespace, to return to
+        # after each. Where the zygote may not setns(2) to it (rootless:
+        # bubblewrap's PID namespace belongs to a user namespace above the
+        # zygote's), the spare makes the namespace and forks its init
+        # (_enter_pid_namespace), a fork more per job.
+        self.pidns = None
+        if sandbox is not None:
+            fd = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _libc_call('setns', fd, _CLONE_NEWPID)
+                self.pidns = fd
+            except OSError:
+                os.close(fd)
 
     def preload(self, names):
         loaded, failed = [], {}
@@ -267,8 +282,9 @@ class _Zygote:
         _flush_std()
         gc.freeze()
         try:
-            pid = os.fork()
-        except OSError:
+            pid = os.fork() if self.pidns is None else self.fork_in_pid_namespace()
+        except OSError as e:
+            os.write(2, ('codexec: zygote: no spare: %s\n' % e).encode())
             ours.close()
             theirs.close()
             return None
@@ -277,6 +293,21 @@ class _Zygote:
             _spare_main(self, theirs)  # never returns
         theirs.close()
         return pid, ours
+
+    def fork_in_pid_namespace(self):
+        """Fork a child that is the init (PID 1) of a new PID namespace.
+        unshare(CLONE_NEWPID) only says where the next children go, and
+        only once: the zygote goes back to its own namespace right after
+        the fork, so that the next spare gets a namespace of its own too."""
+        _libc_call('unshare', _CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except OSError:
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
+            raise
+        if pid != 0:
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
+        return pid
 
     def run(self, jid, msg, fds):
         for _ in range(2):
@@ -327,7 +358,7 @@ class _Zygote:
             job.sock = None
 
     def report(self, fd):
-        """In a sandbox, the job's namespace init (A in _enter_pid_namespace)
+        """In a sandbox, the job's namespace init (A in _fork_job_process)
         reported the job's process's wait status; or every holder of the
         job's socket closed it (unsandboxed, the job's process does before
         the job runs: its wait status comes from reap)."""
@@ -345,7 +376,7 @@ class _Zygote:
             try:
                 status = int(data)
             except ValueError:
-                status = None  # never sent: S's wait status will tell
+                status = None  # never sent: the process's wait status will tell
             if status is not None and 0 <= status <= 0xFFFF and not job.done:
                 self.finish(pid, job, status)
         self.close_report(job)
@@ -360,6 +391,10 @@ class _Zygote:
                 return
             pid = info.si_pid
             job = self.jobs.get(pid)
+            if job is not None and not job.done and job.sock is not None:
+                # A sandboxed spare reports before it exits: its report may
+                # still wait in the socket.
+                self.report(job.sock.fileno())
             if job is not None and not job.done:
                 # It died without reporting (a signal, os._exit, a crash).
                 # Not reaped yet, its pid still names its group: kill the
@@ -438,11 +473,15 @@ def _prepare_child(z, sock):
     # A session and process group of its own: the worker kills the whole
     # group on timeout, and signals aimed at it never reach the zygote.
     os.setsid()
-    # Die with the zygote, like a spawned job dies with its worker.
+    # Die with the zygote, like a spawned job dies with its worker. (When
+    # this process is the init of its PID namespace (fork_in_pid_namespace)
+    # its parent has no pid there: getppid() is 0. The zygote is the
+    # sandbox's PID 1, whose death kills every process of the sandbox.)
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != z.pid:
+        if os.getppid() != (z.pid if z.pidns is None else 0):
             os._exit(126)
+    init = z.pidns is not None  # this process is its PID namespace's init
     # Signals as the interpreter had them before the zygote took SIGCHLD.
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, z.sigchld)
@@ -450,6 +489,7 @@ def _prepare_child(z, sock):
     # Nothing of the zygote's stays open, above all not its control socket.
     # The job's socket moves out of the way of the descriptors opened below.
     z.ctl.detach()
+    z.pidns = None
     if z.spare is not None:
         z.spare[1].detach()
     for job in z.jobs.values():
@@ -465,7 +505,9 @@ def _prepare_child(z, sock):
     _close_fds(keep=high)
     if z.sandbox is not None:
         _enter_namespaces(z.sandbox)
-        _enter_pid_namespace(report)  # returns in the job's process only
+        if not init:
+            _enter_pid_namespace(report)  # returns in the namespace's init only
+        _fork_job_process(report)  # returns in the job's process only
     gc.enable()
     return report
 
@@ -757,48 +799,27 @@ def _install_seccomp():
         raise OSError(e, 'seccomp filter: %s' % os.strerror(e))
 
 
-def _enter_pid_namespace(report):
-    """Give the job a PID namespace of its own, with the spare as the
-    zygote's handle on it.
+def _fork_job_process(report):
+    """Fork the job's process from this spare, the init of the job's PID
+    namespace (fork_in_pid_namespace), and make this process its reaper.
 
-    The spare (S) makes the namespace and forks its first process (A), the
-    namespace's PID 1, which forks the job's process (B, pid 2) and reaps
-    what is orphaned there. Everything the job starts lives in that
-    namespace, and nothing can leave it: when A dies the kernel kills every
-    process in it. A dies with S (its parent-death signal), so the zygote
-    ends a job, and everything it started, by killing S. B gets its own
-    /proc, which shows only the namespace's processes.
+    The spare (A) is the namespace's PID 1, the zygote's handle on it: it
+    forks the job's process (B, pid 2) and reaps what is orphaned there.
+    Everything the job starts lives in that namespace, and nothing can leave
+    it: when A dies the kernel kills every process in it. A dies with the
+    zygote (its parent-death signal), and the zygote ends a job, and
+    everything it started, by killing A (rootless, A dies with the spare
+    above it, S, which the zygote kills: _enter_pid_namespace). B gets its own /proc, which shows
+    only the namespace's processes.
 
     The job's exit status reaches the zygote from A, which runs no job
     code: B's wait status, on the socket the job came on, as soon as A has
-    reaped B (before S, A and the namespace are torn down), and as S's own
-    wait status, which S copies from B's (A passes it on a pipe). B closes
-    its copy of the socket before the job runs, so a job cannot report an
-    outcome of its own choosing. Returns in B only."""
-    r, w = os.pipe()
-    _libc_call('unshare', _CLONE_NEWPID)
-    a = os.fork()
-    if a != 0:  # S
-        try:
-            report.close()
-            _close_hidden()
-            os.close(w)
-            data = b''
-            while True:
-                chunk = os.read(r, 64)
-                if not chunk:
-                    break
-                data += chunk
-            _, st = os.waitpid(a, 0)
-            _exit_like(int(data) if data else st)
-        except BaseException:
-            os._exit(125)
-    try:  # A, PID 1
-        os.close(r)
-        if _prctl is not None:
-            _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    reaped B (before A and the namespace are torn down). B closes its copy
+    of the socket before the job runs, so a job cannot report an outcome of
+    its own choosing. Returns in B only."""
+    try:
         b = os.fork()
-        if b != 0:
+        if b != 0:  # A, PID 1
             _guard_init()
             while True:
                 pid, st = os.wait()
@@ -806,13 +827,14 @@ def _enter_pid_namespace(report):
                     try:
                         report.send(b'%d' % st)
                     except OSError:
-                        pass  # the zygote gave up on the job: S's status tells
-                    os.write(w, b'%d' % st)
-                    os._exit(0)
+                        pass  # the zygote gave up on the job
+                    # As init, A cannot end by a signal of its own: its wait
+                    # status is the zygote's fallback only, when A could not
+                    # report (it was killed).
+                    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
     except BaseException:
         os._exit(125)
     # B: the job's process.
-    os.close(w)
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != 1:
@@ -820,6 +842,26 @@ def _enter_pid_namespace(report):
     os.setsid()  # as before: the job leads a session of its own
     # hidepid: A runs as root (but without root, as the job's uid).
     _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+
+
+def _enter_pid_namespace(report):
+    """Where the zygote cannot make each spare a PID namespace's init
+    (rootless): this spare (S) makes the namespace and forks its init (A),
+    which dies with S (its parent-death signal): the zygote ends a job by
+    killing S. S passes on A's exit status, the zygote's fallback when A
+    could not report. Returns in A only."""
+    _libc_call('unshare', _CLONE_NEWPID)
+    a = os.fork()
+    if a != 0:  # S
+        try:
+            report.close()
+            _close_hidden()
+            _, st = os.waitpid(a, 0)
+            os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
+        except BaseException:
+            os._exit(125)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _guard_init():
@@ -841,20 +883,6 @@ def _close_hidden():
     with one, a process could reach every session's directories."""
     while _hidden:
         os.close(_hidden.pop()[1])
-
-
-def _exit_like(st):
-    """End this process the way the wait status st says another ended."""
-    if os.WIFSIGNALED(st):
-        sig = os.WTERMSIG(st)
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        except (OSError, ValueError):
-            pass
-        os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
-    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 125)
 
 
 def _close_fds(keep):
