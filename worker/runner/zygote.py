@@ -20,10 +20,13 @@
 #
 # Latency: forking a process of tens of megabytes, and the copy-on-write
 # faults of its first steps, cost more than a small job itself. So the zygote
-# keeps one child forked ahead of time, a spare, that has done every step
+# keeps a child forked ahead of time, a spare, that has done every step
 # that does not depend on the job (_prepare_child) and waits on a socket of
-# its own for one. A job goes to the spare; a new spare is forked when the
-# zygote has nothing else to do, so the fork is not on the job's path. The
+# its own for one. A job goes to the oldest spare; a new spare is forked when
+# the zygote has nothing else to do, so the fork is not on the job's path. A
+# sandboxed spare takes longer to prepare (namespaces, mounts, a second fork)
+# than a caller takes to send its next job, so a sandboxed zygote keeps two:
+# the next job finds one ready while the one after it is being prepared. The
 # job's exit status is always its process's wait status, never anything the
 # job wrote: in a sandbox, the spare is the init of a PID namespace of its
 # own, runs no job code, and forks the job's process; it sends that
@@ -164,7 +167,8 @@ class _Zygote:
         self.sigchld = signal.getsignal(signal.SIGCHLD)
         self.wakeup = None
         self.poller = None
-        self.spare = None  # (pid, socket): a child waiting for a job
+        self.spares = []  # (pid, socket) of each child waiting for a job, oldest first
+        self.nspares = 1 if sandbox is None else 2
         self.spare_failed = False
         self.jobs = {}  # pid -> _Job, until reaped
         self.by_fd = {}  # job socket fd -> pid
@@ -205,14 +209,16 @@ class _Zygote:
         self.poller.register(rfd, select.POLLIN)
         ctl = self.ctl.fileno()
         while True:
-            idle = self.spare is None and not self.spare_failed and self.idle()
+            idle = len(self.spares) < self.nspares and not self.spare_failed and self.idle()
             events = self.poller.poll(0 if idle else None)
             if not events:
                 # Nothing to do: fork the next job's process ahead of time.
                 # Not while a job runs: on a small machine the fork would
                 # slow the job down more than it saves the next one.
-                self.spare = self.fork_spare()
-                self.spare_failed = self.spare is None
+                spare = self.fork_spare()
+                self.spare_failed = spare is None
+                if spare is not None:
+                    self.spares.append(spare)
                 continue
             self.spare_failed = False
             for fd, _ in events:
@@ -238,8 +244,8 @@ class _Zygote:
     def shutdown(self):
         for pid in list(self.jobs):
             _kill_group(pid)
-        if self.spare is not None:
-            _kill_group(self.spare[0])
+        for pid, _ in self.spares:
+            _kill_group(pid)
         os._exit(0)
 
     def receive(self):
@@ -311,9 +317,7 @@ class _Zygote:
 
     def run(self, jid, msg, fds):
         for _ in range(2):
-            spare, self.spare = self.spare, None
-            if spare is None:
-                spare = self.fork_spare()
+            spare = self.spares.pop(0) if self.spares else self.fork_spare()
             if spare is None:
                 _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'fork failed'})
                 return
@@ -407,9 +411,12 @@ class _Zygote:
             if job is not None:
                 self.close_report(job)
                 del self.jobs[pid]
-            elif self.spare is not None and self.spare[0] == pid:
-                self.spare[1].close()
-                self.spare = None
+            else:
+                for spare in self.spares:
+                    if spare[0] == pid:
+                        spare[1].close()
+                        self.spares.remove(spare)
+                        break
 
     def wait(self, pid):
         try:
@@ -490,8 +497,8 @@ def _prepare_child(z, sock):
     # The job's socket moves out of the way of the descriptors opened below.
     z.ctl.detach()
     z.pidns = None
-    if z.spare is not None:
-        z.spare[1].detach()
+    for _, other in z.spares:
+        other.detach()
     for job in z.jobs.values():
         if job.sock is not None:
             job.sock.detach()
@@ -573,11 +580,11 @@ def _setup_job(req, fds):
 # makes itself a view of its own session only, then becomes that session's
 # uid, which takes every capability away:
 #
-#   spare (before the job is known, off the job's path): new mount and IPC
-#     namespaces, and a network namespace with only a loopback unless the
-#     pool allows egress; a fresh /tmp and /dev/shm.
-#   job: the session directories of everyone hidden under an empty tmpfs,
-#     its own bound back (working directory read-write, scripts
+#   spare (before the job is known, off the job's path): new PID, mount and
+#     IPC namespaces, and a network namespace with only a loopback unless the
+#     pool allows egress; a fresh /tmp and /dev/shm; the session directories
+#     of everyone hidden under an empty tmpfs.
+#   job: its own session directories bound back (working directory read-write, scripts
 #     read-only); the job's cgroups joined and their directories unmounted;
 #     rlimits; then setgroups([]), setresgid, setresuid to the session's
 #     uid and no_new_privs, so that no setuid program can give privileges
@@ -621,6 +628,7 @@ def _enter_namespaces(sandbox):
     for path, write, fd in keep:
         _bind_fd(fd, path, write)
         os.close(fd)
+    _hide_roots()
     if netns:
         _loopback_up()
     _own_dev()
@@ -709,11 +717,16 @@ def _bind_fd(fd, path, write):
     _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if write else _MS_RDONLY), None)
 
 
-def _confine(c):
-    """The job's view of the file system and its cgroups (still root)."""
+def _hide_roots():
+    """Put an empty tmpfs over every session's directories: the job's own
+    are bound back from the hidden roots' descriptors (_confine)."""
     for root, _ in _hidden:
         if os.path.isdir(root):  # not already gone under the fresh /tmp
             _mount('tmpfs', root, 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0711,size=64k')
+
+
+def _confine(c):
+    """The job's view of the file system and its cgroups (still root)."""
     for path, write in c.get('binds') or ():
         for root, fd in _hidden:
             if path.startswith(root + '/'):
