@@ -170,6 +170,7 @@ class _Zygote:
         self.spares = []  # (pid, socket) of each child waiting for a job, oldest first
         self.nspares = 1 if sandbox is None else 2
         self.spare_failed = False
+        self.cgroup_dirs = []  # learn_cgroup_dirs
         self.jobs = {}  # pid -> _Job, until reaped
         self.by_fd = {}  # job socket fd -> pid
         # In a sandbox each spare is the init of a PID namespace of its own
@@ -273,6 +274,7 @@ class _Zygote:
                 if jid is None or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
                     _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
+                    self.learn_cgroup_dirs(req)
                     self.run(jid, msg, fds)
             elif op == 'kill':
                 self.kill(req.get('id'))
@@ -314,6 +316,17 @@ class _Zygote:
         if pid != 0:
             _libc_call('setns', self.pidns, _CLONE_NEWPID)
         return pid
+
+    def learn_cgroup_dirs(self, req):
+        """Remember the cgroup directories the worker's jobs take out of
+        their view (confine.unmount, the same for every job of a worker):
+        the spares forked from now on take them out ahead of the job."""
+        c = req.get('confine')
+        if self.sandbox is None or not isinstance(c, dict):
+            return
+        dirs = c.get('unmount')
+        if isinstance(dirs, list) and all(isinstance(d, str) and d.startswith('/') for d in dirs):
+            self.cgroup_dirs = dirs
 
     def run(self, jid, msg, fds):
         for _ in range(2):
@@ -511,7 +524,7 @@ def _prepare_child(z, sock):
     sock.detach()
     _close_fds(keep=high)
     if z.sandbox is not None:
-        _enter_namespaces(z.sandbox)
+        _enter_namespaces(z.sandbox, z.cgroup_dirs)
         if not init:
             _enter_pid_namespace(report)  # returns in the namespace's init only
         _fork_job_process(report)  # returns in the job's process only
@@ -610,7 +623,7 @@ def _mount(source, target, fstype, flags, data):
 _hidden = []  # (root, O_PATH descriptor) of each hidden root, in a child
 
 
-def _enter_namespaces(sandbox):
+def _enter_namespaces(sandbox, cgroup_dirs):
     netns = sandbox.get('netns')
     _libc_call('unshare', _CLONE_NEWNS | _CLONE_NEWIPC | (_CLONE_NEWNET if netns else 0))
     _mount(None, '/', None, _MS_REC | _MS_PRIVATE, None)
@@ -629,6 +642,7 @@ def _enter_namespaces(sandbox):
         _bind_fd(fd, path, write)
         os.close(fd)
     _hide_roots()
+    _hide_cgroup_dirs(cgroup_dirs)
     if netns:
         _loopback_up()
     _own_dev()
@@ -725,6 +739,48 @@ def _hide_roots():
             _mount('tmpfs', root, 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0711,size=64k')
 
 
+_cgroup_dirs = {}  # path -> O_PATH descriptor of each cgroup directory taken out of view, in a child
+
+
+def _hide_cgroup_dirs(dirs):
+    """Take the job cgroups' directories out of the view, ahead of the
+    job, keeping a descriptor on each: the job joins its cgroups through
+    them (_join_cgroups) and sees none."""
+    for d in dirs:
+        try:
+            fd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # the job's request will say; _confine unmounts what is left
+        try:
+            _libc_call('umount2', _b(d), _MNT_DETACH)
+        except OSError:
+            os.close(fd)
+            continue
+        _cgroup_dirs[d] = fd
+
+
+def _join_cgroups(c):
+    """Join the job's cgroups (cgroup.procs files), then take the cgroup
+    directories out of the job's view, unless the spare already did."""
+    for f in c.get('cgroups') or ():
+        fd = None
+        for d, dfd in _cgroup_dirs.items():
+            if f.startswith(d + '/'):
+                rel = f[len(d) + 1:]
+                if rel and not rel.startswith('/') and '..' not in rel.split('/'):
+                    fd = os.open(rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                break
+        if fd is None:
+            fd = os.open(f, os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            os.write(fd, b'0')
+        finally:
+            os.close(fd)
+    for d in c.get('unmount') or ():
+        if d not in _cgroup_dirs:
+            _libc_call('umount2', _b(d), _MNT_DETACH)
+
+
 def _confine(c):
     """The job's view of the file system and its cgroups (still root)."""
     for path, write in c.get('binds') or ():
@@ -743,11 +799,7 @@ def _confine(c):
             _bind_fd(src, path, write)
         finally:
             os.close(src)
-    for f in c.get('cgroups') or ():
-        with open(f, 'w') as fh:
-            fh.write('0')
-    for d in c.get('unmount') or ():
-        _libc_call('umount2', _b(d), 2)  # MNT_DETACH
+    _join_cgroups(c)
     size = c.get('tmp_size')
     if size:
         for d in ('/tmp', '/dev/shm'):
@@ -892,10 +944,13 @@ def _guard_init():
 
 
 def _close_hidden():
-    """Close the O_PATH descriptors on the hidden roots (_enter_namespaces):
-    with one, a process could reach every session's directories."""
+    """Close the O_PATH descriptors on the hidden roots (_enter_namespaces)
+    and the cgroup directories (_hide_cgroup_dirs): with one, a process
+    could reach every session's directories, or every job's cgroup."""
     while _hidden:
         os.close(_hidden.pop()[1])
+    while _cgroup_dirs:
+        os.close(_cgroup_dirs.popitem()[1])
 
 
 def _close_fds(keep):
