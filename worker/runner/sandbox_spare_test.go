@@ -1,0 +1,153 @@
+//go:build linux
+
+package runner
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/worker/sandbox"
+)
+
+// children returns the pids of pid's children (on the host).
+func children(t *testing.T, pid int) []string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(data))
+}
+
+// nsPID returns the last field of NSpid in /proc/<pid>/status: the pid
+// of the process in its own PID namespace.
+func nsPID(t *testing.T, pid string) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			return f[len(f)-1]
+		}
+	}
+	t.Fatalf("no NSpid in /proc/%s/status", pid)
+	return ""
+}
+
+// waitForSpares waits until the zygote has n children waiting for a job
+// (each with its job's process forked), and returns them.
+func waitForSpares(t *testing.T, z *Zygote, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		kids := children(t, z.Info().PID)
+		ready := 0
+		for _, k := range kids {
+			if p, err := os.ReadFile("/proc/" + k + "/task/" + k + "/children"); err == nil && len(strings.Fields(string(p))) == 1 {
+				ready++
+			}
+		}
+		if ready == n && len(kids) == n {
+			return kids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the zygote has children %v, %d of them with a job's process; want %d spares", kids, ready, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A sandboxed zygote keeps two spares, so that a caller's next job finds
+// one ready while the one after it is prepared; each spare is the init
+// (pid 1) of a PID namespace of its own, with the job's process (pid 2)
+// forked and waiting: two forks per job, not three.
+func TestSandboxedZygoteKeepsTwoSparesThatArePIDNamespaceInits(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
+	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", z.Info().PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, spare := range waitForSpares(t, z, 2) {
+		ns, err := os.Readlink("/proc/" + spare + "/ns/pid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ns == own || slices.Contains(seen, ns) {
+			t.Errorf("spare %s is in PID namespace %s, the zygote's %s or another spare's: want one of its own", spare, ns, own)
+		}
+		seen = append(seen, ns)
+		if got := nsPID(t, spare); got != "1" {
+			t.Errorf("spare %s is pid %s in its namespace, want 1 (its init)", spare, got)
+		}
+		if job := children(t, mustAtoi(t, spare)); len(job) != 1 || nsPID(t, job[0]) != "2" {
+			t.Errorf("spare %s has children %v, want the job's process, pid 2 of its namespace", spare, job)
+		}
+	}
+	// And a job still runs in the first of them.
+	if out := zrun(t, z, l.spec(t, "a", testUIDA, "import os; print(os.getpid(), os.getppid())")); string(out.Stdout) != "2 1\n" {
+		t.Errorf("the job's pid and parent: %q, want 2 1", out.Stdout)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A job joins its cgroups (Confinement.Cgroups) and then sees none of the
+// cgroup directories (Confinement.Unmount), whether its spare learnt those
+// directories from an earlier job and took them out of its view ahead of
+// time (every job but a zygote's first) or not. A directory bound into
+// the sandbox stands in for the cgroup hierarchy: joining writes "0" to a
+// cgroup.procs file in it.
+func TestSandboxedZygoteJoinsCgroupsThroughDirectoriesHiddenAhead(t *testing.T) {
+	l := newSandboxLayout(t)
+	cg := filepath.Join(filepath.Dir(l.sessions), "cgroups")
+	procs := filepath.Join(cg, "job-1", "cgroup.procs")
+	if err := os.MkdirAll(filepath.Dir(procs), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cfg := *l.cfg
+	cfg.Mounts = append(slices.Clip(cfg.Mounts), sandbox.Mount{Path: cg, Write: true})
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
+	for i := range 3 { // the third job runs in a spare that knew the directories
+		if err := os.WriteFile(procs, []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		s := l.spec(t, "a", testUIDA, fmt.Sprintf("import os; print(os.path.exists(%q), os.listdir(%q))", procs, cg))
+		s.Confine.Cgroups, s.Confine.Unmount = []string{procs}, []string{cg}
+		out := zrun(t, z, s)
+		if out.ExitCode != 0 || string(out.Stdout) != "False []\n" {
+			t.Errorf("job %d: exit %d, stdout %q (stderr %s): want the cgroup directories out of its view", i, out.ExitCode, out.Stdout, out.Stderr)
+		}
+		if data, err := os.ReadFile(procs); err != nil || string(data) != "0" {
+			t.Errorf("job %d: cgroup.procs holds %q (%v): the job did not join its cgroup", i, data, err)
+		}
+	}
+	// The spares forked since the first job know the directories: by now
+	// (the first job's spare and the one forked before it have run the
+	// first two jobs) every spare has taken them out of its view.
+	for _, spare := range waitForSpares(t, z, 2) {
+		// Its view of the file system, from the host.
+		if _, err := os.Stat("/proc/" + spare + "/root" + procs); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("spare %s still sees %s (%v): want the directories taken out of its view ahead of the job", spare, procs, err)
+		}
+	}
+}
