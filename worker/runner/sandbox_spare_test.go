@@ -114,31 +114,45 @@ func mustAtoi(t *testing.T, s string) int {
 // A job joins its cgroups (Confinement.Cgroups) and then sees none of the
 // cgroup directories (Confinement.Unmount), whether its spare learnt those
 // directories from an earlier job and took them out of its view ahead of
-// time (every job but a zygote's first) or not. A directory bound into
-// the sandbox stands in for the cgroup hierarchy: joining writes "0" to a
-// cgroup.procs file in it.
+// time (every job but a zygote's first two) or not. A directory bound into
+// the sandbox stands in for the cgroup hierarchies: joining writes "0" to a
+// file in it. Where the cgroup has a tasks file (cgroup v1), the job's
+// process, which has one thread, joins through it: a write to cgroup.procs
+// waits for an RCU grace period, one to tasks does not. Where it has none
+// (cgroup v2), through cgroup.procs.
 func TestSandboxedZygoteJoinsCgroupsThroughDirectoriesHiddenAhead(t *testing.T) {
 	l := newSandboxLayout(t)
 	cg := filepath.Join(filepath.Dir(l.sessions), "cgroups")
-	procs := filepath.Join(cg, "job-1", "cgroup.procs")
-	if err := os.MkdirAll(filepath.Dir(procs), 0o755); err != nil {
-		t.Fatal(err)
+	v1, v2 := filepath.Join(cg, "v1", "job-1"), filepath.Join(cg, "v2", "job-1")
+	files := map[string]string{ // what each file must hold after a job
+		filepath.Join(v1, "cgroup.procs"): "x", filepath.Join(v1, "tasks"): "0",
+		filepath.Join(v2, "cgroup.procs"): "0",
+	}
+	for _, d := range []string{v1, v2} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
 	cfg := *l.cfg
 	cfg.Mounts = append(slices.Clip(cfg.Mounts), sandbox.Mount{Path: cg, Write: true})
 	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
 	for i := range 3 { // the third job runs in a spare that knew the directories
-		if err := os.WriteFile(procs, []byte("x"), 0o644); err != nil {
-			t.Fatal(err)
+		for f := range files {
+			if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
 		}
-		s := l.spec(t, "a", testUIDA, fmt.Sprintf("import os; print(os.path.exists(%q), os.listdir(%q))", procs, cg))
-		s.Confine.Cgroups, s.Confine.Unmount = []string{procs}, []string{cg}
+		s := l.spec(t, "a", testUIDA, fmt.Sprintf("import os; print(os.path.exists(%q), os.listdir(%q))", v1, cg))
+		s.Confine.Cgroups = []string{filepath.Join(v1, "cgroup.procs"), filepath.Join(v2, "cgroup.procs")}
+		s.Confine.Unmount = []string{cg}
 		out := zrun(t, z, s)
 		if out.ExitCode != 0 || string(out.Stdout) != "False []\n" {
 			t.Errorf("job %d: exit %d, stdout %q (stderr %s): want the cgroup directories out of its view", i, out.ExitCode, out.Stdout, out.Stderr)
 		}
-		if data, err := os.ReadFile(procs); err != nil || string(data) != "0" {
-			t.Errorf("job %d: cgroup.procs holds %q (%v): the job did not join its cgroup", i, data, err)
+		for f, want := range files {
+			if data, err := os.ReadFile(f); err != nil || string(data) != want {
+				t.Errorf("job %d: %s holds %q (%v), want %q", i, f, data, err, want)
+			}
 		}
 	}
 	// The spares forked since the first job know the directories: by now
@@ -146,8 +160,8 @@ func TestSandboxedZygoteJoinsCgroupsThroughDirectoriesHiddenAhead(t *testing.T) 
 	// first two jobs) every spare has taken them out of its view.
 	for _, spare := range waitForSpares(t, z, 2) {
 		// Its view of the file system, from the host.
-		if _, err := os.Stat("/proc/" + spare + "/root" + procs); !errors.Is(err, fs.ErrNotExist) {
-			t.Errorf("spare %s still sees %s (%v): want the directories taken out of its view ahead of the job", spare, procs, err)
+		if _, err := os.Stat("/proc/" + spare + "/root" + v1); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("spare %s still sees %s (%v): want the directories taken out of its view ahead of the job", spare, v1, err)
 		}
 	}
 }
