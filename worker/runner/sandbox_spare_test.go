@@ -3,6 +3,7 @@
 package runner
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -164,4 +165,29 @@ func TestSandboxedZygoteJoinsCgroupsThroughDirectoriesHiddenAhead(t *testing.T) 
 			t.Errorf("spare %s still sees %s (%v): want the directories taken out of its view ahead of the job", spare, v1, err)
 		}
 	}
+}
+
+// A one-shot zygote (Fresh's: one job, then stopped) asks for one spare,
+// not two: a second would be forked and prepared for nothing.
+func TestOneShotSandboxedZygoteKeepsOneSpare(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}, Sandbox: l.cfg, OneShot: true})
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", z.Info().PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	var cfg struct {
+		Sandbox *struct {
+			Spares int `json:"spares"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal([]byte(args[len(args)-1]), &cfg); err != nil || cfg.Sandbox == nil {
+		t.Fatalf("the zygote's configuration %q: %v", args[len(args)-1], err)
+	}
+	if cfg.Sandbox.Spares != 1 {
+		t.Errorf("a one-shot zygote asks for %d spares, want 1", cfg.Sandbox.Spares)
+	}
+	waitForSpares(t, z, 1)
+	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
 }

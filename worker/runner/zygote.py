@@ -159,6 +159,11 @@ class _Job:
         self.done = False  # the worker was told how it ended
 
 
+def _spares(sandbox):
+    n = sandbox.get('spares')
+    return n if type(n) is int and n >= 1 else 2
+
+
 class _Zygote:
     def __init__(self, ctl, sandbox):
         self.ctl = ctl
@@ -168,7 +173,7 @@ class _Zygote:
         self.wakeup = None
         self.poller = None
         self.spares = []  # (pid, socket) of each child waiting for a job, oldest first
-        self.nspares = 1 if sandbox is None else 2
+        self.nspares = 1 if sandbox is None else _spares(sandbox)
         self.spare_failed = False
         self.cgroup_dirs = []  # learn_cgroup_dirs
         self.jobs = {}  # pid -> _Job, until reaped
