@@ -177,7 +177,7 @@ func (f *Fresh) prestart(key, python string, env []string) {
 		defer f.wg.Done()
 		defer close(e.done)
 		e.z, e.err = StartZygote(context.Background(), ZygoteConfig{
-			Python: python, Env: env, Preload: []string{}, Sandbox: f.sb, Logger: f.log,
+			Python: python, Env: env, Preload: []string{}, Sandbox: f.sb, Logger: f.log, OneShot: true,
 		})
 		if e.err != nil {
 			f.log.Warn("a sandboxed interpreter could not be started ahead of time", "python", python, "err", e.err)

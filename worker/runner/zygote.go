@@ -82,6 +82,9 @@ type ZygoteConfig struct {
 	// Sandbox, when set, starts the zygote in a bubblewrap sandbox, and
 	// then every job it runs must carry a Spec.Confine.
 	Sandbox *SandboxConfig
+	// OneShot says the zygote will run one job and be stopped (Fresh): a
+	// sandboxed one then keeps one spare instead of two.
+	OneShot bool
 }
 
 // SandboxConfig says how sandboxed zygotes are started.

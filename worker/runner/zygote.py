@@ -20,16 +20,20 @@
 #
 # Latency: forking a process of tens of megabytes, and the copy-on-write
 # faults of its first steps, cost more than a small job itself. So the zygote
-# keeps one child forked ahead of time, a spare, that has done every step
+# keeps a child forked ahead of time, a spare, that has done every step
 # that does not depend on the job (_prepare_child) and waits on a socket of
-# its own for one. A job goes to the spare; a new spare is forked when the
-# zygote has nothing else to do, so the fork is not on the job's path. The
+# its own for one. A job goes to the oldest spare; a new spare is forked when
+# the zygote has nothing else to do, so the fork is not on the job's path. A
+# sandboxed spare takes longer to prepare (namespaces, mounts, a second fork)
+# than a caller takes to send its next job, so a sandboxed zygote keeps two:
+# the next job finds one ready while the one after it is being prepared. The
 # job's exit status is always its process's wait status, never anything the
-# job wrote: in a sandbox, the init of the job's PID namespace, which runs no
-# job code, sends it on that socket as soon as it has reaped the job's
-# process, so that the teardown of the namespace and of the processes above
-# the job is not on the job's path (the job's own teardown is); unsandboxed,
-# the zygote reaps the job's process itself.
+# job wrote: in a sandbox, the spare is the init of a PID namespace of its
+# own, runs no job code, and forks the job's process; it sends that
+# process's wait status on that socket as soon as it has reaped it, so that
+# the teardown of the namespace is not on the job's path (the job's own
+# teardown is); unsandboxed, the spare is the job's process and the zygote
+# reaps it itself.
 
 import atexit
 import builtins
@@ -155,6 +159,11 @@ class _Job:
         self.done = False  # the worker was told how it ended
 
 
+def _spares(sandbox):
+    n = sandbox.get('spares')
+    return n if type(n) is int and n >= 1 else 2
+
+
 class _Zygote:
     def __init__(self, ctl, sandbox):
         self.ctl = ctl
@@ -163,10 +172,26 @@ class _Zygote:
         self.sigchld = signal.getsignal(signal.SIGCHLD)
         self.wakeup = None
         self.poller = None
-        self.spare = None  # (pid, socket): a child waiting for a job
+        self.spares = []  # (pid, socket) of each child waiting for a job, oldest first
+        self.nspares = 1 if sandbox is None else _spares(sandbox)
         self.spare_failed = False
+        self.cgroup_dirs = []  # learn_cgroup_dirs
         self.jobs = {}  # pid -> _Job, until reaped
         self.by_fd = {}  # job socket fd -> pid
+        # In a sandbox each spare is the init of a PID namespace of its own
+        # (fork_in_pid_namespace): the zygote's own namespace, to return to
+        # after each. Where the zygote may not setns(2) to it (rootless:
+        # bubblewrap's PID namespace belongs to a user namespace above the
+        # zygote's), the spare makes the namespace and forks its init
+        # (_enter_pid_namespace), a fork more per job.
+        self.pidns = None
+        if sandbox is not None:
+            fd = os.open('/proc/self/ns/pid', os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _libc_call('setns', fd, _CLONE_NEWPID)
+                self.pidns = fd
+            except OSError:
+                os.close(fd)
 
     def preload(self, names):
         loaded, failed = [], {}
@@ -190,14 +215,16 @@ class _Zygote:
         self.poller.register(rfd, select.POLLIN)
         ctl = self.ctl.fileno()
         while True:
-            idle = self.spare is None and not self.spare_failed and self.idle()
+            idle = len(self.spares) < self.nspares and not self.spare_failed and self.idle()
             events = self.poller.poll(0 if idle else None)
             if not events:
                 # Nothing to do: fork the next job's process ahead of time.
                 # Not while a job runs: on a small machine the fork would
                 # slow the job down more than it saves the next one.
-                self.spare = self.fork_spare()
-                self.spare_failed = self.spare is None
+                spare = self.fork_spare()
+                self.spare_failed = spare is None
+                if spare is not None:
+                    self.spares.append(spare)
                 continue
             self.spare_failed = False
             for fd, _ in events:
@@ -223,8 +250,8 @@ class _Zygote:
     def shutdown(self):
         for pid in list(self.jobs):
             _kill_group(pid)
-        if self.spare is not None:
-            _kill_group(self.spare[0])
+        for pid, _ in self.spares:
+            _kill_group(pid)
         os._exit(0)
 
     def receive(self):
@@ -252,6 +279,7 @@ class _Zygote:
                 if jid is None or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
                     _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
+                    self.learn_cgroup_dirs(req)
                     self.run(jid, msg, fds)
             elif op == 'kill':
                 self.kill(req.get('id'))
@@ -267,8 +295,9 @@ class _Zygote:
         _flush_std()
         gc.freeze()
         try:
-            pid = os.fork()
-        except OSError:
+            pid = os.fork() if self.pidns is None else self.fork_in_pid_namespace()
+        except OSError as e:
+            os.write(2, ('codexec: zygote: no spare: %s\n' % e).encode())
             ours.close()
             theirs.close()
             return None
@@ -278,11 +307,35 @@ class _Zygote:
         theirs.close()
         return pid, ours
 
+    def fork_in_pid_namespace(self):
+        """Fork a child that is the init (PID 1) of a new PID namespace.
+        unshare(CLONE_NEWPID) only says where the next children go, and
+        only once: the zygote goes back to its own namespace right after
+        the fork, so that the next spare gets a namespace of its own too."""
+        _libc_call('unshare', _CLONE_NEWPID)
+        try:
+            pid = os.fork()
+        except OSError:
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
+            raise
+        if pid != 0:
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
+        return pid
+
+    def learn_cgroup_dirs(self, req):
+        """Remember the cgroup directories the worker's jobs take out of
+        their view (confine.unmount, the same for every job of a worker):
+        the spares forked from now on take them out ahead of the job."""
+        c = req.get('confine')
+        if self.sandbox is None or not isinstance(c, dict):
+            return
+        dirs = c.get('unmount')
+        if isinstance(dirs, list) and all(isinstance(d, str) and d.startswith('/') for d in dirs):
+            self.cgroup_dirs = dirs
+
     def run(self, jid, msg, fds):
         for _ in range(2):
-            spare, self.spare = self.spare, None
-            if spare is None:
-                spare = self.fork_spare()
+            spare = self.spares.pop(0) if self.spares else self.fork_spare()
             if spare is None:
                 _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'fork failed'})
                 return
@@ -327,7 +380,7 @@ class _Zygote:
             job.sock = None
 
     def report(self, fd):
-        """In a sandbox, the job's namespace init (A in _enter_pid_namespace)
+        """In a sandbox, the job's namespace init (A in _fork_job_process)
         reported the job's process's wait status; or every holder of the
         job's socket closed it (unsandboxed, the job's process does before
         the job runs: its wait status comes from reap)."""
@@ -345,7 +398,7 @@ class _Zygote:
             try:
                 status = int(data)
             except ValueError:
-                status = None  # never sent: S's wait status will tell
+                status = None  # never sent: the process's wait status will tell
             if status is not None and 0 <= status <= 0xFFFF and not job.done:
                 self.finish(pid, job, status)
         self.close_report(job)
@@ -360,6 +413,10 @@ class _Zygote:
                 return
             pid = info.si_pid
             job = self.jobs.get(pid)
+            if job is not None and not job.done and job.sock is not None:
+                # A sandboxed spare reports before it exits: its report may
+                # still wait in the socket.
+                self.report(job.sock.fileno())
             if job is not None and not job.done:
                 # It died without reporting (a signal, os._exit, a crash).
                 # Not reaped yet, its pid still names its group: kill the
@@ -372,9 +429,12 @@ class _Zygote:
             if job is not None:
                 self.close_report(job)
                 del self.jobs[pid]
-            elif self.spare is not None and self.spare[0] == pid:
-                self.spare[1].close()
-                self.spare = None
+            else:
+                for spare in self.spares:
+                    if spare[0] == pid:
+                        spare[1].close()
+                        self.spares.remove(spare)
+                        break
 
     def wait(self, pid):
         try:
@@ -438,11 +498,15 @@ def _prepare_child(z, sock):
     # A session and process group of its own: the worker kills the whole
     # group on timeout, and signals aimed at it never reach the zygote.
     os.setsid()
-    # Die with the zygote, like a spawned job dies with its worker.
+    # Die with the zygote, like a spawned job dies with its worker. (When
+    # this process is the init of its PID namespace (fork_in_pid_namespace)
+    # its parent has no pid there: getppid() is 0. The zygote is the
+    # sandbox's PID 1, whose death kills every process of the sandbox.)
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
-        if os.getppid() != z.pid:
+        if os.getppid() != (z.pid if z.pidns is None else 0):
             os._exit(126)
+    init = z.pidns is not None  # this process is its PID namespace's init
     # Signals as the interpreter had them before the zygote took SIGCHLD.
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, z.sigchld)
@@ -450,8 +514,9 @@ def _prepare_child(z, sock):
     # Nothing of the zygote's stays open, above all not its control socket.
     # The job's socket moves out of the way of the descriptors opened below.
     z.ctl.detach()
-    if z.spare is not None:
-        z.spare[1].detach()
+    z.pidns = None
+    for _, other in z.spares:
+        other.detach()
     for job in z.jobs.values():
         if job.sock is not None:
             job.sock.detach()
@@ -464,8 +529,10 @@ def _prepare_child(z, sock):
     sock.detach()
     _close_fds(keep=high)
     if z.sandbox is not None:
-        _enter_namespaces(z.sandbox)
-        _enter_pid_namespace(report)  # returns in the job's process only
+        _enter_namespaces(z.sandbox, z.cgroup_dirs)
+        if not init:
+            _enter_pid_namespace(report)  # returns in the namespace's init only
+        _fork_job_process(report)  # returns in the job's process only
     gc.enable()
     return report
 
@@ -531,11 +598,11 @@ def _setup_job(req, fds):
 # makes itself a view of its own session only, then becomes that session's
 # uid, which takes every capability away:
 #
-#   spare (before the job is known, off the job's path): new mount and IPC
-#     namespaces, and a network namespace with only a loopback unless the
-#     pool allows egress; a fresh /tmp and /dev/shm.
-#   job: the session directories of everyone hidden under an empty tmpfs,
-#     its own bound back (working directory read-write, scripts
+#   spare (before the job is known, off the job's path): new PID, mount and
+#     IPC namespaces, and a network namespace with only a loopback unless the
+#     pool allows egress; a fresh /tmp and /dev/shm; the session directories
+#     of everyone hidden under an empty tmpfs.
+#   job: its own session directories bound back (working directory read-write, scripts
 #     read-only); the job's cgroups joined and their directories unmounted;
 #     rlimits; then setgroups([]), setresgid, setresuid to the session's
 #     uid and no_new_privs, so that no setuid program can give privileges
@@ -561,7 +628,7 @@ def _mount(source, target, fstype, flags, data):
 _hidden = []  # (root, O_PATH descriptor) of each hidden root, in a child
 
 
-def _enter_namespaces(sandbox):
+def _enter_namespaces(sandbox, cgroup_dirs):
     netns = sandbox.get('netns')
     _libc_call('unshare', _CLONE_NEWNS | _CLONE_NEWIPC | (_CLONE_NEWNET if netns else 0))
     _mount(None, '/', None, _MS_REC | _MS_PRIVATE, None)
@@ -579,6 +646,8 @@ def _enter_namespaces(sandbox):
     for path, write, fd in keep:
         _bind_fd(fd, path, write)
         os.close(fd)
+    _hide_roots()
+    _hide_cgroup_dirs(cgroup_dirs)
     if netns:
         _loopback_up()
     _own_dev()
@@ -667,11 +736,89 @@ def _bind_fd(fd, path, write):
     _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_NOSUID | _MS_NODEV | (0 if write else _MS_RDONLY), None)
 
 
-def _confine(c):
-    """The job's view of the file system and its cgroups (still root)."""
+def _hide_roots():
+    """Put an empty tmpfs over every session's directories: the job's own
+    are bound back from the hidden roots' descriptors (_confine)."""
     for root, _ in _hidden:
         if os.path.isdir(root):  # not already gone under the fresh /tmp
             _mount('tmpfs', root, 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0711,size=64k')
+
+
+_cgroup_dirs = {}  # path -> O_PATH descriptor of each cgroup directory taken out of view, in a child
+
+
+def _hide_cgroup_dirs(dirs):
+    """Take the job cgroups' directories out of the view, ahead of the
+    job, keeping a descriptor on each: the job joins its cgroups through
+    them (_join_cgroups) and sees none."""
+    for d in dirs:
+        try:
+            fd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        except OSError:
+            continue  # the job's request will say; _confine unmounts what is left
+        try:
+            _libc_call('umount2', _b(d), _MNT_DETACH)
+        except OSError:
+            os.close(fd)
+            continue
+        _cgroup_dirs[d] = fd
+
+
+def _join_cgroups(c):
+    """Join the job's cgroups (cgroup.procs files), then take the cgroup
+    directories out of the job's view, unless the spare already did.
+
+    Writing a process to cgroup.procs moves all its threads, under a lock
+    (cgroup_threadgroup_rwsem) whose writer waits for an RCU grace period:
+    5 to 15 ms on a busy 2-core machine, the largest part of a sandboxed
+    job's set-up. This process has one thread (the zygote has no other,
+    and a fork copies only the caller), so on cgroup v1 it joins through
+    the cgroup's tasks file instead, which moves the calling thread alone
+    and needs no such lock (Linux 6.1 and later; earlier kernels take it
+    either way). cgroup v2 has no tasks file: cgroup.procs it is."""
+    single = _one_thread()
+    for f in c.get('cgroups') or ():
+        fd = None
+        if single and os.path.basename(f) == 'cgroup.procs':
+            fd = _open_cgroup_file(os.path.join(os.path.dirname(f), 'tasks'), missing_ok=True)
+        if fd is None:
+            fd = _open_cgroup_file(f)
+        try:
+            os.write(fd, b'0')
+        finally:
+            os.close(fd)
+    for d in c.get('unmount') or ():
+        if d not in _cgroup_dirs:
+            _libc_call('umount2', _b(d), _MNT_DETACH)
+
+
+def _one_thread():
+    try:
+        return len(os.listdir('/proc/self/task')) == 1
+    except OSError:
+        return False
+
+
+def _open_cgroup_file(f, missing_ok=False):
+    """Open f for writing: through the descriptor of the cgroup directory
+    it lies under when the spare took that directory out of view, by its
+    path otherwise. None when missing_ok and there is no such file."""
+    try:
+        for d, dfd in _cgroup_dirs.items():
+            if f.startswith(d + '/'):
+                rel = f[len(d) + 1:]
+                if not rel or rel.startswith('/') or '..' in rel.split('/'):
+                    raise OSError('bad cgroup file %r' % f)
+                return os.open(rel, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+        return os.open(f, os.O_WRONLY | os.O_CLOEXEC)
+    except FileNotFoundError:
+        if missing_ok:
+            return None
+        raise
+
+
+def _confine(c):
+    """The job's view of the file system and its cgroups (still root)."""
     for path, write in c.get('binds') or ():
         for root, fd in _hidden:
             if path.startswith(root + '/'):
@@ -688,11 +835,7 @@ def _confine(c):
             _bind_fd(src, path, write)
         finally:
             os.close(src)
-    for f in c.get('cgroups') or ():
-        with open(f, 'w') as fh:
-            fh.write('0')
-    for d in c.get('unmount') or ():
-        _libc_call('umount2', _b(d), 2)  # MNT_DETACH
+    _join_cgroups(c)
     size = c.get('tmp_size')
     if size:
         for d in ('/tmp', '/dev/shm'):
@@ -757,48 +900,27 @@ def _install_seccomp():
         raise OSError(e, 'seccomp filter: %s' % os.strerror(e))
 
 
-def _enter_pid_namespace(report):
-    """Give the job a PID namespace of its own, with the spare as the
-    zygote's handle on it.
+def _fork_job_process(report):
+    """Fork the job's process from this spare, the init of the job's PID
+    namespace (fork_in_pid_namespace), and make this process its reaper.
 
-    The spare (S) makes the namespace and forks its first process (A), the
-    namespace's PID 1, which forks the job's process (B, pid 2) and reaps
-    what is orphaned there. Everything the job starts lives in that
-    namespace, and nothing can leave it: when A dies the kernel kills every
-    process in it. A dies with S (its parent-death signal), so the zygote
-    ends a job, and everything it started, by killing S. B gets its own
-    /proc, which shows only the namespace's processes.
+    The spare (A) is the namespace's PID 1, the zygote's handle on it: it
+    forks the job's process (B, pid 2) and reaps what is orphaned there.
+    Everything the job starts lives in that namespace, and nothing can leave
+    it: when A dies the kernel kills every process in it. A dies with the
+    zygote (its parent-death signal), and the zygote ends a job, and
+    everything it started, by killing A (rootless, A dies with the spare
+    above it, S, which the zygote kills: _enter_pid_namespace). B gets its own /proc, which shows
+    only the namespace's processes.
 
     The job's exit status reaches the zygote from A, which runs no job
     code: B's wait status, on the socket the job came on, as soon as A has
-    reaped B (before S, A and the namespace are torn down), and as S's own
-    wait status, which S copies from B's (A passes it on a pipe). B closes
-    its copy of the socket before the job runs, so a job cannot report an
-    outcome of its own choosing. Returns in B only."""
-    r, w = os.pipe()
-    _libc_call('unshare', _CLONE_NEWPID)
-    a = os.fork()
-    if a != 0:  # S
-        try:
-            report.close()
-            _close_hidden()
-            os.close(w)
-            data = b''
-            while True:
-                chunk = os.read(r, 64)
-                if not chunk:
-                    break
-                data += chunk
-            _, st = os.waitpid(a, 0)
-            _exit_like(int(data) if data else st)
-        except BaseException:
-            os._exit(125)
-    try:  # A, PID 1
-        os.close(r)
-        if _prctl is not None:
-            _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+    reaped B (before A and the namespace are torn down). B closes its copy
+    of the socket before the job runs, so a job cannot report an outcome of
+    its own choosing. Returns in B only."""
+    try:
         b = os.fork()
-        if b != 0:
+        if b != 0:  # A, PID 1
             _guard_init()
             while True:
                 pid, st = os.wait()
@@ -806,13 +928,14 @@ def _enter_pid_namespace(report):
                     try:
                         report.send(b'%d' % st)
                     except OSError:
-                        pass  # the zygote gave up on the job: S's status tells
-                    os.write(w, b'%d' % st)
-                    os._exit(0)
+                        pass  # the zygote gave up on the job
+                    # As init, A cannot end by a signal of its own: its wait
+                    # status is the zygote's fallback only, when A could not
+                    # report (it was killed).
+                    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
     except BaseException:
         os._exit(125)
     # B: the job's process.
-    os.close(w)
     if _prctl is not None:
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
     if os.getppid() != 1:
@@ -820,6 +943,26 @@ def _enter_pid_namespace(report):
     os.setsid()  # as before: the job leads a session of its own
     # hidepid: A runs as root (but without root, as the job's uid).
     _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+
+
+def _enter_pid_namespace(report):
+    """Where the zygote cannot make each spare a PID namespace's init
+    (rootless): this spare (S) makes the namespace and forks its init (A),
+    which dies with S (its parent-death signal): the zygote ends a job by
+    killing S. S passes on A's exit status, the zygote's fallback when A
+    could not report. Returns in A only."""
+    _libc_call('unshare', _CLONE_NEWPID)
+    a = os.fork()
+    if a != 0:  # S
+        try:
+            report.close()
+            _close_hidden()
+            _, st = os.waitpid(a, 0)
+            os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 128 + os.WTERMSIG(st))
+        except BaseException:
+            os._exit(125)
+    if _prctl is not None:
+        _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
 
 
 def _guard_init():
@@ -837,24 +980,13 @@ def _guard_init():
 
 
 def _close_hidden():
-    """Close the O_PATH descriptors on the hidden roots (_enter_namespaces):
-    with one, a process could reach every session's directories."""
+    """Close the O_PATH descriptors on the hidden roots (_enter_namespaces)
+    and the cgroup directories (_hide_cgroup_dirs): with one, a process
+    could reach every session's directories, or every job's cgroup."""
     while _hidden:
         os.close(_hidden.pop()[1])
-
-
-def _exit_like(st):
-    """End this process the way the wait status st says another ended."""
-    if os.WIFSIGNALED(st):
-        sig = os.WTERMSIG(st)
-        try:
-            signal.signal(sig, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, [sig])
-        except (OSError, ValueError):
-            pass
-        os.kill(os.getpid(), sig)
-        os._exit(128 + sig)
-    os._exit(os.WEXITSTATUS(st) if os.WIFEXITED(st) else 125)
+    while _cgroup_dirs:
+        os.close(_cgroup_dirs.popitem()[1])
 
 
 def _close_fds(keep):

@@ -73,6 +73,9 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		zc.Sandbox = &zygoteSandboxCfg{
 			NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden), Rootless: sb.Box.Rootless(), Seccomp: sb.Seccomp,
 		}
+		if cfg.OneShot {
+			zc.Sandbox.Spares = 1
+		}
 		im, err := sandbox.InterpreterMounts(cfg.Python)
 		if err != nil {
 			return nil, fmt.Errorf("runner: zygote: %w", err)

@@ -77,4 +77,7 @@ type zygoteSandboxCfg struct {
 	// Seccomp is SandboxConfig.Seccomp, base64 in the JSON (as
 	// encoding/json writes a []byte): each job's process installs it.
 	Seccomp []byte `json:"seccomp,omitempty"`
+	// Spares is how many children the zygote keeps prepared ahead of
+	// jobs; 0 (absent) means the zygote's default, two.
+	Spares int `json:"spares,omitempty"`
 }

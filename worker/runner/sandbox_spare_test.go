@@ -1,0 +1,193 @@
+//go:build linux
+
+package runner
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/worker/sandbox"
+)
+
+// children returns the pids of pid's children (on the host).
+func children(t *testing.T, pid int) []string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/children", pid, pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.Fields(string(data))
+}
+
+// nsPID returns the last field of NSpid in /proc/<pid>/status: the pid
+// of the process in its own PID namespace.
+func nsPID(t *testing.T, pid string) string {
+	t.Helper()
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			return f[len(f)-1]
+		}
+	}
+	t.Fatalf("no NSpid in /proc/%s/status", pid)
+	return ""
+}
+
+// waitForSpares waits until the zygote has n children waiting for a job
+// (each with its job's process forked), and returns them.
+func waitForSpares(t *testing.T, z *Zygote, n int) []string {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		kids := children(t, z.Info().PID)
+		ready := 0
+		for _, k := range kids {
+			if p, err := os.ReadFile("/proc/" + k + "/task/" + k + "/children"); err == nil && len(strings.Fields(string(p))) == 1 {
+				ready++
+			}
+		}
+		if ready == n && len(kids) == n {
+			return kids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the zygote has children %v, %d of them with a job's process; want %d spares", kids, ready, n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// A sandboxed zygote keeps two spares, so that a caller's next job finds
+// one ready while the one after it is prepared; each spare is the init
+// (pid 1) of a PID namespace of its own, with the job's process (pid 2)
+// forked and waiting: two forks per job, not three.
+func TestSandboxedZygoteKeepsTwoSparesThatArePIDNamespaceInits(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
+	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", z.Info().PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	for _, spare := range waitForSpares(t, z, 2) {
+		ns, err := os.Readlink("/proc/" + spare + "/ns/pid")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if ns == own || slices.Contains(seen, ns) {
+			t.Errorf("spare %s is in PID namespace %s, the zygote's %s or another spare's: want one of its own", spare, ns, own)
+		}
+		seen = append(seen, ns)
+		if got := nsPID(t, spare); got != "1" {
+			t.Errorf("spare %s is pid %s in its namespace, want 1 (its init)", spare, got)
+		}
+		if job := children(t, mustAtoi(t, spare)); len(job) != 1 || nsPID(t, job[0]) != "2" {
+			t.Errorf("spare %s has children %v, want the job's process, pid 2 of its namespace", spare, job)
+		}
+	}
+	// And a job still runs in the first of them.
+	if out := zrun(t, z, l.spec(t, "a", testUIDA, "import os; print(os.getpid(), os.getppid())")); string(out.Stdout) != "2 1\n" {
+		t.Errorf("the job's pid and parent: %q, want 2 1", out.Stdout)
+	}
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// A job joins its cgroups (Confinement.Cgroups) and then sees none of the
+// cgroup directories (Confinement.Unmount), whether its spare learnt those
+// directories from an earlier job and took them out of its view ahead of
+// time (every job but a zygote's first two) or not. A directory bound into
+// the sandbox stands in for the cgroup hierarchies: joining writes "0" to a
+// file in it. Where the cgroup has a tasks file (cgroup v1), the job's
+// process, which has one thread, joins through it: a write to cgroup.procs
+// waits for an RCU grace period, one to tasks does not. Where it has none
+// (cgroup v2), through cgroup.procs.
+func TestSandboxedZygoteJoinsCgroupsThroughDirectoriesHiddenAhead(t *testing.T) {
+	l := newSandboxLayout(t)
+	cg := filepath.Join(filepath.Dir(l.sessions), "cgroups")
+	v1, v2 := filepath.Join(cg, "v1", "job-1"), filepath.Join(cg, "v2", "job-1")
+	files := map[string]string{ // what each file must hold after a job
+		filepath.Join(v1, "cgroup.procs"): "x", filepath.Join(v1, "tasks"): "0",
+		filepath.Join(v2, "cgroup.procs"): "0",
+	}
+	for _, d := range []string{v1, v2} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := *l.cfg
+	cfg.Mounts = append(slices.Clip(cfg.Mounts), sandbox.Mount{Path: cg, Write: true})
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
+	for i := range 3 { // the third job runs in a spare that knew the directories
+		for f := range files {
+			if err := os.WriteFile(f, []byte("x"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		s := l.spec(t, "a", testUIDA, fmt.Sprintf("import os; print(os.path.exists(%q), os.listdir(%q))", v1, cg))
+		s.Confine.Cgroups = []string{filepath.Join(v1, "cgroup.procs"), filepath.Join(v2, "cgroup.procs")}
+		s.Confine.Unmount = []string{cg}
+		out := zrun(t, z, s)
+		if out.ExitCode != 0 || string(out.Stdout) != "False []\n" {
+			t.Errorf("job %d: exit %d, stdout %q (stderr %s): want the cgroup directories out of its view", i, out.ExitCode, out.Stdout, out.Stderr)
+		}
+		for f, want := range files {
+			if data, err := os.ReadFile(f); err != nil || string(data) != want {
+				t.Errorf("job %d: %s holds %q (%v), want %q", i, f, data, err, want)
+			}
+		}
+	}
+	// The spares forked since the first job know the directories: by now
+	// (the first job's spare and the one forked before it have run the
+	// first two jobs) every spare has taken them out of its view.
+	for _, spare := range waitForSpares(t, z, 2) {
+		// Its view of the file system, from the host.
+		if _, err := os.Stat("/proc/" + spare + "/root" + v1); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("spare %s still sees %s (%v): want the directories taken out of its view ahead of the job", spare, v1, err)
+		}
+	}
+}
+
+// A one-shot zygote (Fresh's: one job, then stopped) asks for one spare,
+// not two: a second would be forked and prepared for nothing.
+func TestOneShotSandboxedZygoteKeepsOneSpare(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}, Sandbox: l.cfg, OneShot: true})
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", z.Info().PID))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args := strings.Split(strings.TrimSuffix(string(data), "\x00"), "\x00")
+	var cfg struct {
+		Sandbox *struct {
+			Spares int `json:"spares"`
+		} `json:"sandbox"`
+	}
+	if err := json.Unmarshal([]byte(args[len(args)-1]), &cfg); err != nil || cfg.Sandbox == nil {
+		t.Fatalf("the zygote's configuration %q: %v", args[len(args)-1], err)
+	}
+	if cfg.Sandbox.Spares != 1 {
+		t.Errorf("a one-shot zygote asks for %d spares, want 1", cfg.Sandbox.Spares)
+	}
+	waitForSpares(t, z, 1)
+	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+}
