@@ -127,6 +127,26 @@ type Config struct {
 	// "ptrace" for a debugger: names of seccomp.Refused or
 	// seccomp.Conditional. Default none.
 	SeccompAllow []string
+	// SessionFS says how a job's disk limit holds: SessionFSAuto (the
+	// default) gives each session's working directory a file system of its
+	// own, which refuses a write past the limit (package diskfs), where the
+	// worker can make them (root, loop devices, mkfs.ext4), and otherwise
+	// measures the directory while the job runs, as SessionFSOff always
+	// does (a sample, which a fast writer can outrun between two).
+	SessionFS string
+	// SessionFSSize is the size of each session's file system, a sparse
+	// image that takes on the host's disk what is written in it. It bounds
+	// what a session may hold under any limit. Default: the largest disk
+	// limit a job may ask for plus a sixteenth and 256 MiB (the file
+	// system's own overhead); 64 GiB when there is no largest.
+	SessionFSSize int64
+	// SessionFSMounted bounds the sessions' file systems mounted at once
+	// (each holds a loop device): the least recently used idle one makes
+	// room. Default 128.
+	SessionFSMounted int
+	// SessionFSIdle unmounts a session's file system that ran no job for
+	// this long. Default 10 minutes.
+	SessionFSIdle time.Duration
 	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
 	// the presence record lives three intervals.
 	HeartbeatInterval time.Duration
@@ -160,6 +180,18 @@ const (
 	SandboxAuto    = "auto"
 	SandboxRequire = "require"
 	SandboxOff     = "off"
+)
+
+// Disk limit modes (Config.SessionFS).
+const (
+	SessionFSAuto = "auto"
+	SessionFSOff  = "off"
+)
+
+// Defaults of the sessions' file systems.
+const (
+	DefaultSessionFSMounted = 128
+	DefaultSessionFSIdle    = 10 * time.Minute
 )
 
 // Job network policies (Config.JobNetwork).
@@ -226,6 +258,21 @@ func (c Config) WithDefaults() Config {
 	if c.JobNetwork == "" {
 		c.JobNetwork = NetworkNone
 	}
+	if c.SessionFS == "" {
+		c.SessionFS = SessionFSAuto
+	}
+	if c.SessionFSSize <= 0 {
+		c.SessionFSSize = 64 << 30
+		if largest := c.MaxLimits.Disk; largest > 0 {
+			c.SessionFSSize = largest + largest/16 + 256<<20
+		}
+	}
+	if c.SessionFSMounted <= 0 {
+		c.SessionFSMounted = DefaultSessionFSMounted
+	}
+	if c.SessionFSIdle <= 0 {
+		c.SessionFSIdle = DefaultSessionFSIdle
+	}
 	return c
 }
 
@@ -244,6 +291,11 @@ func (c Config) validate() error {
 	case SandboxAuto, SandboxRequire, SandboxOff:
 	default:
 		errs = append(errs, fmt.Errorf("invalid sandbox mode %q: %s, %s or %s", c.Sandbox, SandboxAuto, SandboxRequire, SandboxOff))
+	}
+	switch c.SessionFS {
+	case SessionFSAuto, SessionFSOff:
+	default:
+		errs = append(errs, fmt.Errorf("invalid session file system mode %q: %s or %s", c.SessionFS, SessionFSAuto, SessionFSOff))
 	}
 	switch c.JobNetwork {
 	case NetworkNone, NetworkAllow:

@@ -18,6 +18,7 @@ import (
 
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/cgroup"
+	"github.com/codexec/codexec/worker/diskfs"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
 	"github.com/codexec/codexec/worker/sandbox"
@@ -118,8 +119,31 @@ func cgroupName(id string) string {
 // In a sandbox both belong to the session's uid, which it returns: the
 // working directory read-write for it alone (0700), the scripts directory
 // readable (0500; the job sees it read-only, the worker writes it as root).
-func (w *Worker) sessionDirs(scope string) (cwd, scripts string, uid int, err error) {
+// With session file systems the working directory is the Work directory of
+// the session's own, mounted here if it was not (disk, which the caller
+// releases); disk is nil for a session whose directory is measured.
+func (w *Worker) sessionDirs(ctx context.Context, scope string) (cwd, scripts string, uid int, disk *sessionDisk, err error) {
 	cwd = filepath.Join(w.sessionsRoot(), scope)
+	if w.sessionFS != nil {
+		if disk, err = w.sessionFS.acquire(ctx, scope); err != nil {
+			return "", "", 0, nil, fmt.Errorf("session file system: %w", err)
+		}
+		if disk != nil {
+			// As the sandbox names the sessions root (diskfs resolves links).
+			cwd = filepath.Join(cwd, diskfs.Work)
+		}
+	}
+	cwd, scripts, uid, err = w.sessionDirsAt(cwd, scope)
+	if err != nil {
+		w.sessionFS.release(disk)
+		return "", "", 0, nil, err
+	}
+	return cwd, scripts, uid, disk, nil
+}
+
+// sessionDirsAt makes and owns the working directory cwd and the
+// session's scripts directory (see sessionDirs).
+func (w *Worker) sessionDirsAt(cwd, scope string) (_, scripts string, uid int, err error) {
 	scripts = filepath.Join(w.cfg.ScriptsDir, scope)
 	if w.box == nil || w.box.Rootless() {
 		for _, dir := range []string{cwd, scripts} {
@@ -205,8 +229,9 @@ func (p *cgroupPool) put(g *cgroup.Group) error {
 }
 
 // prepareLimits applies the job's limits to spec: rlimits always, and in a
-// sandbox the confinement (uid, directories, cgroup).
-func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec, cwd, scripts string, uid int) (*jobLimits, error) {
+// sandbox the confinement (uid, directories, cgroup). disk is the session's
+// file system, nil when its disk limit is measured.
+func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec, cwd, scripts string, uid int, disk *sessionDisk) (*jobLimits, error) {
 	jl := &jobLimits{set: set}
 	if w.box != nil {
 		gid := uid
@@ -229,9 +254,10 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 		spec.Confine = c
 	}
 	rl := set
-	if set.Disk > 0 && (set.FileSize == 0 || set.Disk < set.FileSize) {
+	if disk == nil && set.Disk > 0 && (set.FileSize == 0 || set.Disk < set.FileSize) {
 		// No single file may outgrow the working directory's limit: the
-		// disk watch only samples, a file size limit stops the write.
+		// disk watch only samples, a file size limit stops the write. (A
+		// session file system stops it itself.)
 		rl.FileSize = set.Disk
 	}
 	spec.Rlimits = rl.Rlimits(jl.group != nil && set.Memory > 0)

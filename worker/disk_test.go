@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/diskfs"
 )
 
 // nest makes depth directories, each in the last, by descriptors: the
@@ -90,22 +91,33 @@ func TestTrimWorkspaceRemovesWhatTheJobWrote(t *testing.T) {
 // The attacks that passed a sampled disk limit, through a real worker and
 // its sandbox: a job that fallocates far past its limit between two
 // samples, and one that nests directories past PATH_MAX. Both end on the
-// disk limit, and leave the workspace under it.
+// disk limit, and leave the workspace under it, whether the limit is
+// measured (--session-fs off, or a machine without session file systems)
+// or the kernel's.
 func TestDiskLimitAttacks(t *testing.T) {
 	fx := newLifecycleFixture(t)
-	w, err := New(Config{
-		ID: "disk", DataDir: fx.dataDir, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
-		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
-	}, fx.broker, fx.store)
-	if err != nil {
-		t.Fatal(err)
+	for _, fsMode := range []string{SessionFSOff, SessionFSAuto} {
+		t.Run("session-fs="+fsMode, func(t *testing.T) {
+			w, err := New(Config{
+				ID: "disk-" + fsMode, DataDir: filepath.Join(fx.dataDir, fsMode), Sandbox: testSandbox(t),
+				UIDDir: filepath.Join(fx.dataDir, "uids"), SessionFS: fsMode,
+				Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+			}, fx.broker, fx.store)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			if err := w.Start(ctx); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = w.Stop(context.Background()) }()
+			diskLimitAttacks(ctx, t, fx, w)
+		})
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+}
+
+func diskLimitAttacks(ctx context.Context, t *testing.T, fx *lifecycleFixture, w *Worker) {
 	const limit = 20 << 20
 	for name, code := range map[string]string{"fallocate": fallocateAttack, "nested": nestedAttack} {
 		t.Run(name, func(t *testing.T) {
@@ -125,7 +137,11 @@ func TestDiskLimitAttacks(t *testing.T) {
 			if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk {
 				t.Errorf("status %s, limit %q, want limit %q: %s\nstdout %q\nstderr %q", res.Status, res.Limit, wire.LimitDisk, res.Message, res.Stdout, res.Stderr)
 			}
-			if du := DiskUsage(filepath.Join(w.sessionsRoot(), scope)); du > limit {
+			dir := filepath.Join(w.sessionsRoot(), scope)
+			if w.sessionFS != nil {
+				dir = filepath.Join(dir, diskfs.Work) // beside it, the ballast
+			}
+			if du := DiskUsage(dir); du > limit {
 				t.Errorf("the workspace takes %d MiB after the job, over its %d MiB limit (%s)", du>>20, limit>>20, res.Message)
 			}
 		})

@@ -32,6 +32,10 @@ type runFacts struct {
 	// called only when nothing before the disk limit explains the
 	// outcome, and only with a disk limit.
 	diskUsage func() int64
+	// diskFull, with a session file system (nil without one), says
+	// whether the job's part of it is full: the kernel refused its writes
+	// at the disk limit.
+	diskFull func() bool
 }
 
 // verdict is how a job's result reports its outcome.
@@ -66,7 +70,7 @@ func classify(f runFacts) verdict {
 		return v
 	case f.shutdown:
 		return verdict{status: wire.StatusInternal, message: "interrupted: the worker is shutting down"}
-	case f.diskStopped || (f.set.Disk > 0 && f.diskUsage() > f.set.Disk):
+	case f.diskStopped || (f.diskFull == nil && f.set.Disk > 0 && f.diskUsage() > f.set.Disk):
 		// Measured during the run, and once more after it: a job that
 		// wrote past the limit between two samples is named too.
 		return verdict{status: wire.StatusLimit, limit: wire.LimitDisk,
@@ -79,6 +83,12 @@ func classify(f runFacts) verdict {
 		switch {
 		case hit != "":
 			return verdict{status: wire.StatusLimit, limit: hit, message: hitMsg}
+		case f.diskFull != nil && f.set.Disk > 0 && (f.diskFull() || strings.Contains(string(f.out.Stderr), "[Errno 28] No space left on device")):
+			// The job's own report of ENOSPC is not needed: its part of
+			// the file system is full, and it failed. (A job that says
+			// ENOSPC falsely only mislabels its own result.)
+			return verdict{status: wire.StatusLimit, limit: wire.LimitDisk,
+				message: fmt.Sprintf("disk limit reached (%s in the working directory): the file system refused writes past it", mib(f.set.Disk))}
 		case f.out.Signal != "":
 			return verdict{status: wire.StatusError, message: "killed by signal: " + f.out.Signal}
 		default:

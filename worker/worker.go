@@ -56,6 +56,7 @@ type Worker struct {
 	cgroupPool *cgroupPool
 	fresh      *runner.Fresh // spawn mode in a sandbox: interpreters started ahead of time
 	sandboxCfg *runner.SandboxConfig
+	sessionFS  *sessionFS // the sessions' own file systems; nil: their disk limit is measured
 
 	bg       sync.WaitGroup // goroutines of Start's (warming the default zygote)
 	stopBeat context.CancelFunc
@@ -124,6 +125,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if err := w.setupSandbox(ctx); err != nil {
 		return err
 	}
+	w.setupSessionFS(ctx) // before any interpreter starts: they see its mounts
 	if err := w.prepareEnv(ctx); err != nil {
 		return err
 	}
@@ -303,6 +305,9 @@ func (w *Worker) release() {
 			_ = w.cache.Close()
 		}
 		w.closeCgroups()
+		if w.sessionFS != nil {
+			w.sessionFS.close()
+		}
 	})
 }
 
@@ -507,13 +512,17 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	if err != nil {
 		return w.result(job, attempt, wire.StatusRejected, err.Error())
 	}
-	cwd, scripts, uid, err := w.sessionDirs(job.Scope)
+	cwd, scripts, uid, disk, err := w.sessionDirs(ctx, job.Scope)
 	if err != nil {
 		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
 	}
+	defer w.sessionFS.release(disk)
+	if err := disk.setLimit(set.Disk); err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "set the disk limit: "+err.Error())
+	}
 	ws, err := w.restoreWorkspace(ctx, job.Scope, cwd, uid, set.Disk, log)
 	if err != nil {
-		return w.result(job, attempt, wire.StatusInternal, "restore the session's files: "+err.Error())
+		return w.restoreFailure(job, attempt, set.Disk, err)
 	}
 	script := filepath.Join(scripts, job.ID+"_"+wire.CleanFilename(job.Filename))
 	if err := writeNew(script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
@@ -555,7 +564,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		spec, envID = w.envSpec(env, script, cwd, cwd), env.ID
 	}
 	spec.Timeout, spec.OutputLimit = timeout, limit
-	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid)
+	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid, disk)
 	if err != nil {
 		return w.result(job, attempt, wire.StatusInternal, err.Error())
 	}
@@ -566,7 +575,9 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	defer func() { go jl.release(log) }()
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
+	if disk == nil {
+		go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
+	}
 	started := time.Now().UTC()
 	out, err := w.exec.Run(jctx, spec)
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
@@ -576,9 +587,12 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	facts := runFacts{
 		out: out, err: err, usage: jl.usage(), set: set, cgroupMemory: jl.group != nil && set.Memory > 0,
 		timeout: timeout, shutdown: ctx.Err() != nil, diskStopped: diskStopped,
-		diskUsage: func() int64 { return DiskUsage(cwd) },
+		diskUsage: func() int64 { return disk.usage(cwd) }, diskFull: disk.fullFunc(),
 	}
-	v := settleDisk(classify(facts), cwd, started, set.Disk)
+	v := classify(facts)
+	if disk == nil {
+		v = settleDisk(v, cwd, started, set.Disk)
+	}
 	res := w.result(job, attempt, v.status, v.message)
 	res.Limit = v.limit
 	res.EnvID = envID

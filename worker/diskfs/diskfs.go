@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -267,8 +268,11 @@ func (f *FS) SetLimit(limit int64) error {
 		}
 	}
 	// Growing may find a few blocks short (the ballast's own extent
-	// blocks): then it takes what there is.
-	for ; want > st.Size; want -= 1 << 20 {
+	// blocks): then it takes what there is, a few blocks less at a time
+	// (a MiB at a time after 16 tries), so that the limit is what was
+	// asked within a few blocks.
+	step := 4 * st.Blksize
+	for i := 0; want > st.Size; i++ {
 		err := unix.Fallocate(int(b.Fd()), 0, 0, want)
 		if err == nil {
 			break
@@ -276,6 +280,10 @@ func (f *FS) SetLimit(limit int64) error {
 		if !errors.Is(err, unix.ENOSPC) {
 			return fmt.Errorf("diskfs: ballast: %w", err)
 		}
+		if i == 16 {
+			step = 1 << 20
+		}
+		want -= step
 	}
 	return nil
 }
@@ -295,6 +303,15 @@ func (f *FS) Usage() (int64, error) {
 		return 0, err
 	}
 	return max(0, used-st.Blocks*512-f.overhead), nil
+}
+
+// Avail is what the Work directory may still allocate under its limit, in
+// bytes: the file system's free blocks, the ballast's taken.
+func (f *FS) Avail() (int64, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	_, avail, err := f.space()
+	return avail, err
 }
 
 // Unmount unmounts the file system; its loop device goes with it. A file
@@ -335,6 +352,48 @@ func mountedFrom(dir, image string) (bool, error) {
 		}
 	}
 	return false, sc.Err()
+}
+
+// MountsUnder lists the mount points strictly below dir (absolute, no
+// links), deepest first: what to unmount before dir.
+func MountsUnder(dir string) ([]string, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return nil, fmt.Errorf("diskfs: %w", err)
+	}
+	var out []string
+	sc := bufio.NewScanner(bytes.NewReader(data))
+	sc.Buffer(nil, 1<<20)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) >= 5 {
+			if p := unescape(fields[4]); strings.HasPrefix(p, dir+"/") {
+				out = append(out, p)
+			}
+		}
+	}
+	// Deeper paths are longer: reverse order of length is deepest first.
+	slices.SortFunc(out, func(a, b string) int {
+		if len(a) != len(b) {
+			return len(b) - len(a)
+		}
+		return strings.Compare(a, b)
+	})
+	return slices.Compact(out), sc.Err()
+}
+
+// IsMountPoint says whether dir (absolute, no links) is a mount point.
+func IsMountPoint(dir string) (bool, error) {
+	data, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return false, fmt.Errorf("diskfs: %w", err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if fields := strings.Fields(line); len(fields) >= 5 && unescape(fields[4]) == dir {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // attached is the loop device image is attached to, "" for none.

@@ -73,7 +73,7 @@ _CLONE_NEWIPC = 0x08000000
 _CLONE_NEWNET = 0x40000000
 _CLONE_NEWPID = 0x20000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
-_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_PRIVATE = 32, 4096, 16384, 1 << 18
+_MS_REMOUNT, _MS_BIND, _MS_REC, _MS_SLAVE = 32, 4096, 16384, 1 << 19
 _MNT_DETACH = 2
 
 try:
@@ -631,7 +631,10 @@ _hidden = []  # (root, O_PATH descriptor) of each hidden root, in a child
 def _enter_namespaces(sandbox, cgroup_dirs):
     netns = sandbox.get('netns')
     _libc_call('unshare', _CLONE_NEWNS | _CLONE_NEWIPC | (_CLONE_NEWNET if netns else 0))
-    _mount(None, '/', None, _MS_REC | _MS_PRIVATE, None)
+    # Slave, not private: mounts the worker makes later (a session's own
+    # file system, mounted at its first call) still reach this child, and
+    # nothing it mounts reaches back.
+    _mount(None, '/', None, _MS_REC | _MS_SLAVE, None)
     # The roots of every session's directories: kept open, so that the
     # job's own can be bound back from them once they are hidden (by the
     # fresh /tmp below, when they lie under /tmp, or by _confine).

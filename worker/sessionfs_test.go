@@ -1,0 +1,146 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/diskfs"
+)
+
+// needSessionFS skips the test where session file systems cannot be made
+// (not root, no loop devices, no mkfs.ext4), with the reason; with CI=true
+// it fails.
+func needSessionFS(t *testing.T) {
+	t.Helper()
+	if err := diskfs.Check(); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("CI needs loop devices and mkfs.ext4 as root: %v", err)
+		}
+		t.Skip(err)
+	}
+}
+
+// startDiskWorker starts a worker of exec mode mode whose jobs' disk limit
+// is limit.
+func startDiskWorker(t *testing.T, fx *lifecycleFixture, mode string) *Worker {
+	t.Helper()
+	w, err := New(Config{
+		ID: "disk-" + mode, DataDir: filepath.Join(fx.dataDir, mode), Sandbox: testSandbox(t),
+		UIDDir: filepath.Join(fx.dataDir, "uids"), ExecMode: mode,
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Start's context is the consumer's: it lives as long as the worker.
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return w
+}
+
+// runDiskJob runs code in scope under a disk limit and returns its result.
+func runDiskJob(t *testing.T, fx *lifecycleFixture, scope, code string, limitMB int64) *wire.Result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope,
+		Code: code, Filename: "main.py", TimeoutMS: 60000, Deadline: time.Now().Add(time.Minute).UTC(),
+		Limits: &wire.Limits{DiskMB: limitMB},
+	}
+	if err := fx.broker.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.broker.WaitResult(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res
+}
+
+// The kernel, not a sample, holds the disk limit: the 760 MiB fallocate
+// attack is refused with ENOSPC at the first file that would pass 20 MiB,
+// as the job itself sees (a sampled limit let it reserve all 760 MiB
+// before the watch killed it), in a session's first job (its file system
+// mounted after the interpreters started) and in the next, in zygote and
+// spawn mode alike. A job that hides the ENOSPC it got (exits 3, says
+// nothing) still ends on the disk limit.
+func TestDiskLimitHeldByTheKernel(t *testing.T) {
+	needSessionFS(t)
+	fx := newLifecycleFixture(t)
+	const limit = 20
+	for _, mode := range []string{ExecZygote, ExecSpawn} {
+		t.Run(mode, func(t *testing.T) {
+			w := startDiskWorker(t, fx, mode)
+			if w.sessionFS == nil {
+				t.Fatal("the worker has no session file systems where diskfs works")
+			}
+			scope := "kernel-" + mode
+			for i := range 2 {
+				res := runDiskJob(t, fx, scope, reportingFallocate, limit)
+				if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk {
+					t.Errorf("job %d: status %s, limit %q, want limit %q: %s", i, res.Status, res.Limit, wire.LimitDisk, res.Message)
+				}
+				if !strings.Contains(res.Stdout, "refused ENOSPC after 19 MiB") {
+					t.Errorf("job %d: the kernel did not refuse the write past %d MiB at it:\nstdout %q\nstderr %q", i, limit, res.Stdout, clipEnd(res.Stderr))
+				}
+				work := filepath.Join(w.sessionsRoot(), scope, diskfs.Work)
+				if du := DiskUsage(work); du > limit<<20 {
+					t.Errorf("job %d: the workspace holds %d MiB, over its %d MiB limit", i, du>>20, limit)
+				}
+			}
+			res := runDiskJob(t, fx, scope+"-quiet", quietWriter, limit)
+			if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk {
+				t.Errorf("a job that hides its ENOSPC: status %s, limit %q, want limit %q: %s\nstdout %q", res.Status, res.Limit, wire.LimitDisk, res.Message, res.Stdout)
+			}
+			if !strings.Contains(res.Stdout, "wrote ") {
+				t.Errorf("the quiet writer wrote nothing: %q", res.Stdout)
+			}
+		})
+	}
+}
+
+// reportingFallocate is the fallocate attack, saying how far it got.
+const reportingFallocate = `import errno, os
+total = 0
+try:
+    for i in range(40):
+        fd = os.open('f%d' % i, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.posix_fallocate(fd, 0, 19 << 20)
+        os.close(fd)
+        total += 19
+        print('reserved %d MiB' % total, flush=True)
+except OSError as e:
+    print('refused %s after %d MiB' % (errno.errorcode.get(e.errno), total), flush=True)
+    raise
+`
+
+// quietWriter writes until the disk refuses, then exits 3 without a word
+// about why.
+const quietWriter = `import os
+n = 0
+try:
+    with open('fill', 'wb') as f:
+        while True:
+            f.write(b'x' * (64 << 10))
+            f.flush()
+            n += 64 << 10
+except OSError:
+    pass
+print('wrote %d MiB' % (n >> 20), flush=True)
+os._exit(3)
+`
+
+func clipEnd(s string) string { return s[max(0, len(s)-400):] }
