@@ -111,6 +111,11 @@ type workerFlags struct {
 	sandboxDev string
 	seccompOK  string
 	uidDir     string
+	// disk limit
+	sessionFS        string
+	sessionFSSize    int64
+	sessionFSMounted int
+	sessionFSIdle    time.Duration
 }
 
 func (wf *workerFlags) register(f *flagenv.Flags) {
@@ -146,6 +151,11 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
 	f.String(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
 	f.String(&wf.seccompOK, "seccomp-allow", "CODEXEC_SECCOMP_ALLOW", "", "comma-separated system calls that the sandboxed jobs' seccomp filter refuses and jobs may make after all, e.g. ptrace (see docs/security.md)")
+	f.Choice(&wf.sessionFS, "session-fs", "CODEXEC_SESSION_FS", worker.SessionFSAuto, []string{worker.SessionFSAuto, worker.SessionFSOff},
+		"auto: each session's directory is a file system of its own whose size the kernel holds to the disk limit, where the worker can make them (root, loop devices, mkfs.ext4; otherwise it warns and measures); off: the directory is measured every 100 ms")
+	f.Bytes(&wf.sessionFSSize, "session-fs-size", "CODEXEC_SESSION_FS_SIZE", 0, "size of each session's file system, a sparse image (default: the largest disk limit in --max-limits, plus a sixteenth and 256 MiB; 64 GiB without one)")
+	f.Int(&wf.sessionFSMounted, "session-fs-mounted", "CODEXEC_SESSION_FS_MOUNTED", worker.DefaultSessionFSMounted, "most sessions' file systems mounted at once, each on a loop device (the least recently used idle one makes room)")
+	f.Duration(&wf.sessionFSIdle, "session-fs-idle", "CODEXEC_SESSION_FS_IDLE", worker.DefaultSessionFSIdle, "unmount a session's file system that ran no job for this long")
 	f.String(&wf.uidDir, "uid-dir", "CODEXEC_UID_DIR", sandbox.DefaultUIDDir, "where the workers of this host (run as root, sandboxed) record the uids given to sessions, so that no two sessions on the host share one; one directory for every worker of the host")
 }
 
@@ -214,6 +224,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		Sandbox: wf.sandbox, Bwrap: wf.bwrap, JobNetwork: wf.jobNetwork,
 		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev), UIDDir: wf.uidDir,
 		SeccompAllow: commaList(wf.seccompOK),
+		SessionFS:    wf.sessionFS, SessionFSSize: wf.sessionFSSize, SessionFSMounted: wf.sessionFSMounted, SessionFSIdle: wf.sessionFSIdle,
 	}
 }
 
