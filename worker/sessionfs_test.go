@@ -152,3 +152,106 @@ os._exit(3)
 `
 
 func clipEnd(s string) string { return s[max(0, len(s)-400):] }
+
+// The sessions' file systems of a worker: mounted at a session's first
+// use, at most max at once (the least recently used idle one unmounted to
+// make room, never one in use), unmounted once idle, all unmounted at
+// close; a plain directory from before them kept, measured; and what a
+// worker that died left mounted is unmounted by the next one's start.
+func TestSessionFSMountsBoundedAndIdle(t *testing.T) {
+	needSessionFS(t)
+	data := t.TempDir()
+	root := filepath.Join(data, "sessions")
+	if err := os.MkdirAll(filepath.Join(root, "legacy"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, "legacy", "old.txt"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{DataDir: data, SessionFSSize: 64 << 20, SessionFSMounted: 2, SessionFSIdle: time.Hour}
+	ctx := context.Background()
+	s, err := newSessionFS(ctx, cfg, root, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			s.close()
+		}
+	})
+	mounted := func(scope string) bool {
+		mp, err := diskfs.IsMountPoint(filepath.Join(s.root, scope))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return mp
+	}
+	if d, err := s.acquire(ctx, "legacy"); err != nil || d != nil {
+		t.Fatalf("a plain session directory: %v, %v; want it kept, measured (nil)", d, err)
+	}
+	a, err := s.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := s.acquire(ctx, "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.release(b)
+	// Two mounted, the bound: c makes room by unmounting b (idle), not a.
+	c, err := s.acquire(ctx, "c")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !mounted("a") || mounted("b") || !mounted("c") {
+		t.Errorf("after c: a %v, b %v, c %v mounted; want a and c", mounted("a"), mounted("b"), mounted("c"))
+	}
+	// Idle: released an hour ago by the sweep's clock.
+	s.release(a)
+	s.release(c)
+	s.sweep(time.Now().Add(2 * time.Hour))
+	if mounted("a") || mounted("c") {
+		t.Errorf("idle file systems still mounted after the sweep: a %v, c %v", mounted("a"), mounted("c"))
+	}
+	// A session comes back to its files.
+	if err := os.WriteFile(filepath.Join(s.root, "a", diskfs.Work, "f"), nil, 0o600); err == nil {
+		t.Fatal("wrote into an unmounted session's directory")
+	}
+	a, err = s.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(s.root, "a", diskfs.Work, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s.release(a)
+	// A worker that dies leaves a mounted: the next one unmounts it at
+	// its start, then mounts it again, files and all.
+	close(s.stop)
+	<-s.done
+	s2, err := newSessionFS(ctx, cfg, root, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	s = s2
+	if mounted("a") {
+		t.Error("a stale mount survived the start")
+	}
+	a, err = s.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(s.root, "a", diskfs.Work, "f")); err != nil || string(data) != "x" {
+		t.Errorf("a's file after a new mount: %q, %v", data, err)
+	}
+	s.release(a)
+	s.close()
+	closed = true
+	if under, err := diskfs.MountsUnder(filepath.Dir(root)); err != nil || len(under) != 0 {
+		t.Errorf("mounted after close: %v, %v", under, err)
+	}
+	if data, err := os.ReadFile(filepath.Join(root, "legacy", "old.txt")); err != nil || string(data) != "kept" {
+		t.Errorf("the plain directory's file: %q, %v", data, err)
+	}
+}
