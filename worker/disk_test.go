@@ -15,7 +15,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/codexec/codexec/wire"
-	"github.com/codexec/codexec/worker/diskfs"
 )
 
 // nest makes depth directories, each in the last, by descriptors: the
@@ -137,11 +136,7 @@ func diskLimitAttacks(ctx context.Context, t *testing.T, fx *lifecycleFixture, w
 			if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk {
 				t.Errorf("status %s, limit %q, want limit %q: %s\nstdout %q\nstderr %q", res.Status, res.Limit, wire.LimitDisk, res.Message, res.Stdout, res.Stderr)
 			}
-			dir := filepath.Join(w.sessionsRoot(), scope)
-			if w.sessionFS != nil {
-				dir = filepath.Join(dir, diskfs.Work) // beside it, the ballast
-			}
-			if du := DiskUsage(dir); du > limit {
+			if du := DiskUsage(sessionWork(w, scope)); du > limit {
 				t.Errorf("the workspace takes %d MiB after the job, over its %d MiB limit (%s)", du>>20, limit>>20, res.Message)
 			}
 		})

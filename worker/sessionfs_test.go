@@ -11,6 +11,7 @@ import (
 
 	"github.com/oklog/ulid/v2"
 
+	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/diskfs"
 )
@@ -253,5 +254,78 @@ func TestSessionFSMountsBoundedAndIdle(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(root, "legacy", "old.txt")); err != nil || string(data) != "kept" {
 		t.Errorf("the plain directory's file: %q, %v", data, err)
+	}
+}
+
+// sessionWork is where w keeps scope's working directory: the Work
+// directory of its file system (beside it, the ballast), or the session's
+// directory itself.
+func sessionWork(w *Worker, scope string) string {
+	dir := filepath.Join(w.sessionsRoot(), scope)
+	if w.sessionFS != nil {
+		dir = filepath.Join(dir, diskfs.Work)
+	}
+	return dir
+}
+
+// A snapshot restored into a session's file system is held to the call's
+// limit too: files whose bytes fit 20 MiB but whose blocks do not (19 MiB
+// and 400 one-byte files, a block each) are refused by the kernel, and the
+// job ends on the disk limit with what to do, not with an internal error
+// or a workspace over its limit.
+func TestRestoreHeldToTheDiskLimit(t *testing.T) {
+	needSessionFS(t)
+	fx := newLifecycleFixture(t)
+	start := func(id string) *Worker {
+		w, err := New(Config{
+			ID: id, DataDir: filepath.Join(fx.dataDir, id), Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+			Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+		}, fx.broker, fx.store)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithCancel(context.Background())
+		t.Cleanup(cancel)
+		if err := w.Start(ctx); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = w.Stop(context.Background()) })
+		return w
+	}
+	a, b := start("restore-a"), start("restore-b")
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	const scope = "restore-limit"
+	run := func(w *Worker, code string, diskMB int64) *wire.Result {
+		t.Helper()
+		job := &wire.Job{
+			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope,
+			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+			Limits: &wire.Limits{DiskMB: diskMB},
+		}
+		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
+			t.Fatal(err)
+		}
+		res, err := fx.broker.WaitResult(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	write := `with open('big', 'wb') as f:
+    f.write(b'x' * (19 << 20))
+for i in range(400):
+    with open('small-%d' % i, 'wb') as f:
+        f.write(b'y')
+print('written')`
+	if res := run(a, write, 30); res.Status != wire.StatusOK {
+		t.Fatalf("writing on %s: %s %s %q", a.ID(), res.Status, res.Message, res.Stderr)
+	}
+	res := run(b, "print('restored')", 20)
+	if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk || !strings.Contains(res.Message, "restored from their snapshot") {
+		t.Errorf("restoring 19 MiB and 400 blocks under 20 MiB: status %s, limit %q: %s; want the disk limit, the snapshot named", res.Status, res.Limit, res.Message)
+	}
+	if du := DiskUsage(sessionWork(b, scope)); du > 20<<20 {
+		t.Errorf("the restored workspace takes %d KiB, over its 20 MiB limit", du>>10)
 	}
 }

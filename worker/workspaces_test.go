@@ -93,7 +93,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != write {
 		t.Errorf("after a read on ws-b: %+v, want ws-b holding %s", rec, write)
 	}
-	cwd := filepath.Join(b.sessionsRoot(), scope)
+	cwd := sessionWork(b, scope)
 	for _, name := range []string{"d", "d/note.txt"} {
 		dirInfo, _ := os.Stat(cwd)
 		info, err := os.Lstat(filepath.Join(cwd, name))
@@ -114,7 +114,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	}
 	// A restore that fails half-way (here: a job whose disk limit is below
 	// the snapshot's size) fails that job, and the next job restores again.
-	cwdA := filepath.Join(a.sessionsRoot(), scope)
+	cwdA := sessionWork(a, scope)
 	log := slog.New(slog.DiscardHandler)
 	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 3, log); !errors.Is(err, workspace.ErrTooLarge) {
 		t.Fatalf("a restore past the job's disk limit: %v, want ErrTooLarge", err)

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/worker/diskfs"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -465,11 +466,17 @@ for i in range(6000):
         f.write(b'x' * 20000)
 print('nested 6000 deep', flush=True)
 `},
-		{"fallocate", `import os, time
-for i in range(40):
-    fd = os.open('race-%d' % i, os.O_CREAT | os.O_WRONLY, 0o600)
-    os.posix_fallocate(fd, 0, 19 << 20)
-    os.close(fd)
+		{"fallocate", `import errno, os, time
+total = 0
+try:
+    for i in range(40):
+        fd = os.open('race-%d' % i, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.posix_fallocate(fd, 0, 19 << 20)
+        os.close(fd)
+        total += 19
+except OSError as e:
+    print('refused %s after %d MiB' % (errno.errorcode.get(e.errno), total), flush=True)
+    raise
 print('760 MiB reserved', flush=True)
 time.sleep(5)
 `},
@@ -477,12 +484,39 @@ time.sleep(5)
 		res, er := s.run(t, c.code, &jobOpts{timeout: 90, limits: map[string]int{"disk_mb": limit}})
 		t.Logf("%s: status %q limit %q: %s", c.name, er.Status, er.Limit, clip(er.Message, 200))
 		limitResult(t, res, er, "disk")
+		// Where the worker can give sessions file systems of their own
+		// (root, loop devices, mkfs.ext4, as here), the kernel refuses the
+		// write at the limit: sampled, the job reserved all 760 MiB.
+		if err := diskfs.Check(); c.name == "fallocate" && err == nil && !securityBaseline &&
+			!strings.Contains(er.Stdout, "refused ENOSPC after 19 MiB") {
+			t.Errorf("fallocate: the kernel did not refuse the write past %d MiB at it; stdout %q", limit, clip(er.Stdout, 300))
+		}
 		if s.hostDir == "" {
 			t.Errorf("cannot find the session's directory on the host to measure it")
 			continue
 		}
 		if du := duBytes(t, s.hostDir); du > limit<<20 {
 			t.Errorf("%s: the session's directory %s takes %d MiB on the host after the job, over its %d MiB disk limit", c.name, s.hostDir, du>>20, limit)
+		}
+		// Refused at the limit, what the job wrote before stays, within
+		// it: cleared here, so that the next attack (and case) starts with
+		// room.
+		clearExcept(t, s.hostDir, s.id.Marker)
+	}
+}
+
+// clearExcept removes what dir holds but keep.
+func clearExcept(t *testing.T, dir, keep string) {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if e.Name() != keep {
+			if err := os.RemoveAll(filepath.Join(dir, e.Name())); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }
