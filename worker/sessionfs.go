@@ -234,6 +234,14 @@ func (s *sessionFS) mount(ctx context.Context, scope, dir string) (*diskfs.FS, e
 	}
 	for i := 0; ; i++ {
 		f, err := diskfs.Mount(image, dir)
+		if err == nil {
+			// Passable, not listable, like the sessions root: the job's
+			// uid goes through to its Work directory.
+			if err := os.Chmod(dir, 0o711); err != nil {
+				_ = f.Unmount()
+				return nil, err
+			}
+		}
 		if !errors.Is(err, diskfs.ErrInUse) || i == 20 {
 			return f, err
 		}
