@@ -56,6 +56,17 @@ func TestClassify(t *testing.T) {
 			verdict{wire.StatusLimit, wire.LimitDisk, "disk limit reached (100 MiB in the working directory): the job was killed or its files are over it"}},
 		{"over the disk limit after the run", runFacts{out: exited(0, ""), set: set, diskUsage: over},
 			verdict{wire.StatusLimit, wire.LimitDisk, "disk limit reached (100 MiB in the working directory): the job was killed or its files are over it"}},
+		// A session file system: the kernel held the limit, so its files
+		// are never over it; a job that failed with its part full (or
+		// that says ENOSPC) ended on it, one that exited 0 did not.
+		{"session fs full, the job failed quietly", runFacts{out: exited(3, ""), set: set, diskUsage: mustNotMeasure, diskFull: func() bool { return true }},
+			verdict{wire.StatusLimit, wire.LimitDisk, "disk limit reached (100 MiB in the working directory): the file system refused writes past it"}},
+		{"session fs not full, the job says ENOSPC", runFacts{out: exited(1, "OSError: [Errno 28] No space left on device"), set: set, diskUsage: mustNotMeasure, diskFull: func() bool { return false }},
+			verdict{wire.StatusLimit, wire.LimitDisk, "disk limit reached (100 MiB in the working directory): the file system refused writes past it"}},
+		{"session fs full, the job exited 0", runFacts{out: exited(0, ""), set: set, diskUsage: mustNotMeasure, diskFull: func() bool { return true }},
+			verdict{wire.StatusOK, "", "exit code 0"}},
+		{"session fs not full, the job failed", runFacts{out: exited(3, "Traceback"), set: set, diskUsage: mustNotMeasure, diskFull: func() bool { return false }},
+			verdict{wire.StatusError, "", "exit code 3"}},
 		{"no disk limit: not measured", runFacts{out: exited(0, ""), set: limits.Set{}, diskUsage: mustNotMeasure},
 			verdict{wire.StatusOK, "", "exit code 0"}},
 		{"OOM kill, main process exited 0", runFacts{out: exited(0, ""), usage: cgroup.Usage{OOMKills: 1}, set: set, cgroupMemory: true, diskUsage: under},
