@@ -37,6 +37,7 @@
 
 import atexit
 import builtins
+import errno
 import gc
 import json
 import os
@@ -838,12 +839,34 @@ def _confine(c):
             _bind_fd(src, path, write)
         finally:
             os.close(src)
+    _detach_hidden_roots()
     _join_cgroups(c)
     size = c.get('tmp_size')
     if size:
         for d in ('/tmp', '/dev/shm'):
             if os.path.isdir(d):
                 _mount(None, d, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV, 'mode=1777,size=%d' % size)
+
+
+def _detach_hidden_roots():
+    """Take the hidden roots out of the job's mount namespace, once its own
+    directories are bound from them. A session's file system is mounted
+    under the sessions root, which this namespace follows as a slave (so
+    that a session mounted after the spare was made is there for its job):
+    every session's mount reaches every spare, under the hidden root, and
+    its path, naming the session, would be in the job's mount table. Taking
+    each root away (lazily, with all mounted under it) removes them all;
+    the job's own binds are mounts of their own and stay. A root that is
+    not a mount of its own has no session mounted under it: nothing to do."""
+    while _hidden:
+        _, fd = _hidden.pop()
+        try:
+            _libc_call('umount2', _b('/proc/self/fd/%d' % fd), _MNT_DETACH)
+        except OSError as e:
+            if e.errno != errno.EINVAL:
+                raise
+        finally:
+            os.close(fd)
 
 
 def _drop_privileges(c):
