@@ -203,6 +203,15 @@ func TestHTTPConcurrentLargeRequestsBounded(t *testing.T) {
 	fx := startHTTP(t)
 	// A: the largest legal size, its body stalled after 1 MiB.
 	a := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", fx.maxBody), make([]byte, 1<<20))
+	// A holds its draw before B is sent: B, sent whole, could otherwise be
+	// read and answered before A's request reached the server (a busy
+	// machine), and then nothing would ever wait.
+	full := fx.f.bodies.freeNow()
+	for guard := time.Now().Add(time.Minute); fx.f.bodies.freeNow() == full; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatal("the first large request never drew on the budget")
+		}
+	}
 	// B: 2 MiB, sent whole.
 	bBody := make([]byte, 2<<20)
 	b := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", len(bBody)), bBody)
@@ -268,4 +277,11 @@ func TestHTTPManyMediumBodiesBounded(t *testing.T) {
 			t.Fatalf("%d of 8 bodies of 1 MiB waited for the budget, want 2", fx.f.bodies.waiting.Load())
 		}
 	}
+}
+
+// freeNow is the budget left now.
+func (l *bodyLimit) freeNow() int64 {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.free
 }
