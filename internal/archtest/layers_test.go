@@ -32,6 +32,7 @@ var layers = map[string]int{
 	"worker/seccomp":             1,
 	"worker/workspace":           1,
 	"worker/diskfs":              1,
+	"frontend/auth":              1,
 
 	// 2: what the roles are built from.
 	"broker":        2,
