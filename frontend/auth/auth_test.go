@@ -59,7 +59,9 @@ func newIssuer(t *testing.T) *issuer {
 	return is
 }
 
-func b64(n *big.Int) string { return base64.RawURLEncoding.EncodeToString(n.FillBytes(make([]byte, 32))) }
+func b64(n *big.Int) string {
+	return base64.RawURLEncoding.EncodeToString(n.FillBytes(make([]byte, 32)))
+}
 
 // rotate publishes a new key kid (the old ones stay published).
 func (is *issuer) rotate(t *testing.T, kid string) *ecdsa.PrivateKey {
