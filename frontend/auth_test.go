@@ -17,8 +17,10 @@ import (
 	"github.com/codexec/codexec/broker/brokertest"
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/frontend/auth/authtest"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -63,7 +65,32 @@ func startAuthHTTP(t *testing.T) *authFixture {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f, err := New(Config{Access: auth.Policy{Authenticator: tokens, Loopback: true}}, b, st)
+	fx.serve(t, st, tokens)
+	return fx
+}
+
+// startJWTHTTP is startAuthHTTP accepting the JWTs of is instead.
+func startJWTHTTP(t *testing.T, is *authtest.Issuer) *authFixture {
+	t.Helper()
+	e := brokertest.StartNATS(t)
+	b := brokertest.Open(t, e, broker.Config{})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	j, err := auth.NewJWT(t.Context(), auth.JWTConfig{Issuer: is.URL, Audience: authtest.Audience, TenantClaim: "org"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx := &authFixture{b: b}
+	fx.serve(t, st, j)
+	return fx
+}
+
+func (fx *authFixture) serve(t *testing.T, st statestore.Store, a auth.Authenticator) {
+	t.Helper()
+	f, err := New(Config{Access: auth.Policy{Authenticator: a, Loopback: true}}, fx.b, st)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +103,6 @@ func startAuthHTTP(t *testing.T) *authFixture {
 		srv.Close()
 	})
 	fx.url = srv.URL + "/mcp"
-	return fx
 }
 
 // connect opens an MCP session with these credentials, of the latest
@@ -126,12 +152,56 @@ func TestHTTPAuthRequired(t *testing.T) {
 			t.Errorf("%s: %v, want unauthorized", name, err)
 		}
 	}
+	resp, err := http.Post(fx.url, "application/json", strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	base := strings.TrimSuffix(fx.url, "/mcp")
+	metaURL := base + "/.well-known/oauth-protected-resource/mcp"
+	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != `Bearer resource_metadata="`+metaURL+`"` {
+		t.Fatalf("no credentials: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	resp, err = http.Get(metaURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct{ Resource string }
+	err = json.NewDecoder(resp.Body).Decode(&meta)
+	resp.Body.Close()
+	if err != nil || meta.Resource != fx.url {
+		t.Fatalf("resource metadata: %+v, %v", meta, err)
+	}
 	c, err := fx.connect(t, fx.tokens["alice"], "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if res, _ := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": "x = 1\n", "filename": "a"}); res.IsError {
 		t.Fatalf("alice's call: %s", textOf(res))
+	}
+}
+
+// With JWTs of an OpenID Connect issuer: a valid token works, wrong or
+// expired ones are refused.
+func TestHTTPJWT(t *testing.T) {
+	t.Parallel()
+	is := authtest.NewIssuer(t)
+	fx := startJWTHTTP(t, is)
+	for name, over := range map[string]jwt.MapClaims{
+		"expired":        {"exp": time.Now().Add(-time.Hour).Unix()},
+		"wrong audience": {"aud": "https://other.test/mcp"},
+		"wrong issuer":   {"iss": "https://evil.example"},
+	} {
+		if _, err := fx.connect(t, is.Sign(t, "k1", over), ""); !errors.Is(err, transport.ErrAuthorizationRequired) {
+			t.Errorf("%s: %v, want unauthorized", name, err)
+		}
+	}
+	c, err := fx.connect(t, is.Sign(t, "k1", nil), "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": "x = 1\n", "filename": "a"}); res.IsError {
+		t.Fatalf("a call with a valid JWT: %s", textOf(res))
 	}
 }
 

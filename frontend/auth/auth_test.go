@@ -2,117 +2,29 @@ package auth
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"encoding/base64"
 	"encoding/json"
 	"io"
 	"log/slog"
-	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/frontend/auth/authtest"
 	"github.com/golang-jwt/jwt/v5"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
-// issuer is a test OpenID Connect issuer: its discovery document and key
-// set are served over HTTP, its keys generated here and rotated at will.
-type issuer struct {
-	srv  *httptest.Server
-	mu   sync.Mutex
-	keys map[string]*ecdsa.PrivateKey // kid → key, published
-	jwks int                          // key set fetches
-}
-
-func newIssuer(t *testing.T) *issuer {
-	t.Helper()
-	is := &issuer{keys: map[string]*ecdsa.PrivateKey{}}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/.well-known/openid-configuration", func(w http.ResponseWriter, r *http.Request) {
-		_ = json.NewEncoder(w).Encode(map[string]string{"issuer": is.srv.URL, "jwks_uri": is.srv.URL + "/jwks"})
-	})
-	mux.HandleFunc("/jwks", func(w http.ResponseWriter, r *http.Request) {
-		is.mu.Lock()
-		defer is.mu.Unlock()
-		is.jwks++
-		var set struct {
-			Keys []map[string]string `json:"keys"`
-		}
-		for kid, k := range is.keys {
-			set.Keys = append(set.Keys, map[string]string{"kty": "EC", "crv": "P-256", "kid": kid, "alg": "ES256", "use": "sig",
-				"x": b64(k.X), "y": b64(k.Y)})
-		}
-		_ = json.NewEncoder(w).Encode(set)
-	})
-	is.srv = httptest.NewServer(mux)
-	t.Cleanup(is.srv.Close)
-	is.rotate(t, "k1")
-	return is
-}
-
-func b64(n *big.Int) string {
-	return base64.RawURLEncoding.EncodeToString(n.FillBytes(make([]byte, 32)))
-}
-
-// rotate publishes a new key kid (the old ones stay published).
-func (is *issuer) rotate(t *testing.T, kid string) *ecdsa.PrivateKey {
-	t.Helper()
-	k, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	is.mu.Lock()
-	is.keys[kid] = k
-	is.mu.Unlock()
-	return k
-}
-
-func (is *issuer) fetches() int {
-	is.mu.Lock()
-	defer is.mu.Unlock()
-	return is.jwks
-}
-
-// sign returns a token signed by key kid, with these claims over valid ones.
-func (is *issuer) sign(t *testing.T, kid string, over jwt.MapClaims) string {
-	t.Helper()
-	is.mu.Lock()
-	k := is.keys[kid]
-	is.mu.Unlock()
-	if k == nil {
-		var err error
-		if k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader); err != nil {
-			t.Fatal(err)
-		}
-	}
-	claims := jwt.MapClaims{"iss": is.srv.URL, "aud": "https://codexec.test/mcp", "sub": "alice", "org": "acme",
-		"exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix()}
-	for c, v := range over {
-		claims[c] = v
-	}
-	tok := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
-	tok.Header["kid"] = kid
-	s, err := tok.SignedString(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
-func newJWT(t *testing.T, is *issuer) *JWT {
+func newJWT(t *testing.T, is *authtest.Issuer) *JWT {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
-	j, err := NewJWT(ctx, JWTConfig{Issuer: is.srv.URL, Audience: "https://codexec.test/mcp", TenantClaim: "org",
+	j, err := NewJWT(ctx, JWTConfig{Issuer: is.URL, Audience: authtest.Audience, TenantClaim: "org",
 		UnknownKIDEvery: time.Nanosecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -129,38 +41,38 @@ func bearerReq(token string) *http.Request {
 }
 
 func TestJWTAcceptsValidToken(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	j := newJWT(t, is)
-	id, err := j.Authenticate(bearerReq(is.sign(t, "k1", nil)))
+	id, err := j.Authenticate(bearerReq(is.Sign(t, "k1", nil)))
 	if err != nil || id != (Identity{Tenant: "acme", Principal: "alice"}) {
 		t.Fatalf("got %+v, %v", id, err)
 	}
 }
 
 func TestJWTRefusesBadTokens(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	j := newJWT(t, is)
-	hmac, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": is.srv.URL, "aud": "https://codexec.test/mcp",
+	hmac, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"iss": is.URL, "aud": authtest.Audience,
 		"sub": "alice", "org": "acme", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte("secret"))
 	for name, token := range map[string]string{
-		"expired":         is.sign(t, "k1", jwt.MapClaims{"exp": time.Now().Add(-2 * time.Minute).Unix()}),
-		"no expiry":       is.sign(t, "k1", jwt.MapClaims{"exp": nil}),
-		"wrong audience":  is.sign(t, "k1", jwt.MapClaims{"aud": "https://other.test/mcp"}),
-		"wrong issuer":    is.sign(t, "k1", jwt.MapClaims{"iss": "https://evil.example"}),
-		"not yet valid":   is.sign(t, "k1", jwt.MapClaims{"nbf": time.Now().Add(10 * time.Minute).Unix()}),
-		"no tenant":       is.sign(t, "k1", jwt.MapClaims{"org": nil}),
-		"no subject":      is.sign(t, "k1", jwt.MapClaims{"sub": ""}),
-		"unknown key":     is.sign(t, "not-published", nil),
+		"expired":         is.Sign(t, "k1", jwt.MapClaims{"exp": time.Now().Add(-2 * time.Minute).Unix()}),
+		"no expiry":       is.Sign(t, "k1", jwt.MapClaims{"exp": nil}),
+		"wrong audience":  is.Sign(t, "k1", jwt.MapClaims{"aud": "https://other.test/mcp"}),
+		"wrong issuer":    is.Sign(t, "k1", jwt.MapClaims{"iss": "https://evil.example"}),
+		"not yet valid":   is.Sign(t, "k1", jwt.MapClaims{"nbf": time.Now().Add(10 * time.Minute).Unix()}),
+		"no tenant":       is.Sign(t, "k1", jwt.MapClaims{"org": nil}),
+		"no subject":      is.Sign(t, "k1", jwt.MapClaims{"sub": ""}),
+		"unknown key":     is.Sign(t, "not-published", nil),
 		"hmac":            hmac,
 		"garbage":         "not.a.jwt",
-		"tampered claims": tamper(is.sign(t, "k1", nil)),
+		"tampered claims": tamper(is.Sign(t, "k1", nil)),
 	} {
 		if id, err := j.Authenticate(bearerReq(token)); err == nil {
 			t.Errorf("%s: accepted as %+v", name, id)
 		}
 	}
 	// Within the clock skew allowed, an expired token still passes.
-	if _, err := j.Authenticate(bearerReq(is.sign(t, "k1", jwt.MapClaims{"exp": time.Now().Add(-10 * time.Second).Unix()}))); err != nil {
+	if _, err := j.Authenticate(bearerReq(is.Sign(t, "k1", jwt.MapClaims{"exp": time.Now().Add(-10 * time.Second).Unix()}))); err != nil {
 		t.Errorf("token 10s past expiry, within the leeway: %v", err)
 	}
 }
@@ -177,15 +89,15 @@ func tamper(token string) string {
 // A key published after the key set was fetched (rotation) is found by
 // fetching the set again when a token names it.
 func TestJWTKeyRotation(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	j := newJWT(t, is)
-	before := is.fetches()
-	is.rotate(t, "k2")
-	id, err := j.Authenticate(bearerReq(is.sign(t, "k2", jwt.MapClaims{"sub": "bob"})))
+	before := is.Fetches()
+	is.Rotate(t, "k2")
+	id, err := j.Authenticate(bearerReq(is.Sign(t, "k2", jwt.MapClaims{"sub": "bob"})))
 	if err != nil || id.Principal != "bob" {
 		t.Fatalf("token of the rotated key: %+v, %v", id, err)
 	}
-	if is.fetches() == before {
+	if is.Fetches() == before {
 		t.Fatal("the key set was not fetched again")
 	}
 }
@@ -193,20 +105,20 @@ func TestJWTKeyRotation(t *testing.T) {
 // The unknown-key refetch is rate limited: a flood of tokens naming keys
 // that do not exist does not make the frontend hammer the issuer.
 func TestJWTUnknownKeyRefetchRateLimited(t *testing.T) {
-	is := newIssuer(t)
+	is := authtest.NewIssuer(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	j, err := NewJWT(ctx, JWTConfig{Issuer: is.srv.URL, Audience: "https://codexec.test/mcp", UnknownKIDEvery: time.Hour, Logger: quiet})
+	j, err := NewJWT(ctx, JWTConfig{Issuer: is.URL, Audience: authtest.Audience, UnknownKIDEvery: time.Hour, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	before := is.fetches()
+	before := is.Fetches()
 	for i := range 20 {
-		if _, err := j.Authenticate(bearerReq(is.sign(t, "bogus"+string(rune('a'+i)), nil))); err == nil {
+		if _, err := j.Authenticate(bearerReq(is.Sign(t, "bogus"+string(rune('a'+i)), nil))); err == nil {
 			t.Fatal("unknown key accepted")
 		}
 	}
-	if got := is.fetches() - before; got > 1 {
+	if got := is.Fetches() - before; got > 1 {
 		t.Fatalf("%d key set fetches for 20 tokens of unknown keys, want at most 1", got)
 	}
 }
@@ -302,14 +214,14 @@ func do(t *testing.T, method, url string, header map[string]string) (*http.Respo
 // Without valid credentials: 401 with a challenge naming the Protected
 // Resource Metadata, which is served and lists the issuer and resource.
 func TestPolicyChallengeAndMetadata(t *testing.T) {
-	is := newIssuer(t)
-	srv := serve(t, Policy{Authenticator: newJWT(t, is), AuthorizationServers: []string{is.srv.URL}, Loopback: true})
+	is := authtest.NewIssuer(t)
+	srv := serve(t, Policy{Authenticator: newJWT(t, is), AuthorizationServers: []string{is.URL}, Loopback: true})
 	resp, _ := do(t, "POST", srv.URL+"/mcp", nil)
 	want := `Bearer resource_metadata="` + srv.URL + `/.well-known/oauth-protected-resource/mcp"`
 	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != want {
 		t.Fatalf("no credentials: %d %q, want 401 %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), want)
 	}
-	resp, _ = do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.sign(t, "k1", jwt.MapClaims{"aud": "x"})})
+	resp, _ = do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.Sign(t, "k1", jwt.MapClaims{"aud": "x"})})
 	if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
 		t.Fatalf("wrong audience: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
 	}
@@ -322,11 +234,11 @@ func TestPolicyChallengeAndMetadata(t *testing.T) {
 		if err := json.Unmarshal([]byte(body), &doc); resp.StatusCode != 200 || err != nil {
 			t.Fatalf("%s: %d %v %s", path, resp.StatusCode, err, body)
 		}
-		if doc.Resource != srv.URL+"/mcp" || len(doc.AuthorizationServers) != 1 || doc.AuthorizationServers[0] != is.srv.URL {
+		if doc.Resource != srv.URL+"/mcp" || len(doc.AuthorizationServers) != 1 || doc.AuthorizationServers[0] != is.URL {
 			t.Fatalf("%s: %+v", path, doc)
 		}
 	}
-	resp, body := do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.sign(t, "k1", nil)})
+	resp, body := do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.Sign(t, "k1", nil)})
 	if resp.StatusCode != 200 || body != "acme/alice" {
 		t.Fatalf("valid token: %d %q", resp.StatusCode, body)
 	}

@@ -71,6 +71,7 @@ var testHarnesses = map[string]bool{
 	"broker/brokertest":                true,
 	"internal/lifecycle/lifecycletest": true,
 	"internal/wheeltest":               true,
+	"frontend/auth/authtest":           true,
 	"cmd/codexec/internal/e2e":         true,
 }
 
