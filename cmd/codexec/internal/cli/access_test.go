@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/codexec/codexec/frontend/auth"
 )
@@ -88,5 +90,34 @@ func TestTokenCommand(t *testing.T) {
 	}
 	if code := Main(context.Background(), []string{"token"}, nil, &stdout, &stderr); code != 2 {
 		t.Errorf("token without --tenant: exit %d", code)
+	}
+}
+
+// With --auth tokens, SIGHUP reads the token file again.
+func TestTokenFileReloadedOnSIGHUP(t *testing.T) {
+	_, lineA, _ := auth.NewToken("acme", "alice")
+	_, lineB, _ := auth.NewToken("acme", "bob")
+	path := filepath.Join(t.TempDir(), "tokens")
+	if err := os.WriteFile(path, []byte(lineA+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	af := accessFlags{mode: authTokens, tokenFile: path}
+	p, err := af.policy(t.Context(), "127.0.0.1:0", slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tokens := p.Authenticator.(*auth.Tokens)
+	if err := os.WriteFile(path, []byte(lineA+"\n"+lineB+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Len reflects reloads only (a request would also look at the file's
+	// time): the count changes once the signal is handled.
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); tokens.Len() != 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d tokens after SIGHUP, want 2", tokens.Len())
+		}
 	}
 }
