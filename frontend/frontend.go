@@ -15,6 +15,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/codefiles"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -75,6 +76,10 @@ type Config struct {
 	// store lost the records (an outage past their expiry) they are back
 	// within one heartbeat. Default 6s.
 	AnnounceWait time.Duration
+	// Access is who may call over HTTP, and from which pages (see package
+	// auth). The zero value: no authentication, and no browser page may
+	// call.
+	Access auth.Policy
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
@@ -235,8 +240,8 @@ func (f *Frontend) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) 
 
 // HTTPHandler returns the Streamable HTTP handler, mounted at /mcp behind
 // the bound on request bodies (MaxRequestBytes, RequestBudget: see
-// bodyLimit), and the underlying server so the caller can shut its
-// sessions down.
+// bodyLimit), the whole behind the Access policy (origins, credentials),
+// and the underlying server so the caller can shut its sessions down.
 func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 	h := server.NewStreamableHTTPServer(f.MCPServer(false),
 		server.WithEndpointPath("/mcp"),
@@ -256,7 +261,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		}
 		_, _ = io.WriteString(w, "ok\n")
 	})
-	return mux, h
+	return f.cfg.Access.Handler(mux, "/mcp"), h
 }
 
 // Drain tells the frontend that it is stopping: from now on a call already

@@ -5,8 +5,10 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"net/http"
+	"strconv"
 	"strings"
 
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -14,30 +16,62 @@ import (
 const StdioScope = "local"
 
 // AnonymousScope is the scope of sessionless requests that carry no
-// credentials. Operators who serve several users over HTTP put an
-// authenticating proxy in front (see README), so that each user's
-// Authorization header gives them a scope of their own.
+// credentials.
 const AnonymousScope = "anonymous"
 
-type principalKey struct{}
+type (
+	principalKey struct{}
+	identityKey  struct{}
+)
 
-// httpContext records the request's principal (a hash of its Authorization
-// header) for sessionless protocol revisions.
+// httpContext records who the request comes from: the Identity the Access
+// policy authenticated, and, with no authentication, the Authorization
+// header (which an authenticating proxy in front may set) for sessionless
+// requests.
 func httpContext(ctx context.Context, r *http.Request) context.Context {
-	if auth := strings.TrimSpace(r.Header.Get("Authorization")); auth != "" {
-		return context.WithValue(ctx, principalKey{}, "p-"+digest(auth))
+	if id, ok := auth.FromContext(r.Context()); ok {
+		return context.WithValue(ctx, identityKey{}, identityPart(id))
+	}
+	if a := strings.TrimSpace(r.Header.Get("Authorization")); a != "" {
+		return context.WithValue(ctx, principalKey{}, "p-"+digest(a))
 	}
 	return ctx
 }
 
-// scopeFrom derives the session scope of a call. The result always satisfies
-// wire.ValidScope: client-chosen strings are hashed, never used as names.
+// identityPart is an Identity as a part of a scope's hashed input, each
+// name prefixed by its length, so that no two identities write the same.
+func identityPart(id auth.Identity) string {
+	return "id\x00" + strconv.Itoa(len(id.Tenant)) + ":" + id.Tenant + strconv.Itoa(len(id.Principal)) + ":" + id.Principal
+}
+
+// scopeFrom derives the session scope of a call: the name under which its
+// files, runs, environment and results are kept.
+//
+//   - stdio: StdioScope, the one local principal.
+//   - HTTP with authentication (--auth tokens or jwt): "s-" + hash(tenant,
+//     principal, MCP session id), or "p-" + hash(tenant, principal) for a
+//     sessionless request. The same session id presented by another
+//     principal is another scope, which holds nothing of the first's: the
+//     session id alone is no key to anything.
+//   - HTTP without authentication: "s-" + hash(session id), or for a
+//     sessionless request "p-" + hash(Authorization header) when there is
+//     one, else AnonymousScope.
+//
+// The result always satisfies wire.ValidScope: client-chosen strings are
+// hashed, never used as names.
 func scopeFrom(ctx context.Context, stdio bool) string {
 	if stdio {
 		return StdioScope
 	}
+	who, authenticated := ctx.Value(identityKey{}).(string)
 	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
+		if authenticated {
+			return "s-" + digest(who+"\x00session\x00"+s.SessionID())
+		}
 		return "s-" + digest(s.SessionID())
+	}
+	if authenticated {
+		return "p-" + digest(who)
 	}
 	if p, ok := ctx.Value(principalKey{}).(string); ok {
 		return p

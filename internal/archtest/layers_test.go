@@ -32,6 +32,7 @@ var layers = map[string]int{
 	"worker/seccomp":             1,
 	"worker/workspace":           1,
 	"worker/diskfs":              1,
+	"frontend/auth":              1,
 
 	// 2: what the roles are built from.
 	"broker":        2,
@@ -70,6 +71,7 @@ var testHarnesses = map[string]bool{
 	"broker/brokertest":                true,
 	"internal/lifecycle/lifecycletest": true,
 	"internal/wheeltest":               true,
+	"frontend/auth/authtest":           true,
 	"cmd/codexec/internal/e2e":         true,
 }
 

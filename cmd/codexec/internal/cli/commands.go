@@ -12,6 +12,7 @@ import (
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
@@ -53,6 +54,12 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	defer logStop(log, &err)
+	var access auth.Policy
+	if ff.http != "" {
+		if access, err = ff.access.policy(ctx, ff.http, log); err != nil {
+			return err
+		}
+	}
 	if err := applyLegacyEnv(&wf); err != nil {
 		return flagenv.UsageError{Err: err}
 	}
@@ -94,7 +101,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if ff.filesMirror == "" {
 		ff.filesMirror = filepath.Join(dataDir, "scripts")
 	}
-	fe, err := frontend.New(ff.config(wire.DefaultPool, log.With("component", "frontend")), b, st)
+	fe, err := frontend.New(ff.config(wire.DefaultPool, access, log.With("component", "frontend")), b, st)
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
@@ -206,18 +213,24 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	}
 	defer logStop(log, &err)
+	addr := ff.http
+	if stdio {
+		addr = ""
+	}
+	var access auth.Policy
+	if addr != "" {
+		if access, err = ff.access.policy(ctx, addr, log); err != nil {
+			return err
+		}
+	}
 	b, st, closeAll, err := cf.open(ctx, "codexec-frontend", log)
 	if err != nil {
 		return err
 	}
 	defer closeAll()
-	fe, err := frontend.New(ff.config(cf.pool, log), b, st)
+	fe, err := frontend.New(ff.config(cf.pool, access, log), b, st)
 	if err != nil {
 		return flagenv.UsageError{Err: err}
-	}
-	addr := ff.http
-	if stdio {
-		addr = ""
 	}
 	return serveFrontend(ctx, fe, addr, stdin, stdout, log, cf.grace)
 }

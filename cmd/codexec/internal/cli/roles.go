@@ -23,6 +23,7 @@ import (
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
@@ -46,6 +47,7 @@ type frontendFlags struct {
 	runKeep      time.Duration
 	maxSession   int64
 	allowURLReqs bool
+	access       accessFlags
 	// filesMirror is set by dev only: see codefiles.Config.MirrorDir.
 	filesMirror string
 }
@@ -64,11 +66,13 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.Bytes(&ff.maxSession, "max-session-storage", "CODEXEC_MAX_SESSION_STORAGE", codefiles.DefaultMaxSessionBytes,
 		"most one session keeps in the state store: its code files plus each distinct code of its runs (older runs are dropped to make room)")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
+	ff.access.register(f)
 }
 
-func (ff *frontendFlags) config(pool string, log *slog.Logger) frontend.Config {
+func (ff *frontendFlags) config(pool string, access auth.Policy, log *slog.Logger) frontend.Config {
 	return frontend.Config{
-		Pool: pool, DefaultTimeout: ff.timeout, MaxTimeout: ff.maxTimeout, QueueWait: ff.queueWait,
+		Access: access,
+		Pool:   pool, DefaultTimeout: ff.timeout, MaxTimeout: ff.maxTimeout, QueueWait: ff.queueWait,
 		MaxCodeBytes: int(ff.maxCode), OutputLimit: ff.outputLimit, Version: Version(), Logger: log,
 		CodeFiles: codefiles.Config{
 			MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
