@@ -33,13 +33,35 @@ import (
 // a few seconds after its death. The holder is
 //   - alive and running the job: its record has the claim's instance and
 //     lists the job (a job is listed before its claim is written);
-//   - dead: no record, or one of another instance (a restart under the
-//     same id);
+//   - dead: a record of another instance (a restart under the same id), or
+//     no record while this worker's view of the store is steady (below);
 //   - alive but done with the job without a result (a claim left behind):
 //     two renewals of its record after the claim was read still do not list
 //     the job. Renewals are written one at a time, in order, so the second
 //     one was taken after the claim was read.
 // A state store that cannot be read tells nothing: the delivery waits.
+//
+// The store is not needed to start a job, only to take one over. A
+// delivery whose create-only claim wins runs at once even when the
+// Claimants record cannot be written (Redis down): the claim in JetStream
+// is the exclusion, and the record is written as soon as the store answers
+// again (renewals are retried every claimPoll while they fail). While only
+// Redis is away nothing is redelivered (the holder keeps its lease through
+// NATS), so nobody judges the holder. When it is judged, after an outage,
+// its record may be missing only because it expired meanwhile or was lost
+// with a restarted Redis, and its holder has not renewed it yet. So a
+// missing record means "dead" only when this worker's view of the store is
+// steady: no store failure seen here (reads of holders, renewals of its
+// own records, presence heartbeats) within claimTTL, and its reads dense,
+// none more than claimBeat after the previous one, for claimBeat; else the
+// holder is unknown and the delivery waits. A take over (judging the holder
+// dead) still needs this worker's own record written.
+//
+// What remains: a holder cut off from both Redis and NATS while alive (a
+// partition of its host, or both restarting at once with the holder's
+// record lost and a worker that saw no failure judging before the holder's
+// next renewal) cannot be told from a dead one, and its job may start again
+// elsewhere while its first run goes on. The result stored first wins.
 
 const (
 	// claimBeat is how often a worker running claimed jobs renews its
@@ -67,13 +89,64 @@ type claimants struct {
 	jobs    map[string]int // job id → handlers of this worker running it
 	beat    uint64         // the last renewal's number
 	lastOK  time.Time      // when a renewal last succeeded
+	failing bool           // whether the last renewal failed
 	beating bool
 	stop    chan struct{} // stops the renewal loop
 	done    chan struct{} // closed when the renewal loop has returned
 	ready   chan struct{} // closed once the loop's first renewal was tried
 
 	touchMu sync.Mutex // renewals are written one at a time, in order
+
+	view storeView // this worker's view of the state store's health
 }
+
+// storeView is what a worker saw of the state store lately: when a store
+// operation last failed, and since when they have been answered densely.
+// Its zero value has seen nothing, which is not steady.
+type storeView struct {
+	mu       sync.Mutex
+	failedAt time.Time // the last failure seen
+	okAt     time.Time // the last answer seen
+	okSince  time.Time // the first of the answers since, none more than claimBeat after the previous
+}
+
+// note records the outcome of one store operation.
+func (v *storeView) note(err error) {
+	now := time.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if err != nil {
+		v.failedAt = now
+		v.okSince = time.Time{}
+		return
+	}
+	if v.okSince.IsZero() || now.Sub(v.okAt) > claimBeat {
+		v.okSince = now
+	}
+	v.okAt = now
+}
+
+// steady reports whether no failure was seen within claimTTL and the
+// store has answered densely for claimBeat: then a holder alive and able
+// to reach the store has renewed its record since any outage, so a missing
+// record is a dead holder's.
+func (v *storeView) steady() bool {
+	now := time.Now()
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return now.Sub(v.failedAt) >= claimTTL && !v.okSince.IsZero() && now.Sub(v.okSince) >= claimBeat
+}
+
+// failedWithin reports whether a failure was seen within d.
+func (v *storeView) failedWithin(d time.Duration) bool {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	return time.Since(v.failedAt) < d
+}
+
+// noteStore records the outcome of one state store operation in the
+// worker's view of the store (storeView).
+func (w *Worker) noteStore(err error) { w.claims.view.note(err) }
 
 // instance names this run of the worker process: its id and start time.
 func (w *Worker) instance() string {
@@ -108,8 +181,10 @@ func (c *jobClaim) release(log *slog.Logger) {
 
 // claimJob decides whether this delivery runs its job, and returns the
 // claim when it does. When it does not, d is settled: acked when the
-// result is stored, or by a stopping consumer. Failures of the state store
-// or of the claims bucket are waited out, the delivery held: a Nak would
+// result is stored, or by a stopping consumer. A claim that wins runs even
+// while the state store is down (the renewal writes the record once it is
+// back). Failures of the claims bucket, and of the store when the claim
+// is to be taken over, are waited out, the delivery held: a Nak would
 // spend one of the job's deliveries (MaxDeliver) on each.
 func (w *Worker) claimJob(ctx context.Context, d *broker.Delivery, log *slog.Logger) (*jobClaim, bool) {
 	job := d.Job.ID
@@ -119,8 +194,8 @@ func (w *Worker) claimJob(ctx context.Context, d *broker.Delivery, log *slog.Log
 		return nil, false
 	}
 	for warned := false; ; warned = true {
-		if !w.enterJobWaiting(ctx, job, log) {
-			return nil, false
+		if err := w.enterJob(ctx, job); err != nil {
+			return nil, false // a hard stop: the consumer has settled d
 		}
 		held, won, err := w.broker.ClaimJob(ctx, job, w.myClaim(d))
 		if err == nil && won {
@@ -245,11 +320,17 @@ func (w *Worker) holder(ctx context.Context, held broker.HeldClaim, job string) 
 		return holderDead, 0
 	}
 	members, err := w.store.Members(ctx, w.cfg.Keys.Claimants())
+	w.noteStore(err)
 	if err != nil {
 		return holderUnknown, 0
 	}
 	data, ok := members[held.Worker]
 	if !ok {
+		if !w.claims.view.steady() {
+			// It may have expired, or been lost, during an outage this
+			// worker saw or may have missed, its holder yet to renew it.
+			return holderUnknown, 0
+		}
 		return holderDead, 0
 	}
 	var rec claimantRecord
@@ -271,9 +352,11 @@ func (w *Worker) runningJob(job string) bool {
 }
 
 // enterJob lists job as running here, starting the renewal of the
-// Claimants record if it was not running, and returns once the record is
-// known to be live and its next renewal to list the job. It fails when the
-// record could not be written lately: then no claim may be made.
+// Claimants record if it was not running, and returns once a renewal was
+// tried since (the next one lists the job). It fails only when ctx ends.
+// The record may not be live: the state store may be down. A claim made
+// then is still exclusive (create-only in JetStream); others judge it by
+// the record once the store is back (claimTTL's steadiness rule).
 func (w *Worker) enterJob(ctx context.Context, job string) error {
 	c := &w.claims
 	c.mu.Lock()
@@ -288,12 +371,26 @@ func (w *Worker) enterJob(ctx context.Context, job string) error {
 	}
 	ready := c.ready
 	c.mu.Unlock()
+	if w.claims.view.failedWithin(claimBeat) {
+		return nil // the store is down: the renewal may take its timeout to fail
+	}
 	select {
 	case <-ready:
+		return nil
 	case <-ctx.Done():
 		w.leaveJob(job)
 		return ctx.Err()
 	}
+}
+
+// enterLiveJob is enterJob that fails, the job left, when the Claimants
+// record could not be written lately: a take over needs it, so that the
+// claim it writes is seen alive.
+func (w *Worker) enterLiveJob(ctx context.Context, job string) error {
+	if err := w.enterJob(ctx, job); err != nil {
+		return err
+	}
+	c := &w.claims
 	c.mu.Lock()
 	live := time.Since(c.lastOK) < claimTTL-claimBeat
 	c.mu.Unlock()
@@ -304,14 +401,14 @@ func (w *Worker) enterJob(ctx context.Context, job string) error {
 	return nil
 }
 
-// enterJobWaiting is enterJob, tried again every claimPoll while the
+// enterJobWaiting is enterLiveJob, tried again every claimPoll while the
 // state store cannot be written (the delivery held meanwhile, which a Nak
-// would count against MaxDeliver): no claim is made that others could not
-// see alive. It reports false when ctx ended first (a hard stop: the
-// consumer has settled the delivery).
+// would count against MaxDeliver): no claim is taken over that others
+// could not see alive. It reports false when ctx ended first (a hard stop:
+// the consumer has settled the delivery).
 func (w *Worker) enterJobWaiting(ctx context.Context, job string, log *slog.Logger) bool {
 	for warned := false; ; warned = true {
-		err := w.enterJob(ctx, job)
+		err := w.enterLiveJob(ctx, job)
 		if err == nil {
 			return true
 		}
@@ -344,9 +441,11 @@ func (w *Worker) leaveJob(job string) {
 	<-done
 }
 
-// renewClaimants renews the Claimants record every claimBeat until stop is
-// closed. Its first renewal is at once, unless the record was renewed
-// within claimBeat; ready is closed once that first one was tried.
+// renewClaimants renews the Claimants record every claimBeat, or every
+// claimPoll while renewals fail (so that the record is back soon after the
+// store is), until stop is closed. Its first renewal is at once, unless the
+// record was renewed within claimBeat; ready is closed once that first one
+// was tried.
 func (w *Worker) renewClaimants(stop, done, ready chan struct{}) {
 	defer close(done)
 	c := &w.claims
@@ -367,15 +466,18 @@ func (w *Worker) renewClaimants(stop, done, ready chan struct{}) {
 		case <-stop:
 			return
 		case <-t.C:
-			w.touchClaimants()
-			t.Reset(claimBeat)
+			if w.touchClaimants() {
+				t.Reset(claimBeat)
+			} else {
+				t.Reset(claimPoll)
+			}
 		}
 	}
 }
 
 // touchClaimants writes the worker's Claimants record: its instance and
-// the jobs it runs now.
-func (w *Worker) touchClaimants() {
+// the jobs it runs now. It reports whether the write succeeded.
+func (w *Worker) touchClaimants() bool {
 	c := &w.claims
 	c.touchMu.Lock()
 	defer c.touchMu.Unlock()
@@ -390,13 +492,22 @@ func (w *Worker) touchClaimants() {
 	ctx, cancel := context.WithTimeout(context.Background(), claimBeat)
 	defer cancel()
 	start := time.Now()
-	if err := w.store.Touch(ctx, w.cfg.Keys.Claimants(), w.cfg.ID, data, claimTTL); err != nil {
-		w.log.Warn("renew the claimants record", "err", err)
-		return
-	}
+	err := w.store.Touch(ctx, w.cfg.Keys.Claimants(), w.cfg.ID, data, claimTTL)
+	w.noteStore(err)
 	c.mu.Lock()
-	c.lastOK = start
-	c.mu.Unlock()
+	defer c.mu.Unlock()
+	if err != nil {
+		if !c.failing {
+			w.log.Warn("renew the claimants record: the jobs claimed here run on; retrying", "every", claimPoll, "err", err)
+		}
+		c.failing = true
+		return false
+	}
+	if c.failing {
+		w.log.Info("claimants record renewed again")
+	}
+	c.lastOK, c.failing = start, false
+	return true
 }
 
 // storeResultHeld stores res, retrying until it is stored or ctx ends (a

@@ -88,12 +88,19 @@ func newClaimFixture(t *testing.T, ctx context.Context) *claimFixture {
 // beatAsX keeps x's Claimants record alive, listing jobs, every 200ms
 // until the test ends.
 func (cf *claimFixture) beatAsX(t *testing.T, jobs ...string) {
+	beatAs(t, cf.fx.store, cf.w, "x", "x@1", jobs...)
+}
+
+// beatAs keeps the Claimants record of worker id, instance inst, alive in
+// st, listing jobs, every 200ms until the test ends: another worker's
+// renewals, as w reads them.
+func beatAs(t *testing.T, st statestore.Store, w *Worker, id, inst string, jobs ...string) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() { cancel(); <-done })
 	touch := func(beat uint64) {
-		data, _ := json.Marshal(claimantRecord{Instance: "x@1", Beat: beat, Jobs: jobs})
-		if err := cf.fx.store.Touch(ctx, cf.w.cfg.Keys.Claimants(), "x", data, claimTTL); err != nil && ctx.Err() == nil {
+		data, _ := json.Marshal(claimantRecord{Instance: inst, Beat: beat, Jobs: jobs})
+		if err := st.Touch(ctx, w.cfg.Keys.Claimants(), id, data, claimTTL); err != nil && ctx.Err() == nil {
 			t.Error(err)
 		}
 	}
@@ -241,12 +248,12 @@ func TestRunningJobIsListed(t *testing.T) {
 	}
 }
 
-// A job delivered while the state store is down waits for it, holding its
-// delivery, and runs on that delivery once the store is back: without a
-// record that others can see alive no claim is made, and a Nak a second
-// instead spent one of the job's deliveries (MaxDeliver, 5) each time,
-// dropping the job once they were gone.
-func TestDeliveryWaitsForStateStore(t *testing.T) {
+// A job delivered while the state store is down runs on that delivery,
+// while the store is still down: its claim, create-only in JetStream, is
+// the exclusion, and the Claimants record is written once the store is
+// back. Jobs used to be held until then, delaying every call by the
+// outage.
+func TestDeliveryRunsWithoutStateStore(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fx := newLifecycleFixture(t)
@@ -256,17 +263,7 @@ func TestDeliveryWaitsForStateStore(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = st.Close() })
-	w, err := New(Config{
-		ID: "storeless", DataDir: fx.dataDir, ExecMode: ExecSpawn, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
-		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
-	}, fx.broker, st)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	w := startRedisWorker(t, ctx, fx, st, "storeless", slog.DiscardHandler)
 
 	rs.Stop()
 	job := &wire.Job{
@@ -276,13 +273,129 @@ func TestDeliveryWaitsForStateStore(t *testing.T) {
 	if err := fx.broker.PublishJob(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(8 * time.Second) // longer than MaxDeliver (5) Naks of a second
-	rs.Restart(t)
-	res, err := fx.broker.WaitResult(ctx, job.ID)
+	// Bounded well within the test, so that a job held until the store is
+	// back fails here rather than hanging.
+	dctx, dcancel := context.WithTimeout(ctx, 30*time.Second)
+	defer dcancel()
+	res, err := fx.broker.WaitResult(dctx, job.ID)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("no result while the store is down: %v", err)
 	}
 	if res.Status != wire.StatusOK || res.Stdout != "ran\n" || res.Attempt != 1 {
 		t.Errorf("result %+v, want the first delivery's run", res)
+	}
+	held, found, err := fx.broker.GetClaim(ctx, job.ID)
+	if err != nil || !found || held.Instance != w.instance() {
+		t.Errorf("claim %+v found=%v err=%v, want the worker's", held, found, err)
+	}
+}
+
+// startRedisWorker starts a worker of id on fx's broker and st, logging
+// to h, with a heartbeat every second (so that it sees an outage of st
+// soon).
+func startRedisWorker(t *testing.T, ctx context.Context, fx *lifecycleFixture, st statestore.Store, id string, h slog.Handler) *Worker {
+	t.Helper()
+	w, err := New(Config{
+		ID: id, DataDir: fx.dataDir, ExecMode: ExecSpawn, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, HeartbeatInterval: time.Second, Logger: slog.New(h),
+	}, fx.broker, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return w
+}
+
+// Right after a store outage, a holder's missing Claimants record does
+// not make it dead: the record may have expired during the outage, its
+// holder (alive, having claimed the job while the store was down) yet to
+// write it again. A worker that saw the store fail within claimTTL waits;
+// once it has seen the store steady for that long, a missing record is a
+// dead holder's and the job is taken over. Holders x and y are other
+// workers whose claims and records the test writes.
+func TestDeliveryAfterStoreOutageWaitsForHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fx := newLifecycleFixture(t)
+	rs := redistest.Start(t)
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: rs.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	logs := &lockedBuffer{}
+	w := startRedisWorker(t, ctx, fx, st, "judge", slog.NewTextHandler(logs, nil))
+
+	rs.Stop()
+	waitLog(ctx, t, logs, "heartbeat failed")
+	rs.Restart(t)
+	// x claimed the job while the store was down; its record is not back
+	// yet.
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "claims-scope",
+		Code: "print('ran here')", Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+	}
+	if _, won, err := fx.broker.ClaimJob(ctx, job.ID, broker.Claim{Worker: "x", Instance: "x@1", Attempt: 1}); err != nil || !won {
+		t.Fatalf("claim as x: won=%v err=%v", won, err)
+	}
+	if err := fx.broker.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if waitLogEither(ctx, t, logs, "waiting for its result", "taking over") != "waiting for its result" {
+		t.Fatalf("x's claim was taken over right after the outage, its record not yet renewed:\n%s", logs.String())
+	}
+	// x renews its record, and finishes.
+	beatAs(t, st, w, "x", "x@1", job.ID)
+	theirs := &wire.Result{JobID: job.ID, Status: wire.StatusOK, Stdout: "ran on x\n", WorkerID: "x", Attempt: 1}
+	if _, err := fx.broker.PutResult(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(ctx, t, logs, "result already stored; acking")
+	if strings.Contains(logs.String(), "job started") || strings.Contains(logs.String(), "taking over") {
+		t.Fatalf("the job ran again although x was alive:\n%s", logs.String())
+	}
+
+	// y, dead, claimed another job and left no record: once the store
+	// has been steady for claimTTL, the job is taken over and runs.
+	job2 := *job
+	job2.ID = ulid.Make().String()
+	if _, won, err := fx.broker.ClaimJob(ctx, job2.ID, broker.Claim{Worker: "y", Instance: "y@1", Attempt: 1}); err != nil || !won {
+		t.Fatalf("claim as y: won=%v err=%v", won, err)
+	}
+	if err := fx.broker.PublishJob(ctx, &job2); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.broker.WaitResult(ctx, job2.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.WorkerID != "judge" || res.Stdout != "ran here\n" {
+		t.Errorf("result %+v, want the judge's run after taking y's claim over", res)
+	}
+	if !strings.Contains(logs.String(), "holder=y") {
+		t.Errorf("no take over of y's claim logged:\n%s", logs.String())
+	}
+}
+
+// waitLogEither waits until the log holds a or b and returns the one it
+// found first (a when both); it fails the test when ctx ends first.
+func waitLogEither(ctx context.Context, t *testing.T, logs *lockedBuffer, a, b string) string {
+	t.Helper()
+	for {
+		out := logs.String()
+		if strings.Contains(out, a) {
+			return a
+		}
+		if strings.Contains(out, b) {
+			return b
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("neither %q nor %q in the worker's log:\n%s", a, b, out)
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }

@@ -355,6 +355,7 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		case <-t.C:
 		}
 		err := w.beat(ctx)
+		w.noteStore(err) // claims judge holders by how steady the store looks (claim.go)
 		switch {
 		case ctx.Err() != nil:
 			return
