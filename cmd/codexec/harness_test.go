@@ -162,6 +162,10 @@ func start(t testing.TB) e2e.Starter {
 		}
 		t.Cleanup(func() {
 			p.Stop(stopGrace)
+			// A worker killed mid-test left its sessions' file systems
+			// mounted under its data directory, which t.TempDir could not
+			// then remove.
+			e2e.UnmountUnder(e2e.DataDirOf(c.Args, c.Env))
 			if t.Failed() {
 				t.Logf("%s %s output:\n%s", filepath.Base(c.Path), strings.Join(c.Args, " "), p.Out.String())
 			}
