@@ -106,3 +106,18 @@ func StartNATSNode(ctx context.Context, start Starter, bin string, env []string,
 	}
 	return p, nil
 }
+
+// StartNATSAt starts nats-server bin with JetStream on port of the loopback
+// with its store in storeDir, and waits until it is ready: the same server
+// again, where its clients look for it, after it was killed.
+func StartNATSAt(ctx context.Context, start Starter, bin string, env []string, storeDir string, port int) (*Proc, error) {
+	p, err := start(Command{Name: "nats-server", Path: bin, Env: env,
+		Args: []string{"-js", "-a", "127.0.0.1", "-p", strconv.Itoa(port), "-sd", storeDir}})
+	if err != nil {
+		return nil, err
+	}
+	if _, err := p.WaitFor(ctx, NATSReadyRe); err != nil {
+		return nil, err
+	}
+	return p, nil
+}

@@ -183,3 +183,8 @@ func (p *Proc) Stop(grace time.Duration) {
 		}
 	})
 }
+
+// Kill sends SIGKILL to the process alone, not its group, as `kill -9
+// <pid>` does: what it started is left to die (or not) as it would in a
+// crash.
+func (p *Proc) Kill() { _ = p.Cmd.Process.Signal(syscall.SIGKILL) }
