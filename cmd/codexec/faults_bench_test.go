@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -42,8 +43,9 @@ import (
 //   - run twice: the oracle saw two runs of one call.
 //
 // The run-count oracle: the workers run with --sandbox off and every job
-// appends "<token> start <cwd>" to a file outside any workspace before it
-// sleeps, and "<token> end <cwd>" after, in one write each (O_APPEND). A
+// appends "<token> start <time> <cwd>" to a file outside any workspace
+// before it sleeps, and "<token> end <time> <cwd>" after, in one write each
+// (O_APPEND). A
 // run that starts leaves a line whatever happens to it after, so no run is
 // missed; the cwd, a session directory under one worker's data directory,
 // says which worker ran it. A call runs twice when its token has two end
@@ -392,7 +394,7 @@ func faultCode(oracle, token string) string {
 	return fmt.Sprintf(`import os, time
 def mark(phase):
     with open(%q, 'a') as f:
-        f.write(%q + ' ' + phase + ' ' + os.getcwd() + '\n')
+        f.write('%%s %%s %%.6f %%s\n' %% (%q, phase, time.time(), os.getcwd()))
 mark('start')
 time.sleep(%s)
 mark('end')
@@ -469,7 +471,8 @@ func (l *faultLoad) closeClients() {
 
 // faultRuns is what the oracle saw of one token.
 type faultRuns struct {
-	starts, ends map[string]int // by worker
+	starts, ends map[string]int       // by worker
+	startedAt    map[string]time.Time // the last start, by worker
 }
 
 func (r faultRuns) total(m map[string]int) int {
@@ -489,23 +492,28 @@ func (fc *faultCluster) readOracle(b *testing.B) map[string]faultRuns {
 	}
 	runs := map[string]faultRuns{}
 	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
-		f := strings.SplitN(line, " ", 3)
-		if len(f) != 3 {
+		f := strings.SplitN(line, " ", 4)
+		if len(f) != 4 {
 			continue
+		}
+		secs, err := strconv.ParseFloat(f[2], 64)
+		if err != nil {
+			b.Fatalf("oracle line %q: %v", line, err)
 		}
 		r, ok := runs[f[0]]
 		if !ok {
-			r = faultRuns{starts: map[string]int{}, ends: map[string]int{}}
+			r = faultRuns{starts: map[string]int{}, ends: map[string]int{}, startedAt: map[string]time.Time{}}
 			runs[f[0]] = r
 		}
 		w := "?"
 		for dir, name := range fc.dataDirs {
-			if strings.HasPrefix(f[2], dir+"/") {
+			if strings.HasPrefix(f[3], dir+"/") {
 				w = name
 			}
 		}
 		if f[1] == "start" {
 			r.starts[w]++
+			r.startedAt[w] = time.UnixMicro(int64(secs * 1e6))
 		} else {
 			r.ends[w]++
 		}
@@ -518,7 +526,7 @@ type faultRow struct {
 	name, what                                 string
 	submitted, ok, clearErr, lost, misreported int
 	twice, restarted, fetchedOK                int
-	restartedIn                                time.Duration // from the kill to the answer of the last job restarted
+	restartedIn                                time.Duration // from the kill to the start of the last job restarted
 	recover                                    time.Duration // -1: no ok call after the fault
 	errKinds                                   map[string]int
 	bad                                        []string
@@ -542,8 +550,10 @@ func (l *faultLoad) classify(b *testing.B, name, what string, from time.Time) fa
 			r.bad = append(r.bad, fmt.Sprintf("run twice: %s starts %v ends %v", c.ident(from), ran.starts, ran.ends))
 		} else if cut > 0 && starts > cut {
 			r.restarted++
-			if c.ok() {
-				r.restartedIn = max(r.restartedIn, c.done.Sub(from))
+			for w, at := range ran.startedAt {
+				if w != l.fc.killed {
+					r.restartedIn = max(r.restartedIn, at.Sub(from))
+				}
 			}
 		}
 		switch kind, fate := c.fate(ends > 0, starts > 0); fate {
@@ -623,7 +633,7 @@ func (r faultRow) report(b *testing.B) {
 	b.ReportMetric(float64(r.twice), "run_twice")
 	b.ReportMetric(r.recover.Seconds(), "recover_s")
 	if r.restarted > 0 {
-		b.ReportMetric(r.restartedIn.Seconds(), "restarted_answered_s")
+		b.ReportMetric(r.restartedIn.Seconds(), "restarted_after_s")
 	}
 	kinds := make([]string, 0, len(r.errKinds))
 	for k, n := range r.errKinds {
@@ -640,7 +650,7 @@ func (r faultRow) restartedText() string {
 	if r.restarted == 0 {
 		return "0"
 	}
-	return fmt.Sprintf("%d (answered %.1f s after the kill)", r.restarted, r.restartedIn.Seconds())
+	return fmt.Sprintf("%d (started again %.1f s after the kill)", r.restarted, r.restartedIn.Seconds())
 }
 
 func fmtRecover(d time.Duration) string {
