@@ -147,8 +147,9 @@ type Config struct {
 	// SessionFSIdle unmounts a session's file system that ran no job for
 	// this long. Default 10 minutes.
 	SessionFSIdle time.Duration
-	// HeartbeatInterval is how often the worker renews its presence. Default 5s;
-	// the presence record lives three intervals.
+	// HeartbeatInterval is how often the worker renews its presence. Default 2s;
+	// the presence record lives three intervals, so a dead worker's
+	// targeted jobs go to the pool about 6s after its death.
 	HeartbeatInterval time.Duration
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
@@ -164,7 +165,7 @@ type Config struct {
 // Defaults.
 const (
 	DefaultOutputLimit int64 = 1 << 20
-	DefaultHeartbeat         = 5 * time.Second
+	DefaultHeartbeat         = 2 * time.Second
 )
 
 // Exec modes.

@@ -243,8 +243,8 @@ func TestClusterRedisOutage(t *testing.T) {
 	if res, er := call(t, stranger, "execute_code", hello); !res.IsError || !strings.Contains(er.Message, "state store (Redis) is unreachable") {
 		t.Fatalf("Redis down, a session the frontend never saw: %+v", er)
 	}
-	// Past the presence records' life (three 5 s heartbeats).
-	time.Sleep(16*time.Second - time.Since(down))
+	// Past the presence records' life (three 2 s heartbeats).
+	time.Sleep(8*time.Second - time.Since(down))
 	cl.redis.Restart(t)
 	if res, er := call(t, c, "execute_code", hello); res.IsError || er.Stdout != "hello\n" {
 		t.Fatalf("Redis back: %+v", er)
