@@ -42,3 +42,46 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkSubmit measures what a call spends queueing its job: the job's
+// record, then the job, one round trip after the other (sequential) or
+// sent together (SubmitJob), on an in-process server, with a consumer
+// taking the jobs.
+func BenchmarkSubmit(b *testing.B) {
+	e := brokertest.StartNATSWith(b, broker.EmbeddedConfig{})
+	br := brokertest.Open(b, e, broker.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(cancel)
+	c, err := br.Consume(ctx, wire.DefaultPool, 8, func(ctx context.Context, d *broker.Delivery) {
+		if err := d.Ack(); err != nil {
+			b.Error(err)
+		}
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	stopConsumer(b, c)
+	newJob := func() *wire.Job {
+		return &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool,
+			Scope: "bench", Code: "print(6 * 7)", TimeoutMS: 5000}
+	}
+	b.Run("sequential", func(b *testing.B) {
+		for b.Loop() {
+			job := newJob()
+			if err := br.PutJobRecord(ctx, broker.RecordOf(job)); err != nil {
+				b.Fatal(err)
+			}
+			if err := br.PublishJob(ctx, job); err != nil {
+				b.Fatal(err)
+			}
+		}
+	})
+	b.Run("together", func(b *testing.B) {
+		for b.Loop() {
+			job := newJob()
+			if recErr, pubErr := br.SubmitJob(ctx, broker.RecordOf(job), job, nil); recErr != nil || pubErr != nil {
+				b.Fatal(recErr, pubErr)
+			}
+		}
+	})
+}

@@ -141,7 +141,10 @@ func (b *Broker) setup(ctx context.Context) error {
 	if err := waitConnected(ctx, b.nc); err != nil {
 		return err
 	}
-	js, err := jetstream.New(b.nc)
+	// SubmitJob's acknowledgements that never come (the server went away)
+	// must not pile up in the client: they end after as long as a
+	// synchronous publish waits.
+	js, err := jetstream.New(b.nc, jetstream.WithPublishAsyncTimeout(publishAttemptTimeout))
 	if err != nil {
 		return fmt.Errorf("broker: jetstream: %w", err)
 	}
@@ -304,7 +307,7 @@ func (b *Broker) messageLimit() int {
 // on the subject. Any other failure (an acknowledgement that did not come in
 // time) may hide a message that was stored all the same.
 func NotSent(err error) bool {
-	return errors.Is(err, ErrNotConnected) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
+	return errors.Is(err, ErrNotConnected) || errors.Is(err, errNotSent) || errors.Is(err, jetstream.ErrNoStreamResponse) ||
 		errors.Is(err, nats.ErrNoResponders)
 }
 
@@ -320,28 +323,48 @@ func NotSent(err error) bool {
 // the published copy goes without it); Consume resolves it transparently.
 // A job whose encoding exceeds MaxJobBytes fails with wire.ErrPayloadTooLarge.
 func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishOption) error {
+	m, err := b.jobMessage(ctx, job, opts...)
+	if err != nil {
+		return err
+	}
+	if err := b.publishJobMsg(ctx, m.subject, m.data, m.msgID); err != nil {
+		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+	}
+	b.jobPublished()
+	return nil
+}
+
+// jobMsg is a job as PublishJob sends it.
+type jobMsg struct {
+	subject, msgID string
+	data           []byte
+}
+
+// jobMessage checks and encodes job for PublishJob (storing its code in the
+// blobs store when the job does not fit one message).
+func (b *Broker) jobMessage(ctx context.Context, job *wire.Job, opts ...PublishOption) (*jobMsg, error) {
 	var opt publishOptions
 	for _, o := range opts {
 		o(&opt)
 	}
 	if job == nil {
-		return errors.New("broker: publish: nil job")
+		return nil, errors.New("broker: publish: nil job")
 	}
 	if !idRe.MatchString(job.ID) {
-		return fmt.Errorf("broker: publish: invalid job id %q", job.ID)
+		return nil, fmt.Errorf("broker: publish: invalid job id %q", job.ID)
 	}
 	if job.Pool == "" {
 		job.Pool = wire.DefaultPool
 	}
 	if !wire.ValidPool(job.Pool) {
-		return fmt.Errorf("broker: publish job %s: invalid pool %q", job.ID, job.Pool)
+		return nil, fmt.Errorf("broker: publish job %s: invalid pool %q", job.ID, job.Pool)
 	}
 	if len(job.Code) > MaxJobBytes {
-		return fmt.Errorf("broker: publish job %s: code is %d bytes, more than %d: %w",
+		return nil, fmt.Errorf("broker: publish job %s: code is %d bytes, more than %d: %w",
 			job.ID, len(job.Code), MaxJobBytes, wire.ErrPayloadTooLarge)
 	}
 	if !b.nc.IsConnected() {
-		return fmt.Errorf("broker: publish job %s: %w", job.ID, ErrNotConnected)
+		return nil, fmt.Errorf("broker: publish job %s: %w", job.ID, ErrNotConnected)
 	}
 	job.V = wire.Version
 	job.CodeRef = ""
@@ -350,41 +373,44 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishO
 	}
 	data, err := encode(job)
 	if err != nil {
-		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+		return nil, fmt.Errorf("broker: publish job %s: %w", job.ID, err)
 	}
 	if len(data) > MaxJobBytes {
-		return fmt.Errorf("broker: publish job %s: job is %d bytes, more than %d: %w",
+		return nil, fmt.Errorf("broker: publish job %s: job is %d bytes, more than %d: %w",
 			job.ID, len(data), MaxJobBytes, wire.ErrPayloadTooLarge)
 	}
 	if limit := b.messageLimit(); len(data) > limit {
 		name := jobBlobName(job.ID)
 		if err := b.putBlobOnce(ctx, name, []byte(job.Code)); err != nil {
-			return fmt.Errorf("broker: publish job %s: store code: %w", job.ID, err)
+			return nil, fmt.Errorf("broker: publish job %s: store code: %w", job.ID, err)
 		}
 		job.CodeRef = name
 		small := *job
 		small.Code = ""
 		if data, err = encode(&small); err != nil {
-			return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+			return nil, fmt.Errorf("broker: publish job %s: %w", job.ID, err)
 		}
 		if len(data) > limit {
-			return fmt.Errorf("broker: publish job %s: job without code is %d bytes, more than %d: %w",
+			return nil, fmt.Errorf("broker: publish job %s: job without code is %d bytes, more than %d: %w",
 				job.ID, len(data), limit, wire.ErrPayloadTooLarge)
 		}
 	}
 	subject, msgID := wire.JobSubject(job.Pool), job.ID
 	if opt.worker != "" {
 		if !wire.ValidWorkerID(opt.worker) {
-			return fmt.Errorf("broker: publish job %s: invalid worker id %q", job.ID, opt.worker)
+			return nil, fmt.Errorf("broker: publish job %s: invalid worker id %q", job.ID, opt.worker)
 		}
 		subject = wire.WorkerSubject(job.Pool, opt.worker)
 	}
 	if opt.msgID != "" {
 		msgID = opt.msgID
 	}
-	if err := b.publishJobMsg(ctx, subject, data, msgID); err != nil {
-		return fmt.Errorf("broker: publish job %s: %w", job.ID, err)
-	}
+	return &jobMsg{subject: subject, msgID: msgID, data: data}, nil
+}
+
+// jobPublished counts a job published, renewing the stream's anchor every
+// anchorEvery jobs.
+func (b *Broker) jobPublished() {
 	if b.published.Add(1)%anchorEvery == 0 && b.anchoring.CompareAndSwap(false, true) {
 		go func() {
 			defer b.anchoring.Store(false)
@@ -395,7 +421,6 @@ func (b *Broker) PublishJob(ctx context.Context, job *wire.Job, opts ...PublishO
 			}
 		}()
 	}
-	return nil
 }
 
 // While the jobs stream elects a new leader (the node that led it died),
@@ -599,21 +624,117 @@ func jobRecordKey(jobID string) string { return "job." + jobID }
 // the same job) is kept and PutJobRecord returns nil. While the connection is
 // down it sends nothing and returns ErrNotConnected.
 func (b *Broker) PutJobRecord(ctx context.Context, rec *JobRecord) error {
-	if rec == nil || !idRe.MatchString(rec.JobID) {
-		return errors.New("broker: put job record: no valid job id")
-	}
-	if !b.nc.IsConnected() {
-		return fmt.Errorf("broker: put job record %s: %w", rec.JobID, ErrNotConnected)
-	}
-	rec.V = wire.Version
-	data, err := encode(rec)
+	data, err := b.recordData(rec)
 	if err != nil {
-		return fmt.Errorf("broker: put job record %s: %w", rec.JobID, err)
+		return err
 	}
 	if _, err := b.results.Create(ctx, jobRecordKey(rec.JobID), data); err != nil && !errors.Is(err, jetstream.ErrKeyExists) {
 		return fmt.Errorf("broker: put job record %s: %w", rec.JobID, err)
 	}
 	return nil
+}
+
+// recordData checks and encodes rec for PutJobRecord.
+func (b *Broker) recordData(rec *JobRecord) ([]byte, error) {
+	if rec == nil || !idRe.MatchString(rec.JobID) {
+		return nil, errors.New("broker: put job record: no valid job id")
+	}
+	if !b.nc.IsConnected() {
+		return nil, fmt.Errorf("broker: put job record %s: %w", rec.JobID, ErrNotConnected)
+	}
+	rec.V = wire.Version
+	data, err := encode(rec)
+	if err != nil {
+		return nil, fmt.Errorf("broker: put job record %s: %w", rec.JobID, err)
+	}
+	return data, nil
+}
+
+// SubmitJob does what PutJobRecord(rec) then PublishJob(job, opts...) do,
+// without a round trip in between: both messages go out on the connection,
+// the record first, then both acknowledgements are awaited, the record's
+// first. recorded, when not nil, is called with the record's outcome as
+// soon as it is known, before the job's acknowledgement is awaited: once
+// it is called with nil, the record is stored.
+//
+// The server reads a connection's messages in order, so a job it received
+// came after its record; but the two streams store what they receive each
+// in a goroutine of its own, so the job may be stored, and delivered to a
+// worker, a moment before the record is. Nothing reads a record before its
+// job id is known, and callers hand the id out from recorded, once the
+// record is stored. A job SubmitJob refuses (invalid, too large, not
+// connected) is refused before the record is sent: recorded is not called
+// and recErr says the record was not sent either. A record or a job whose
+// asynchronous acknowledgement fails is sent once more the synchronous way
+// (PutJobRecord, PublishJob's publish), which tells an existing record or
+// a leader election apart.
+func (b *Broker) SubmitJob(ctx context.Context, rec *JobRecord, job *wire.Job, recorded func(error), opts ...PublishOption) (recErr, pubErr error) {
+	data, err := b.recordData(rec)
+	if err != nil {
+		return err, err
+	}
+	m, err := b.jobMessage(ctx, job, opts...)
+	if err != nil {
+		return fmt.Errorf("broker: put job record %s: not sent: %w", rec.JobID, err), err
+	}
+	recF, recErr := b.js.PublishMsgAsync(&nats.Msg{Subject: jobRecordSubject(rec.JobID), Data: data},
+		jetstream.WithExpectLastSequencePerSubject(0))
+	var jobF jetstream.PubAckFuture
+	if recErr == nil {
+		jobF, pubErr = b.js.PublishMsgAsync(&nats.Msg{Subject: m.subject, Data: m.data},
+			jetstream.WithMsgID(m.msgID), jetstream.WithExpectStream(wire.JobsStream))
+	}
+	if recErr == nil {
+		recErr = awaitAck(ctx, recF)
+	}
+	if recErr != nil && ctx.Err() == nil {
+		recErr = b.PutJobRecord(ctx, rec)
+	}
+	if recorded != nil {
+		recorded(recErr)
+	}
+	if jobF == nil || pubErr != nil {
+		// Not sent (or the record could not be): the synchronous way.
+		if recErr != nil {
+			return recErr, fmt.Errorf("broker: publish job %s: %w, as its record was not written: %w", job.ID, errNotSent, recErr)
+		}
+		pubErr = nil
+	} else {
+		pubErr = awaitAck(ctx, jobF)
+		if pubErr == nil {
+			b.jobPublished()
+			return recErr, nil
+		}
+		if ctx.Err() != nil {
+			return recErr, fmt.Errorf("broker: publish job %s: %w", job.ID, pubErr)
+		}
+	}
+	if err := b.publishJobMsg(ctx, m.subject, m.data, m.msgID); err != nil {
+		return recErr, fmt.Errorf("broker: publish job %s: %w", job.ID, err)
+	}
+	b.jobPublished()
+	return recErr, nil
+}
+
+// errNotSent is SubmitJob's reason for a job it did not send.
+var errNotSent = errors.New("not sent")
+
+// jobRecordSubject is the subject a put of jobID's record is published on
+// (the results bucket's, as KeyValue.Create publishes it).
+func jobRecordSubject(jobID string) string {
+	return "$KV." + wire.ResultsBucket + "." + jobRecordKey(jobID)
+}
+
+// awaitAck waits for f's acknowledgement, or for ctx.
+func awaitAck(ctx context.Context, f jetstream.PubAckFuture) error {
+	select {
+	case <-f.Ok():
+		return nil
+	case err := <-f.Err():
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // GetJobRecord returns jobID's record, or an error wrapping ErrNoJobRecord.

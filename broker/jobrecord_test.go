@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"errors"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,7 +80,58 @@ func TestPublishWhileDisconnected(t *testing.T) {
 	if err := tb.b.PutJobRecord(ctx, broker.RecordOf(job)); !errors.Is(err, broker.ErrNotConnected) {
 		t.Errorf("PutJobRecord while disconnected = %v, want ErrNotConnected", err)
 	}
+	recErr, pubErr := tb.b.SubmitJob(ctx, broker.RecordOf(job), job, func(error) { t.Error("recorded called while disconnected") })
+	if !errors.Is(recErr, broker.ErrNotConnected) || !broker.NotSent(pubErr) {
+		t.Errorf("SubmitJob while disconnected = %v, %v, want ErrNotConnected and not sent", recErr, pubErr)
+	}
 	if n, _ := tb.b.Conn().Buffered(); n != 0 {
 		t.Errorf("%d bytes wait in the reconnect buffer", n)
+	}
+}
+
+// SubmitJob sends a job's record and the job without waiting in between:
+// the record is stored when recorded is called, the job is delivered, a
+// second submit of the same job is no error, and a job that cannot be sent
+// leaves no record.
+func TestSubmitJob(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
+	ctx := testCtx(t)
+	ids := ackIDs(t, ctx, tb.b, 1, 4)
+
+	job := newJob("print(1)")
+	calls := 0
+	recErr, pubErr := tb.b.SubmitJob(ctx, broker.RecordOf(job), job, func(err error) {
+		calls++
+		if err != nil {
+			t.Errorf("recorded(%v), want nil", err)
+		}
+		if rec, err := tb.b.GetJobRecord(ctx, job.ID); err != nil || rec.Scope != job.Scope {
+			t.Errorf("GetJobRecord when recorded is called = %+v, %v", rec, err)
+		}
+	})
+	if recErr != nil || pubErr != nil || calls != 1 {
+		t.Fatalf("SubmitJob = %v, %v with %d calls of recorded, want nil, nil, 1", recErr, pubErr, calls)
+	}
+	select {
+	case id := <-ids:
+		if id != job.ID {
+			t.Errorf("delivered %s, want %s", id, job.ID)
+		}
+	case <-ctx.Done():
+		t.Fatal("the submitted job was not delivered")
+	}
+	// Again (a retry): the record exists and the job is a duplicate.
+	if recErr, pubErr := tb.b.SubmitJob(ctx, broker.RecordOf(job), job, nil); recErr != nil || pubErr != nil {
+		t.Errorf("SubmitJob of the same job again = %v, %v, want nil, nil", recErr, pubErr)
+	}
+
+	big := newJob(strings.Repeat("x", broker.MaxJobBytes+1))
+	recErr, pubErr = tb.b.SubmitJob(ctx, broker.RecordOf(big), big, func(error) { t.Error("recorded called for a job that cannot be sent") })
+	if !errors.Is(pubErr, wire.ErrPayloadTooLarge) || recErr == nil {
+		t.Errorf("SubmitJob of a job too large = %v, %v, want an error and ErrPayloadTooLarge", recErr, pubErr)
+	}
+	if _, err := tb.b.GetJobRecord(ctx, big.ID); !errors.Is(err, broker.ErrNoJobRecord) {
+		t.Errorf("a job too large to send left a record: %v", err)
 	}
 }

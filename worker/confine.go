@@ -242,6 +242,7 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 			UID: uid, GID: gid,
 			Binds:   []runner.Bind{{Path: cwd, Write: true}, {Path: scripts}},
 			TmpSize: set.Disk,
+			Session: job.Scope,
 		}
 		if w.cgroups != nil {
 			g, err := w.cgroupPool.get(cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})

@@ -61,6 +61,7 @@ var secCases = []secCase{
 	{"other_session_files", caseOtherSession},
 	{"worker_environment_and_cmdline", caseWorkerEnv},
 	{"network", caseNetwork},
+	{"network_loopback_per_session", caseLoopbackPerSession},
 	{"interpreter_and_environment_read_only", caseReadOnlyEnv},
 	{"background_processes", caseBackground},
 	{"planted_symlinks", caseSymlinks},
@@ -993,6 +994,102 @@ print(json.dumps(out))
 		t.Errorf("the test's listeners got connections from %v", c)
 	}
 	t.Logf("attempts: %v", out)
+}
+
+// network none, in a warm interpreter: the jobs of one session share a
+// loopback (a network namespace per session), another session's jobs never
+// reach it. Session a's job listens on 127.0.0.1; b's job, running beside
+// it, cannot connect; a's second job can.
+func caseLoopbackPerSession(t *testing.T, tg *secTarget, b *secSession) {
+	if !tg.zygote {
+		t.Skip("each job of a fresh interpreter has a network namespace of its own")
+	}
+	// The first jobs of an environment run in fresh interpreters while its
+	// zygote starts: the case is about the zygote's jobs.
+	waitForZygote(t, tg.logs)
+	a := tg.newSession(t)
+	name, token := randHex(t, 6), "LOOPBACK-TOKEN-"+randHex(t, 12)
+	hold := fmt.Sprintf(`import os, socket, time
+NAME, TOKEN = %s, %s
+s = socket.socket()
+s.bind(('127.0.0.1', 0))
+s.listen(8)
+s.settimeout(0.1)
+with open('port-' + NAME + '.tmp', 'w') as f:
+    f.write(str(s.getsockname()[1]))
+os.rename('port-' + NAME + '.tmp', 'port-' + NAME)
+deadline = time.time() + 60
+while time.time() < deadline and not os.path.exists('done-' + NAME):
+    try:
+        c, _ = s.accept()
+    except OSError:
+        continue
+    c.sendall(TOKEN.encode())
+    c.close()
+print('held', flush=True)
+`, pyStr(name), pyStr(token))
+	held := make(chan secResult, 1)
+	go func() {
+		// Not a.run: t.Fatal may not be called from this goroutine.
+		args := map[string]any{"code": hold, "timeout_seconds": 90}
+		res, err := a.c.CallTool(t.Context(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "execute_code", Arguments: args}})
+		var er secResult
+		if err == nil && res.StructuredContent != nil {
+			raw, _ := json.Marshal(res.StructuredContent)
+			_ = json.Unmarshal(raw, &er)
+		} else if err != nil {
+			er.Message = "call failed: " + err.Error()
+		}
+		held <- er
+	}()
+	// a's second job waits for the port in the session's directory and
+	// connects; it leaves the port for the test to hand to b.
+	res, er := a.run(t, fmt.Sprintf(`import json, os, socket, time
+NAME = %s
+deadline = time.time() + 60
+while not os.path.exists('port-' + NAME) and time.time() < deadline:
+    time.sleep(0.05)
+port = int(open('port-' + NAME).read())
+try:
+    c = socket.create_connection(('127.0.0.1', port), timeout=3)
+    got = c.recv(64).decode('latin1')
+except Exception as e:
+    got = 'error: ' + type(e).__name__ + ': ' + str(e)
+print(json.dumps({'port': port, 'got': got}))
+`, pyStr(name)), &jobOpts{timeout: 90})
+	var mine struct {
+		Port int    `json:"port"`
+		Got  string `json:"got"`
+	}
+	lastJSON(t, res, er, &mine)
+	if mine.Got != token {
+		t.Errorf("session a's second job did not reach its first job's loopback listener: %q", mine.Got)
+	}
+	pres, per := b.run(t, fmt.Sprintf(`import socket
+try:
+    c = socket.create_connection(('127.0.0.1', %d), timeout=3)
+    print('CONNECTED', c.recv(64).decode('latin1'))
+except Exception as e:
+    print('error:', type(e).__name__, e)
+`, mine.Port), nil)
+	if rres, rer := a.run(t, fmt.Sprintf("open('done-' + %s, 'w').close()", pyStr(name)), nil); rres.IsError {
+		t.Errorf("release a's job:\n%s", dump(rres, rer))
+	}
+	select {
+	case h := <-held:
+		if !strings.Contains(h.Stdout, "held") {
+			t.Errorf("session a's listening job failed, so b's attempt did not run beside it: %+v", h)
+		}
+	case <-time.After(2 * time.Minute):
+		t.Fatal("session a's listening job did not come back")
+	}
+	if out := everything(pres, per); strings.Contains(out, "CONNECTED") || strings.Contains(out, token) {
+		t.Errorf("session b reached session a's loopback listener:\n%s", dump(pres, per))
+	} else if !strings.Contains(out, "error:") {
+		t.Errorf("session b's attempt did not run:\n%s", dump(pres, per))
+	}
+	t.Logf("a's second job got %q; b's attempt: %s", mine.Got, strings.TrimSpace(per.Stdout))
+	a.assertNoLeftovers(t, token, true)
 }
 
 // The interpreter and the environment are read-only: writes fail inside,

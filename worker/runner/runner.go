@@ -71,6 +71,11 @@ type Confinement struct {
 	// TmpSize caps the job's private /tmp and /dev/shm, in bytes; 0 leaves
 	// them as large as memory allows.
 	TmpSize int64 `json:"tmp_size,omitempty"`
+	// Session names the job's session: without egress, the jobs of one
+	// session in one zygote share a network namespace (a loopback only),
+	// those of two sessions never do. Required where the zygote keeps one
+	// per session (zygote.py: session_netns).
+	Session string `json:"session,omitempty"`
 }
 
 // Bind is one directory of a Confinement.

@@ -152,12 +152,19 @@ def _threads():
 
 
 class _Job:
-    __slots__ = ('id', 'sock', 'done')
+    __slots__ = ('id', 'sock', 'done', 'net')
 
-    def __init__(self, jid, sock):
+    def __init__(self, jid, sock, net):
         self.id = jid
         self.sock = sock  # the socket the job went on (A reports on it), until it closes
         self.done = False  # the worker was told how it ended
+        self.net = net  # the key of the session network namespace it joined, or None
+
+
+# How long a session's network namespace stays open with no job of the
+# session started or running: the next job of the session after that gets
+# a new one.
+_NETNS_IDLE = 60.0
 
 
 def _spares(sandbox):
@@ -177,6 +184,20 @@ class _Zygote:
         self.nspares = 1 if sandbox is None else _spares(sandbox)
         self.spare_failed = False
         self.cgroup_dirs = []  # learn_cgroup_dirs
+        # Network namespaces per session (session_netns): the zygote's own
+        # network namespace, to return to after making one, and session ->
+        # [namespace descriptor, last use]. None: each spare makes one of
+        # its own (_enter_namespaces), where the zygote may not setns(2)
+        # back to its own.
+        self.nethome = None
+        self.netns = {}
+        if sandbox is not None and sandbox.get('netns'):
+            fd = os.open('/proc/self/ns/net', os.O_RDONLY | os.O_CLOEXEC)
+            try:
+                _libc_call('setns', fd, _CLONE_NEWNET)
+                self.nethome = fd
+            except OSError:
+                os.close(fd)
         self.jobs = {}  # pid -> _Job, until reaped
         self.by_fd = {}  # job socket fd -> pid
         # In a sandbox each spare is the init of a PID namespace of its own
@@ -217,8 +238,10 @@ class _Zygote:
         ctl = self.ctl.fileno()
         while True:
             idle = len(self.spares) < self.nspares and not self.spare_failed and self.idle()
-            events = self.poller.poll(0 if idle else None)
+            events = self.poller.poll(0 if idle else self.close_idle_netns())
             if not events:
+                if not idle:
+                    continue  # a session's network namespace was due to close
                 # Nothing to do: fork the next job's process ahead of time.
                 # Not while a job runs: on a small machine the fork would
                 # slow the job down more than it saves the next one.
@@ -247,6 +270,54 @@ class _Zygote:
             if not job.done:
                 return False
         return True
+
+    def close_idle_netns(self):
+        """Close the network namespaces of sessions with no job started
+        for _NETNS_IDLE seconds and none running; return the milliseconds
+        until the next one is due (None: none open)."""
+        if not self.netns:
+            return None
+        now = time.monotonic()
+        busy = {job.net for job in self.jobs.values() if not job.done}
+        due = None
+        for key, entry in list(self.netns.items()):
+            if key in busy:
+                entry[1] = now
+            left = entry[1] + _NETNS_IDLE - now
+            if left <= 0:
+                os.close(entry[0])
+                del self.netns[key]
+            elif due is None or left < due:
+                due = left
+        return None if due is None else int(due * 1000) + 1
+
+    def session_netns(self, req):
+        """(session, descriptor) of the network namespace of the job's
+        session (confine.session), made on the session's first job: a
+        loopback, up, and nothing else. A job that names no session gets
+        one of its own: (None, a descriptor the caller closes)."""
+        c = req.get('confine')
+        key = c.get('session') if isinstance(c, dict) else None
+        if not isinstance(key, str) or not key:
+            return None, self.new_netns()
+        entry = self.netns.get(key)
+        if entry is None:
+            entry = self.netns[key] = [self.new_netns(), 0.0]
+        entry[1] = time.monotonic()
+        return key, entry[0]
+
+    def new_netns(self):
+        """Make a network namespace with its loopback up and return a
+        descriptor on it. The zygote makes it in itself (unshare, then back
+        to its own with setns), which costs no fork."""
+        _libc_call('unshare', _CLONE_NEWNET)
+        try:
+            _loopback_up()
+            return os.open('/proc/self/ns/net', os.O_RDONLY | os.O_CLOEXEC)
+        finally:
+            # Back home whatever happened: the next spares, and the next
+            # session's namespace, must not start from this one.
+            _libc_call('setns', self.nethome, _CLONE_NEWNET)
 
     def shutdown(self):
         for pid in list(self.jobs):
@@ -281,7 +352,7 @@ class _Zygote:
                     _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
                     self.learn_cgroup_dirs(req)
-                    self.run(jid, msg, fds)
+                    self.run(jid, msg, fds, req)
             elif op == 'kill':
                 self.kill(req.get('id'))
         finally:
@@ -334,7 +405,22 @@ class _Zygote:
         if isinstance(dirs, list) and all(isinstance(d, str) and d.startswith('/') for d in dirs):
             self.cgroup_dirs = dirs
 
-    def run(self, jid, msg, fds):
+    def run(self, jid, msg, fds, req):
+        net = netfd = None
+        if self.nethome is not None:
+            try:
+                net, netfd = self.session_netns(req)
+            except OSError as e:
+                _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'network namespace: %s' % e})
+                return
+            fds = list(fds) + [netfd]
+        try:
+            self.hand_over(jid, msg, fds, net)
+        finally:
+            if net is None and netfd is not None:
+                os.close(netfd)  # the job's own: the job holds it now
+
+    def hand_over(self, jid, msg, fds, net):
         for _ in range(2):
             spare = self.spares.pop(0) if self.spares else self.fork_spare()
             if spare is None:
@@ -346,7 +432,7 @@ class _Zygote:
             # take a job that started for one that did not.
             _send(self.ctl, {'op': 'started', 'id': jid, 'pid': pid})
             try:
-                sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('3i', *fds))])
+                sock.sendmsg([msg], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, struct.pack('%di' % len(fds), *fds))])
                 break
             except OSError:
                 # The spare died waiting (its reaping is SIGCHLD's business):
@@ -357,7 +443,7 @@ class _Zygote:
             _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
             return
         sock.setblocking(False)
-        self.jobs[pid] = _Job(jid, sock)
+        self.jobs[pid] = _Job(jid, sock, net)
         self.by_fd[sock.fileno()] = pid
         self.poller.register(sock.fileno(), select.POLLIN)
 
@@ -454,7 +540,7 @@ def _spare_main(z, sock):
     received = False
     try:
         job_sock = _prepare_child(z, sock)
-        msg, fds = _receive_job(job_sock)
+        msg, fds = _receive_job(job_sock, 3 if z.nethome is None else 4)
         received = True
         # The job never holds the socket: in a sandbox, this process's
         # namespace init reports on it how the process ended, and the job
@@ -530,7 +616,9 @@ def _prepare_child(z, sock):
     sock.detach()
     _close_fds(keep=high)
     if z.sandbox is not None:
-        _enter_namespaces(z.sandbox, z.cgroup_dirs)
+        # A spare makes a network namespace of its own only where the
+        # zygote cannot make one per session (session_netns).
+        _enter_namespaces(z.sandbox, z.cgroup_dirs, z.sandbox.get('netns') and z.nethome is None)
         if not init:
             _enter_pid_namespace(report)  # returns in the namespace's init only
         _fork_job_process(report)  # returns in the job's process only
@@ -538,7 +626,7 @@ def _prepare_child(z, sock):
     return report
 
 
-def _receive_job(sock):
+def _receive_job(sock, nfds):
     n, anc, _, _ = sock.recvmsg_into([_BUF], _ANC_SPACE)
     msg = bytes(_BUF[:n])
     fds = []
@@ -546,13 +634,21 @@ def _receive_job(sock):
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             n = len(data) - len(data) % 4
             fds.extend(memoryview(data)[:n].cast('i'))
-    if not msg or len(fds) != 3:
+    if not msg or len(fds) != nfds:
         raise _NoJob()  # the zygote closed the socket: it is going away
     return msg, fds
 
 
 def _setup_job(req, fds):
-    """The job's own steps, before any of its code runs."""
+    """The job's own steps, before any of its code runs. fds: stdin,
+    stdout, stderr, and the session's network namespace when the zygote
+    keeps one per session."""
+    if len(fds) == 4:
+        # Still root: join the session's network namespace, whose only
+        # device is its loopback. Failing that the job must not run (this
+        # process is in the zygote's network namespace until now).
+        _libc_call('setns', fds[3], _CLONE_NEWNET)
+        os.close(fds.pop())
     # stdin, stdout and stderr on 0, 1 and 2: sys.stdin, sys.stdout and
     # sys.stderr already wrap those descriptors.
     for i, fd in enumerate(fds):
@@ -600,10 +696,13 @@ def _setup_job(req, fds):
 # uid, which takes every capability away:
 #
 #   spare (before the job is known, off the job's path): new PID, mount and
-#     IPC namespaces, and a network namespace with only a loopback unless the
-#     pool allows egress; a fresh /tmp and /dev/shm; the session directories
+#     IPC namespaces; a fresh /tmp and /dev/shm; the session directories
 #     of everyone hidden under an empty tmpfs.
-#   job: its own session directories bound back (working directory read-write, scripts
+#   job: unless the pool allows egress, the network namespace of its
+#     session (a loopback only, made by the zygote on the session's first
+#     job, shared by the session's jobs, never by two sessions: where the
+#     zygote cannot make one per session, each spare makes its own); its
+#     own session directories bound back (working directory read-write, scripts
 #     read-only); the job's cgroups joined and their directories unmounted;
 #     rlimits; then setgroups([]), setresgid, setresuid to the session's
 #     uid and no_new_privs, so that no setuid program can give privileges
@@ -629,8 +728,7 @@ def _mount(source, target, fstype, flags, data):
 _hidden = []  # (root, O_PATH descriptor) of each hidden root, in a child
 
 
-def _enter_namespaces(sandbox, cgroup_dirs):
-    netns = sandbox.get('netns')
+def _enter_namespaces(sandbox, cgroup_dirs, netns):
     _libc_call('unshare', _CLONE_NEWNS | _CLONE_NEWIPC | (_CLONE_NEWNET if netns else 0))
     # Slave, not private: mounts the worker makes later (a session's own
     # file system, mounted at its first call) still reach this child, and

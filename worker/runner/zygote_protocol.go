@@ -62,8 +62,11 @@ type zygoteConfig struct {
 }
 
 type zygoteSandboxCfg struct {
-	// NetNS gives each child a network namespace of its own (a loopback
-	// only), so that jobs of different sessions cannot talk to each other.
+	// NetNS puts each job in a network namespace with a loopback only:
+	// one per session (Confinement.Session), made by the zygote on the
+	// session's first job and joined by the session's later ones, so that
+	// jobs of different sessions cannot talk to each other; one per child
+	// where the zygote cannot setns(2) back to its own network namespace.
 	NetNS bool `json:"netns"`
 	// Hidden are SandboxConfig.Hidden.
 	Hidden []string `json:"hidden"`
