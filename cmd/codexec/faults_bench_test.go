@@ -249,6 +249,11 @@ type faultLoad struct {
 	fc          *faultCluster
 	sessionless bool
 	okCh        chan struct{}
+	// sessionIDs is each session caller's Mcp-Session-Id, kept when it
+	// connects again: a client behind a load balancer keeps its session
+	// when the frontend that served it dies, and the session id is valid
+	// on every frontend.
+	sessionIDs sync.Map // caller → string
 
 	mu       sync.Mutex
 	stopped  bool
@@ -306,9 +311,20 @@ func (l *faultLoad) connect(ctx context.Context, g, i int) (*client.Client, erro
 	}
 	cctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	c, err := e2e.ConnectHTTP(cctx, url, version, clientInfo, opts...)
+	var c *client.Client
+	var err error
+	if id, ok := l.sessionIDs.Load(g); ok && !l.sessionless {
+		c, err = e2e.ResumeHTTP(cctx, url, id.(string), opts...)
+	} else {
+		c, err = e2e.ConnectHTTP(cctx, url, version, clientInfo, opts...)
+	}
 	if err != nil {
 		return nil, err
+	}
+	if !l.sessionless {
+		if t, ok := c.GetTransport().(*transport.StreamableHTTP); ok && t.GetSessionId() != "" {
+			l.sessionIDs.LoadOrStore(g, t.GetSessionId())
+		}
 	}
 	l.mu.Lock()
 	l.clients = append(l.clients, c)
@@ -704,7 +720,7 @@ func killBusyFrontend(b *testing.B, fc *faultCluster) (time.Time, string) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	fc.frontends[0].Kill()
-	how := "with an Mcp-Session-Id each: a new session on frontend 2"
+	how := "with an Mcp-Session-Id each, kept on frontend 2 (as behind a load balancer)"
 	if fc.load.sessionless {
 		how = "sessionless, one principal each: the same scope on frontend 2"
 	}

@@ -77,6 +77,22 @@ func ConnectHTTP(ctx context.Context, url, protocol string, info mcp.Implementat
 	return c, nil
 }
 
+// ResumeHTTP connects to the Streamable HTTP endpoint at url in the
+// existing MCP session sessionID, without initializing a new one: what a
+// client does after the frontend that served it died and a load balancer
+// sends it to another (a session id is valid on every frontend).
+func ResumeHTTP(ctx context.Context, url, sessionID string, opts ...transport.StreamableHTTPCOption) (*client.Client, error) {
+	t, err := transport.NewStreamableHTTP(url, append(opts, transport.WithSession(sessionID))...)
+	if err != nil {
+		return nil, err
+	}
+	c := client.NewClient(t, client.WithSession())
+	if err := c.Start(ctx); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
 // Call calls tool with args and waits at most within for the answer.
 func Call(ctx context.Context, c *client.Client, tool string, args map[string]any, within time.Duration) (*mcp.CallToolResult, error) {
 	ctx, cancel := context.WithTimeout(ctx, within)
