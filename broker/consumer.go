@@ -19,8 +19,12 @@ import (
 const (
 	// pullExpiry is how long one pull request waits on the server for a job.
 	pullExpiry = 30 * time.Second
-	// ackTimeout bounds the server's confirmation of an Ack.
-	ackTimeout = 5 * time.Second
+	// ackTimeout bounds the server's confirmation of an Ack. An Ack whose
+	// confirmation does not come is harmless (the result is stored first,
+	// and a redelivery finds it), but the wait holds the worker's slot: a
+	// server restarted under a running job never confirmed its ack, and
+	// at 5s each such job left its worker idle for 5s after the outage.
+	ackTimeout = time.Second
 	// blobRetryDelay is the Nak delay after a transient failure to fetch a
 	// job's code from the blobs store.
 	blobRetryDelay = 2 * time.Second
@@ -590,7 +594,7 @@ func (d *Delivery) jobID() string {
 }
 
 // Ack acknowledges the job: it is done and leaves the stream, and the
-// blob its code came from, if any, is deleted. Ack waits (up to 5s) for
+// blob its code came from, if any, is deleted. Ack waits (up to 1s) for
 // the server to confirm, so an error means the job may be delivered again;
 // PutResult's create-only write keeps that harmless.
 func (d *Delivery) Ack() error {

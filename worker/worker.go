@@ -458,7 +458,7 @@ func (w *Worker) storeResult(ctx context.Context, res *wire.Result) error {
 		var stored bool
 		if stored, err = w.broker.PutResult(context.WithoutCancel(ctx), res); err == nil {
 			if !stored {
-				w.log.Info("another worker stored this job's result first", "job", res.JobID)
+				w.logStoredFirst(ctx, res)
 			}
 			return nil
 		}
@@ -468,6 +468,22 @@ func (w *Worker) storeResult(ctx context.Context, res *wire.Result) error {
 		}
 	}
 	return err
+}
+
+// logStoredFirst says whose result was stored before res: an earlier try
+// of this very write (sent while NATS was away, and stored once it was
+// back), or another attempt of the job.
+func (w *Worker) logStoredFirst(ctx context.Context, res *wire.Result) {
+	prev, err := w.broker.GetResult(context.WithoutCancel(ctx), res.JobID)
+	switch {
+	case err == nil && prev.WorkerID == res.WorkerID && prev.Attempt == res.Attempt:
+		w.log.Info("result stored by an earlier try of this write", "job", res.JobID)
+	case err == nil:
+		w.log.Info("another attempt stored this job's result first", "job", res.JobID,
+			"stored_by", prev.WorkerID, "stored_attempt", prev.Attempt)
+	default:
+		w.log.Info("a result of this job was stored first", "job", res.JobID)
+	}
 }
 
 func (w *Worker) result(job *wire.Job, attempt int, status wire.Status, msg string) *wire.Result {
