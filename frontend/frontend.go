@@ -167,6 +167,8 @@ type Frontend struct {
 	// unqueued are the jobs whose publishing this frontend is still
 	// retrying, or gave up (see submit.go).
 	unqueued unqueuedJobs
+	// fair admits jobs to the queue, each tenant up to its share (fair.go).
+	fair fairGate
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.

@@ -1,0 +1,176 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+	"github.com/oklog/ulid/v2"
+)
+
+// A burst of one scope does not hold back another scope's job: with one
+// worker slot, scope A queues 50 jobs, then scope B one; B's job starts
+// before A's 10th (it is published behind A's share, two jobs). Without
+// admission it would start after all 50.
+func TestBurstDoesNotStarveAnotherScope(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	f := jb.f
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: wire.DefaultPool, Concurrency: 1})
+	if err := f.store.Touch(t.Context(), f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	const burst = 50
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	dispatched := 0
+	for range burst {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			job := fairJob("a")
+			target, err := f.dispatch(t.Context(), job, nil)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			dispatched++
+			mu.Unlock()
+			if _, err := f.awaitResult(t.Context(), job, target); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	// Every job of A is published or waits for admission before B's comes.
+	for {
+		mu.Lock()
+		n := dispatched + f.fair.waiting(fairJob("a"))
+		mu.Unlock()
+		if n == burst {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b := fairJob("b")
+	if _, err := f.dispatch(t.Context(), b, nil); err != nil {
+		t.Fatal(err)
+	}
+
+	// Only now a worker of one slot starts taking jobs, in queue order.
+	var order []string
+	c, err := jb.b.Consume(t.Context(), wire.DefaultPool, 1, func(ctx context.Context, d *broker.Delivery) {
+		mu.Lock()
+		order = append(order, d.Job.Scope)
+		mu.Unlock()
+		if _, err := jb.b.PutResult(ctx, &wire.Result{JobID: d.Job.ID, Scope: d.Job.Scope, Status: wire.StatusOK}); err != nil {
+			_ = d.Nak(time.Second)
+			return
+		}
+		_ = d.Ack()
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Stop(context.Background()) })
+	wg.Wait()
+
+	mu.Lock()
+	defer mu.Unlock()
+	at := slices.Index(order, "b")
+	if at < 0 || at > 9 {
+		t.Fatalf("B's job started %dth, after %d of A's (start order %v); want before A's 10th", at+1, at, order)
+	}
+}
+
+// Within one tenant, the scopes waiting for admission take turns: a scope
+// with one job waiting goes next, ahead of another scope's long queue.
+func TestTenantScopesTakeTurns(t *testing.T) {
+	t.Parallel()
+	var g fairGate
+	job := func(scope string) *wire.Job {
+		j := fairJob(scope)
+		j.Tenant = "acme"
+		return j
+	}
+	const limit = 1
+	first := job("a")
+	if err := g.admit(t.Context(), first, limit, 0); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var order []string
+	admitted := make(chan *wire.Job)
+	waiting := 0
+	enqueue := func(j *wire.Job) {
+		waiting++
+		go func() {
+			if err := g.admit(t.Context(), j, limit, 0); err != nil {
+				t.Error(err)
+			}
+			mu.Lock()
+			order = append(order, j.Scope)
+			mu.Unlock()
+			admitted <- j
+		}()
+		for g.waiting(j) < waiting {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	for range 5 {
+		enqueue(job("a"))
+	}
+	enqueue(job("b"))
+	// Another tenant is not held by acme's share.
+	if err := g.admit(t.Context(), fairJob("c"), limit, 0); err != nil {
+		t.Fatal(err)
+	}
+
+	g.release(first.ID)
+	for range 6 {
+		j := <-admitted
+		g.release(j.ID)
+	}
+	want := []string{"a", "b", "a", "a", "a", "a"}
+	if !slices.Equal(order, want) {
+		t.Fatalf("admission order %v, want %v", order, want)
+	}
+}
+
+// A job that waits for admission past its deadline is not admitted, and
+// gives up its turn.
+func TestAdmissionEndsAtDeadline(t *testing.T) {
+	t.Parallel()
+	var g fairGate
+	held := fairJob("a")
+	if err := g.admit(t.Context(), held, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+	late := fairJob("a")
+	late.Deadline = time.Now().Add(50 * time.Millisecond)
+	if err := g.admit(t.Context(), late, 1, 0); err == nil {
+		t.Fatal("a job admitted past its deadline while its tenant's share was full")
+	}
+	if n := g.waiting(late); n != 0 {
+		t.Fatalf("%d jobs still wait after giving up", n)
+	}
+	g.release(held.ID)
+	next := fairJob("a")
+	if err := g.admit(t.Context(), next, 1, 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func fairJob(scope string) *wire.Job {
+	now := time.Now().UTC()
+	return &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope,
+		Code: fmt.Sprintf("print(%q)", scope), TimeoutMS: 1000, EnqueuedAt: now, Deadline: now.Add(time.Minute)}
+}
