@@ -63,10 +63,17 @@ func fairKeys(job *wire.Job) (tenant, scope string) {
 }
 
 // fairShare is how many jobs of one tenant may be in the queue at once:
-// twice the slots of the pool's live workers, so that the workers stay
-// busy with one tenant alone while a released slot's next job is being
-// published. 0 (no presence known) admits every job.
-func fairShare(adverts []envspec.Advert) int {
+// Config.FairShare when set, else twice the slots of the pool's live
+// workers, so that the workers stay busy with one tenant alone while a
+// released slot's next job is being published. 0 (no limit configured, or
+// no presence known) admits every job.
+func (f *Frontend) fairShare(adverts []envspec.Advert) int {
+	switch {
+	case f.cfg.FairShare < 0:
+		return 0
+	case f.cfg.FairShare > 0:
+		return f.cfg.FairShare
+	}
 	slots := 0
 	for _, a := range adverts {
 		slots += max(a.Concurrency, 1)

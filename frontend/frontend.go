@@ -80,6 +80,11 @@ type Config struct {
 	// auth). The zero value: no authentication, and no browser page may
 	// call.
 	Access auth.Policy
+	// FairShare is how many jobs of one tenant (one session scope, until
+	// tenants exist) the frontend lets into the queue at once; the rest wait
+	// for their turn (fair.go). 0: twice the slots of the pool's live
+	// workers. Negative: no limit, jobs are queued as they come.
+	FairShare int
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
