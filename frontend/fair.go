@@ -14,12 +14,13 @@ import (
 // the order they were published, so whoever publishes a thousand jobs at
 // once would have them all run before anyone else's next one. The frontend
 // therefore admits a job to the queue only while its tenant has fewer than
-// its share of jobs there (fairShare: twice the pool's slots, enough to
-// keep every worker busy while the next job travels). A job over the share
-// waits here, unpublished, and is admitted when one of its tenant's jobs
-// has its result; the waiting scopes of one tenant take turns. So another
-// tenant's job is published behind at most one share of the burst, and
-// another scope's job of the same tenant is the next one admitted.
+// its share of jobs there (fairShare: the pool's slots and a few more,
+// enough to keep every worker busy while the next job travels). A job over
+// the share waits here, unpublished, and is admitted when one of its
+// tenant's jobs has its result; the waiting scopes of one tenant take
+// turns. So another tenant's job is published behind at most one share of
+// the burst, and another scope's job of the same tenant is the next one
+// admitted.
 //
 // A tenant is wire.Job.Tenant; until a deployment has tenants, each scope
 // is its own (fairKeys). The share is counted by each frontend for the
@@ -63,10 +64,11 @@ func fairKeys(job *wire.Job) (tenant, scope string) {
 }
 
 // fairShare is how many jobs of one tenant may be in the queue at once:
-// Config.FairShare when set, else twice the slots of the pool's live
-// workers, so that the workers stay busy with one tenant alone while a
-// released slot's next job is being published. 0 (no limit configured, or
-// no presence known) admits every job.
+// Config.FairShare when set, else the slots of the pool's live workers
+// plus a quarter more (at least 2), so that the workers stay busy with one
+// tenant alone while the result of one job travels back and the next is
+// published, and another tenant's job has few ahead of it. 0 (no limit
+// configured, or no presence known) admits every job.
 func (f *Frontend) fairShare(adverts []envspec.Advert) int {
 	switch {
 	case f.cfg.FairShare < 0:
@@ -78,7 +80,10 @@ func (f *Frontend) fairShare(adverts []envspec.Advert) int {
 	for _, a := range adverts {
 		slots += max(a.Concurrency, 1)
 	}
-	return 2 * slots
+	if slots == 0 {
+		return 0
+	}
+	return slots + max(2, slots/4)
 }
 
 // admit returns once job may be published, having counted it against its

@@ -17,8 +17,8 @@ import (
 
 // A burst of one scope does not hold back another scope's job: with one
 // worker slot, scope A queues 50 jobs, then scope B one; B's job starts
-// before A's 10th (it is published behind A's share, two jobs). Without
-// admission it would start after all 50.
+// before A's 10th (it is published behind A's share: one slot plus two).
+// Without admission it would start after all 50.
 func TestBurstDoesNotStarveAnotherScope(t *testing.T) {
 	t.Parallel()
 	jb := setupJobs(t, Config{})

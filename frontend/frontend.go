@@ -82,8 +82,9 @@ type Config struct {
 	Access auth.Policy
 	// FairShare is how many jobs of one tenant (one session scope, until
 	// tenants exist) the frontend lets into the queue at once; the rest wait
-	// for their turn (fair.go). 0: twice the slots of the pool's live
-	// workers. Negative: no limit, jobs are queued as they come.
+	// for their turn (fair.go). 0: the slots of the pool's live workers
+	// plus a quarter more, at least 2. Negative: no limit, jobs are queued
+	// as they come.
 	FairShare int
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
