@@ -134,6 +134,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	if target != "" {
 		opts = append(opts, broker.ToWorker(target))
 	}
+	withTenant(ctx, job)
 	if err := f.fair.admit(ctx, job, f.fairShare(adverts), resultGrace); err != nil {
 		if ctx.Err() != nil {
 			return fail(wire.StatusInternal, "the call ended before its job was queued: nothing ran")

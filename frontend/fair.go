@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -22,8 +23,8 @@ import (
 // the burst, and another scope's job of the same tenant is the next one
 // admitted.
 //
-// A tenant is wire.Job.Tenant; until a deployment has tenants, each scope
-// is its own (fairKeys). The share is counted by each frontend for the
+// A tenant is wire.Job.Tenant, the tenant of the caller's credentials
+// (withTenant); without authentication each scope is its own (fairKeys). The share is counted by each frontend for the
 // calls it serves, so with F frontends a tenant whose calls are spread
 // over all of them can hold F shares; see docs/architecture.md.
 
@@ -61,6 +62,14 @@ func fairKeys(job *wire.Job) (tenant, scope string) {
 		return "t/" + job.Tenant, job.Scope
 	}
 	return "s/" + job.Scope, job.Scope
+}
+
+// withTenant sets job's tenant, unless set, to the tenant of the caller's
+// credentials (none on stdio, or over HTTP without authentication).
+func withTenant(ctx context.Context, job *wire.Job) {
+	if id, ok := auth.FromContext(ctx); ok && job.Tenant == "" {
+		job.Tenant = id.Tenant
+	}
 }
 
 // fairShare is how many jobs of one tenant may be in the queue at once:

@@ -11,6 +11,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/wire"
 	"github.com/oklog/ulid/v2"
 )
@@ -167,6 +168,46 @@ func TestAdmissionEndsAtDeadline(t *testing.T) {
 	if err := g.admit(t.Context(), next, 1, 0); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// The scopes of one authenticated tenant share its share: with a share of
+// one, a job of the tenant's second scope waits while its first scope's job
+// is queued, and is queued once that one is done.
+func TestTenantFromCredentialsSharesItsShare(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{FairShare: 1})
+	f := jb.f
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: wire.DefaultPool, Concurrency: 4})
+	if err := f.store.Touch(t.Context(), f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	ctx := auth.NewContext(t.Context(), auth.Identity{Tenant: "acme", Principal: "ann"})
+	first := fairJob("a")
+	if _, err := f.dispatch(ctx, first, nil); err != nil {
+		t.Fatal(err)
+	}
+	if first.Tenant != "acme" {
+		t.Fatalf("job tenant %q, want the caller's, acme", first.Tenant)
+	}
+	second := fairJob("b")
+	done := make(chan error, 1)
+	go func() {
+		_, err := f.dispatch(ctx, second, nil)
+		done <- err
+	}()
+	acme := &wire.Job{Tenant: "acme"} // second is dispatch's while it runs
+	for f.fair.waiting(acme) == 0 {
+		select {
+		case err := <-done:
+			t.Fatalf("the tenant's second scope was queued beside its first (err %v)", err)
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	f.fair.release(first.ID)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	f.fair.release(second.ID)
 }
 
 func fairJob(scope string) *wire.Job {

@@ -80,11 +80,11 @@ type Config struct {
 	// auth). The zero value: no authentication, and no browser page may
 	// call.
 	Access auth.Policy
-	// FairShare is how many jobs of one tenant (one session scope, until
-	// tenants exist) the frontend lets into the queue at once; the rest wait
-	// for their turn (fair.go). 0: the slots of the pool's live workers
-	// plus a quarter more, at least 2. Negative: no limit, jobs are queued
-	// as they come.
+	// FairShare is how many jobs of one tenant (of one session scope,
+	// without authentication) the frontend lets into the queue at once;
+	// the rest wait for their turn (fair.go). 0: the slots of the pool's
+	// live workers plus a quarter more, at least 2. Negative: no limit,
+	// jobs are queued as they come.
 	FairShare int
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys

@@ -68,7 +68,7 @@ type Job struct {
 	// derived by the frontend, never copied from client input.
 	Scope string `json:"scope"`
 	// Tenant is the account the job is charged to, from the caller's
-	// credentials; empty while a deployment has no tenants. The frontend
+	// credentials; empty without authentication. The frontend
 	// shares the pool fairly among tenants first, then among the scopes of
 	// a tenant (frontend/fair.go); a job without a tenant is its scope's
 	// own tenant. Workers do not read it.

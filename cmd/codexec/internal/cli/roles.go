@@ -67,7 +67,7 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.Bytes(&ff.maxSession, "max-session-storage", "CODEXEC_MAX_SESSION_STORAGE", codefiles.DefaultMaxSessionBytes,
 		"most one session keeps in the state store: its code files plus each distinct code of its runs (older runs are dropped to make room)")
 	f.Int(&ff.fairShare, "fair-share", "CODEXEC_FAIR_SHARE", 0,
-		"most jobs of one session the frontend lets into the queue at once, the rest wait their turn (0: the slots of the pool's live workers plus a quarter more, at least 2; -1: no limit)")
+		"most jobs of one tenant (of one session, without authentication) the frontend lets into the queue at once, the rest wait their turn (0: the slots of the pool's live workers plus a quarter more, at least 2; -1: no limit)")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	ff.access.register(f)
 }
