@@ -134,7 +134,15 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	if target != "" {
 		opts = append(opts, broker.ToWorker(target))
 	}
+	withTenant(ctx, job)
+	if err := f.fair.admit(ctx, job, f.fairShare(adverts), resultGrace); err != nil {
+		if ctx.Err() != nil {
+			return fail(wire.StatusInternal, "the call ended before its job was queued: nothing ran")
+		}
+		return fail(wire.StatusExpired, "job was not queued, and will not run: %v", err)
+	}
 	if err := f.submit(ctx, job, record, opts...); err != nil {
+		f.fair.release(job.ID)
 		te := asToolError(err)
 		te.Filename = job.Filename
 		return "", te
@@ -197,12 +205,16 @@ func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string)
 	}
 }
 
+// resultGrace is how long past a job's deadline its result is waited for.
+const resultGrace = 5 * time.Second
+
 // awaitResult waits for job's result until the job's deadline, plus a
 // little for the result to travel back. target is the worker the job was
 // sent to, "" for the pool. When no result comes, the toolError (internal,
 // naming the job) says why.
 func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, error) {
-	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(5*time.Second))
+	defer f.fair.release(job.ID)
+	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(resultGrace))
 	defer cancel()
 	if target != "" {
 		go f.watchTarget(wctx, *job, target)

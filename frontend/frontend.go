@@ -80,6 +80,12 @@ type Config struct {
 	// auth). The zero value: no authentication, and no browser page may
 	// call.
 	Access auth.Policy
+	// FairShare is how many jobs of one tenant (of one session scope,
+	// without authentication) the frontend lets into the queue at once;
+	// the rest wait for their turn (fair.go). 0: the slots of the pool's
+	// live workers plus a quarter more, at least 2. Negative: no limit,
+	// jobs are queued as they come.
+	FairShare int
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
@@ -167,6 +173,8 @@ type Frontend struct {
 	// unqueued are the jobs whose publishing this frontend is still
 	// retrying, or gave up (see submit.go).
 	unqueued unqueuedJobs
+	// fair admits jobs to the queue, each tenant up to its share (fair.go).
+	fair fairGate
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.

@@ -67,6 +67,12 @@ type Job struct {
 	// Scope is the session scope the job belongs to (see ValidScope). It is
 	// derived by the frontend, never copied from client input.
 	Scope string `json:"scope"`
+	// Tenant is the account the job is charged to, from the caller's
+	// credentials; empty without authentication. The frontend
+	// shares the pool fairly among tenants first, then among the scopes of
+	// a tenant (frontend/fair.go); a job without a tenant is its scope's
+	// own tenant. Workers do not read it.
+	Tenant string `json:"tenant,omitempty"`
 	// Code is the Python source. Empty when CodeRef is set.
 	Code string `json:"code,omitempty"`
 	// CodeRef names a blob in the object store that holds the code, used when

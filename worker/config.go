@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
@@ -39,7 +40,10 @@ type Config struct {
 	// VenvPath, when set, names an existing venv used as the default
 	// environment instead of building one.
 	VenvPath string
-	// Concurrency is how many jobs run at once. Default: the number of CPUs.
+	// Concurrency is how many jobs run at once. Default (defaultConcurrency):
+	// ConcurrencyPerCPU per CPU, so that jobs waiting on I/O or sleeping do
+	// not hold a CPU's place, but no more than the host's memory holds jobs
+	// at their default memory limit, and never fewer than the CPUs.
 	Concurrency int
 	// MaxTimeout caps any job's wall-clock limit. Default
 	// wire.DefaultMaxTimeout (10 minutes), as the frontends'.
@@ -220,9 +224,6 @@ func (c Config) WithDefaults() Config {
 	if c.Python == "" {
 		c.Python = "python3"
 	}
-	if c.Concurrency <= 0 {
-		c.Concurrency = runtime.NumCPU()
-	}
 	if c.MaxTimeout <= 0 {
 		c.MaxTimeout = wire.DefaultMaxTimeout
 	}
@@ -249,6 +250,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if !c.ExplicitLimits && c.Limits.IsZero() && c.MaxLimits.IsZero() {
 		c.Limits, c.MaxLimits = limits.Default, limits.DefaultMax
+	}
+	if c.Concurrency <= 0 {
+		c.Concurrency = defaultConcurrency(runtime.NumCPU(), hostMemory(), c.Limits.Memory)
 	}
 	if c.Sandbox == "" {
 		c.Sandbox = SandboxAuto
@@ -328,3 +332,41 @@ func (c Config) validate() error {
 }
 
 var labelRe = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$`)
+
+// ConcurrencyPerCPU is how many jobs a worker runs at once per CPU by
+// default. Busy jobs share the CPUs (each job's cgroup has the same CPU
+// weight, see worker/cgroup), so more of them each run slower; jobs that
+// sleep or wait on I/O cost no CPU, and with one job per CPU they used to
+// queue behind each other for nothing.
+const ConcurrencyPerCPU = 4
+
+// defaultConcurrency is ConcurrencyPerCPU × cpus, bounded by how many jobs
+// at their default memory limit (jobMem) hostMem holds, so that jobs within
+// their defaults cannot together exhaust the host; never fewer than cpus.
+// An unknown hostMem or jobMem (0) bounds nothing.
+func defaultConcurrency(cpus int, hostMem, jobMem int64) int {
+	n := ConcurrencyPerCPU * cpus
+	if hostMem > 0 && jobMem > 0 {
+		n = min(n, int(hostMem/jobMem))
+	}
+	return max(n, cpus, 1)
+}
+
+// hostMemory returns the host's memory in bytes (MemTotal of
+// /proc/meminfo), or 0 where it cannot be read.
+func hostMemory() int64 {
+	b, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0
+	}
+	for line := range strings.Lines(string(b)) {
+		if rest, ok := strings.CutPrefix(line, "MemTotal:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			if err != nil {
+				return 0
+			}
+			return kb << 10
+		}
+	}
+	return 0
+}

@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -29,6 +30,14 @@ type Limits struct {
 	// thread creation past it fails with EAGAIN.
 	Pids int64
 }
+
+// CPU weights every job's group gets where the cpu controller is available
+// (Manager.CPU): the same for all, so busy jobs split the CPUs evenly
+// however many threads each runs, and a sleeping job costs nothing.
+const (
+	cpuWeightV2 = "100"  // cpu.weight, the kernel's default
+	cpuSharesV1 = "1024" // cpu.shares, the kernel's default
+)
 
 // Usage is what a group's counters say, read after its job.
 type Usage struct {
@@ -65,8 +74,14 @@ const killTimeout = 2 * time.Second
 // Version returns 1 or 2, the cgroup version in use.
 func (m *Manager) Version() int { return m.l.version }
 
+// CPU reports whether jobs' groups also hold the cpu controller, giving
+// each job the same CPU weight. Without it (v1 with no cpu hierarchy, v2
+// where the worker's parent does not delegate cpu) jobs share the CPUs per
+// thread, as any processes do.
+func (m *Manager) CPU() bool { return m.l.cpu != "" }
+
 // Dirs returns the parent groups' directories: one per v1 hierarchy used
-// (memory, pids), or one on v2. A sandbox binds them read-write so that a
+// (memory, pids, cpu when available), or one on v2. A sandbox binds them read-write so that a
 // process inside can join its group (see Group.ProcsFiles).
 func (m *Manager) Dirs() []string { return m.l.dirs() }
 
@@ -171,20 +186,45 @@ type layout struct {
 	// mem and pids hold the memory and pids controllers. They are the same
 	// directory on v2, and on v1 where one hierarchy holds both.
 	mem, pids string
+	// cpu holds the cpu controller: mem's directory on v2, its own
+	// hierarchy's on v1; "" when it is not available.
+	cpu string
 }
 
 func (l layout) dirs() []string {
-	if l.mem == l.pids {
-		return []string{l.mem}
+	dirs := []string{l.mem}
+	for _, d := range []string{l.pids, l.cpu} {
+		if d != "" && !slices.Contains(dirs, d) {
+			dirs = append(dirs, d)
+		}
 	}
-	return []string{l.mem, l.pids}
+	return dirs
 }
 
 func (l layout) child(name string) layout {
-	return layout{l.version, filepath.Join(l.mem, name), filepath.Join(l.pids, name)}
+	c := layout{version: l.version, mem: filepath.Join(l.mem, name), pids: filepath.Join(l.pids, name)}
+	if l.cpu != "" {
+		c.cpu = filepath.Join(l.cpu, name)
+	}
+	return c
+}
+
+// setCPUWeight gives the group the weight every job's group has.
+func (l layout) setCPUWeight() error {
+	switch {
+	case l.cpu == "":
+		return nil
+	case l.version == 2:
+		return write(l.cpu, "cpu.weight", cpuWeightV2)
+	default:
+		return write(l.cpu, "cpu.shares", cpuSharesV1)
+	}
 }
 
 func (l layout) setLimits(lim Limits) error {
+	if err := l.setCPUWeight(); err != nil {
+		return err
+	}
 	if lim.MemoryBytes > 0 {
 		n := strconv.FormatInt(lim.MemoryBytes, 10)
 		if l.version == 2 {

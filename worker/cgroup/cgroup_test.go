@@ -564,3 +564,31 @@ func TestResetForAnotherJob(t *testing.T) {
 		t.Fatalf("third job ended with %v (%q), usage %+v", sig, out, g.Usage().Sub(base))
 	}
 }
+
+// Where the cpu controller is available, a job's process joins a cpu group
+// of its own with the default weight, so that busy jobs split the CPUs
+// evenly however many threads each runs.
+func TestJobsGetEqualCPUWeight(t *testing.T) {
+	t.Parallel()
+	m := newManager(t)
+	if !m.CPU() {
+		unusable(t, "no cpu controller for the worker's cgroup (cgroup v%d)", m.Version())
+	}
+	g := newGroup(t, m, Limits{})
+	file, want := "cpu.shares", cpuSharesV1
+	if m.Version() == 2 {
+		file, want = "cpu.weight", cpuWeightV2
+	}
+	if got := readInt(g.l.cpu, file); strconv.FormatInt(got, 10) != want {
+		t.Errorf("%s = %d, want %s", file, got, want)
+	}
+	cmd, _ := startIn(t, g, "/bin/sleep", "30")
+	waitProcs(t, g, 1)
+	b, err := os.ReadFile(filepath.Join(g.l.cpu, "cgroup.procs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(strings.Fields(string(b)), strconv.Itoa(cmd.Process.Pid)) {
+		t.Errorf("process %d not in its cpu group %s (%q)", cmd.Process.Pid, g.l.cpu, b)
+	}
+}

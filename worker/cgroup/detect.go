@@ -90,7 +90,22 @@ func setupV2(base, name string, ctrls []string) (layout, error) {
 	if err := makeParent(dir, ctrls); err != nil {
 		return layout{}, fmt.Errorf("cgroup v2: %w", err)
 	}
-	return layout{version: 2, mem: dir, pids: dir}, nil
+	l := layout{version: 2, mem: dir, pids: dir}
+	if slices.Contains(strings.Fields(string(b)), "cpu") && enableCPUV2(base, dir) == nil {
+		l.cpu = dir
+	}
+	return l, nil
+}
+
+// enableCPUV2 enables the cpu controller, which is optional, from base down
+// to dir's children (after enableBase, base holds no process).
+func enableCPUV2(base, dir string) error {
+	for _, d := range []string{base, filepath.Dir(dir), dir} {
+		if err := enable(d, []string{"cpu"}); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // enableBase enables ctrls for the children of base, the worker's cgroup.
@@ -142,6 +157,18 @@ func detectV1(mounts []mount, members []membership, name string) (layout, error)
 	for _, f := range []string{filepath.Join(l.mem, "memory.limit_in_bytes"), filepath.Join(l.pids, "pids.max")} {
 		if _, err := os.Stat(f); err != nil {
 			return layout{}, errors.Join(fmt.Errorf("cgroup v1: %w", err), l.remove())
+		}
+	}
+	// The cpu controller is optional: without it jobs share the CPUs per
+	// thread.
+	if d, ok := ownDir(mounts, members, "cpu"); ok {
+		cpu := filepath.Join(d, parentDir, name)
+		if err := makeParent(cpu, nil); err == nil {
+			if _, err := os.Stat(filepath.Join(cpu, "cpu.shares")); err == nil {
+				l.cpu = cpu
+			} else {
+				_ = rmdir(cpu)
+			}
 		}
 	}
 	return l, nil

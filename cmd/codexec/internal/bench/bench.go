@@ -70,6 +70,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f.String(&o.modes, "modes", "", "zygote,spawn", "exec modes to measure, comma-separated")
 	f.String(&o.sandboxes, "sandbox", "", "off,on", "measure each exec mode without the sandbox (off), with it (on), or both, side by side")
 	f.Bool(&o.baselines, "baselines", "", true, "measure plain interpreter starts for reference")
+	f.Bool(&o.fairness, "fairness", "", false, "measure only how the pool is shared: session B's print(1) while session A has -burst jobs in flight, against B idle, and 8 time.sleep(0.25) at once; each before (one job per CPU, no fair share) and after, side by side")
+	f.Int(&o.burst, "burst", "", 1000, "jobs session A sends at once in the -fairness scenarios")
 	f.Bool(&o.keep, "keep", "", false, "keep the temporary directory (the servers' data directories)")
 	if err := f.Parse(args); err != nil {
 		return err
@@ -77,6 +79,8 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	switch {
 	case o.n < 1 || o.nSlow < 1 || o.concurrency < 1 || o.cold < 0 || o.duration <= 0:
 		return flagenv.UsageError{Err: errors.New("-n, -n-slow and -concurrency must be positive, -cold not negative, -duration positive")}
+	case o.burst < 1:
+		return flagenv.UsageError{Err: errors.New("-burst must be positive")}
 	case o.cluster != "auto" && o.cluster != "on" && o.cluster != "off":
 		return flagenv.UsageError{Err: fmt.Errorf("-cluster %q: auto, on or off", o.cluster)}
 	}
@@ -122,6 +126,8 @@ type benchOptions struct {
 	modeList                    []string
 	sandboxList                 []bool
 	keep, baselines             bool
+	fairness                    bool
+	burst                       int
 }
 
 type bench struct {
@@ -134,6 +140,8 @@ type bench struct {
 	results []benchResult
 	rss     map[string]int64
 	skipped []string
+	// fairMode is the exec mode of the fairness scenarios.
+	fairMode string
 }
 
 // benchResult is one row of the report.
@@ -189,6 +197,9 @@ func (b *bench) run(ctx context.Context) error {
 	}
 	b.venv, b.py = venv, py
 
+	if b.fairness {
+		return b.fairnessScenarios(ctx)
+	}
 	if b.baselines {
 		b.logf("baselines: a fresh %s per call", py)
 		b.baseline("python -c 'print(1)'", "print(1)", b.n, b.pythonC(ctx, "print(1)"))
@@ -667,9 +678,14 @@ func (b *bench) report(w io.Writer) {
 		fmt.Fprintf(w, "sandbox cost %-7s %-28s %-8s off %8.2f  on %8.2f  delta %+8.2f  ratio %.2f\n",
 			c.Mode, c.Scenario, c.Metric, c.Off, c.On, c.On-c.Off, c.Ratio)
 	}
+	fair := b.fairnessSummary()
+	for _, f := range fair {
+		fmt.Fprintf(w, "fairness %-6s B print(1) during A's %-16s burst: p50 %8.2f ms  p99 %8.2f ms  idle p50 %6.2f ms  (x%.1f, x%.1f)\n",
+			f.Setup, f.Burst, f.P50, f.P99, f.IdleP50, f.P50Ratio, f.P99Ratio)
+	}
 	line, _ := json.Marshal(map[string]any{
 		"cpus": runtime.NumCPU(), "concurrency": b.concurrency, "results": b.results, "rss_bytes": b.rss,
-		"targets": ts, "skipped": b.skipped, "sandbox_costs": costs,
+		"targets": ts, "skipped": b.skipped, "sandbox_costs": costs, "fairness": fair,
 	})
 	fmt.Fprintf(w, "\n%s\n", line)
 }

@@ -41,7 +41,7 @@ func TestBenchMainFlags(t *testing.T) {
 	if err := Main(context.Background(), []string{"-h"}, &bytes.Buffer{}, &stderr); !errors.Is(err, flag.ErrHelp) {
 		t.Errorf("-h: %v", err)
 	}
-	for _, name := range []string{"-n", "-n-slow", "-concurrency", "-duration", "-cold", "-python", "-venv", "-cluster", "-modes", "-sandbox", "-baselines", "-keep"} {
+	for _, name := range []string{"-n", "-n-slow", "-concurrency", "-duration", "-cold", "-python", "-venv", "-cluster", "-modes", "-sandbox", "-baselines", "-keep", "-fairness", "-burst"} {
 		if !strings.Contains(stderr.String(), "  "+name+" ") && !strings.Contains(stderr.String(), "  "+name+"\n") {
 			t.Errorf("-h does not list %s:\n%s", name, stderr.String())
 		}
@@ -51,6 +51,7 @@ func TestBenchMainFlags(t *testing.T) {
 		want string
 	}{
 		{[]string{"-n", "0"}, "must be positive"},
+		{[]string{"-burst", "0"}, "must be positive"},
 		{[]string{"-cluster", "maybe"}, `-cluster "maybe"`},
 		{[]string{"-modes", "zygote,fork"}, `unknown exec mode "fork"`},
 		{[]string{"-sandbox", "half"}, `"half"`},

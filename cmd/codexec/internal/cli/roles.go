@@ -48,6 +48,7 @@ type frontendFlags struct {
 	maxSession   int64
 	allowURLReqs bool
 	access       accessFlags
+	fairShare    int
 	// filesMirror is set by dev only: see codefiles.Config.MirrorDir.
 	filesMirror string
 }
@@ -65,6 +66,8 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.Duration(&ff.runKeep, "run-retention", "CODEXEC_RUN_RETENTION", codefiles.DefaultRunRetention, "how long the code of a run is kept")
 	f.Bytes(&ff.maxSession, "max-session-storage", "CODEXEC_MAX_SESSION_STORAGE", codefiles.DefaultMaxSessionBytes,
 		"most one session keeps in the state store: its code files plus each distinct code of its runs (older runs are dropped to make room)")
+	f.Int(&ff.fairShare, "fair-share", "CODEXEC_FAIR_SHARE", 0,
+		"most jobs of one tenant (of one session, without authentication) the frontend lets into the queue at once, the rest wait their turn (0: the slots of the pool's live workers plus a quarter more, at least 2; -1: no limit)")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	ff.access.register(f)
 }
@@ -78,7 +81,7 @@ func (ff *frontendFlags) config(pool string, access auth.Policy, log *slog.Logge
 			MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
 			MaxSessionBytes: ff.maxSession, MirrorDir: ff.filesMirror,
 		},
-		AllowURLRequirements: ff.allowURLReqs,
+		AllowURLRequirements: ff.allowURLReqs, FairShare: ff.fairShare,
 	}
 }
 
@@ -127,7 +130,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.python, "python", "CODEXEC_PYTHON", "python3", "interpreter the default venv is built from: a path, a name on PATH, or a version such as 3.12")
 	f.String(&wf.venv, "venv", "CODEXEC_VENV", "", "use this existing venv as the default environment instead of building one")
 	f.String(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where each job's script is kept while it runs (default DATA_DIR/scripts)")
-	f.Int(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: number of CPUs)")
+	f.Int(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: 4 per CPU, no more than the host's memory holds at the default memory limit, never fewer than the CPUs)")
 	f.String(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
 	f.String(&wf.execMode, "exec-mode", "CODEXEC_EXEC_MODE", worker.ExecZygote, "zygote: fork each job from a warm interpreter that has done its imports; spawn: a fresh interpreter per job")
 	f.String(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
