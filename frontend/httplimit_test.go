@@ -198,40 +198,64 @@ func TestHTTPLargestLegalRequestWorks(t *testing.T) {
 
 // Large requests draw on a budget of body bytes (by default one largest
 // request's): while one holds it, reading its body, another large one
-// waits, unread, and goes on once the first is done.
+// waits, unread, and goes on once the first is done. The requests are
+// handed to the frontend's body limit (in front of the real MCP handler)
+// directly, their bodies fed through pipes, so that the order in which
+// they arrive is the test's: over TCP, on a busy machine, the server
+// sometimes took the second before the first, and nothing waited.
 func TestHTTPConcurrentLargeRequestsBounded(t *testing.T) {
 	fx := startHTTP(t)
-	// A: the largest legal size, its body stalled after 1 MiB.
-	a := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", fx.maxBody), make([]byte, 1<<20))
-	// A holds its draw before B is sent: B, sent whole, could otherwise be
-	// read and answered before A's request reached the server (a busy
-	// machine), and then nothing would ever wait.
-	full := fx.f.bodies.freeNow()
-	for guard := time.Now().Add(time.Minute); fx.f.bodies.freeNow() == full; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(guard) {
-			t.Fatal("the first large request never drew on the budget")
-		}
+	l := fx.f.bodies
+	full := l.freeNow()
+	serve := func(size int64) (*io.PipeWriter, <-chan int) {
+		pr, pw := io.Pipe()
+		t.Cleanup(func() { _ = pw.Close() })
+		req := httptest.NewRequest(http.MethodPost, "/mcp", pr)
+		req.ContentLength = size
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		done := make(chan int, 1)
+		go func() {
+			rec := httptest.NewRecorder()
+			l.ServeHTTP(rec, req)
+			done <- rec.Code
+		}()
+		return pw, done
 	}
-	// B: 2 MiB, sent whole.
-	bBody := make([]byte, 2<<20)
-	b := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", len(bBody)), bBody)
 	// Polled until it holds; the deadline only guards against a hang.
-	for guard := time.Now().Add(time.Minute); fx.f.bodies.waiting.Load() != 1; time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(guard) {
-			t.Fatal("the second large request never waited for the first")
+	until := func(what string, ok func() bool) {
+		t.Helper()
+		for guard := time.Now().Add(time.Minute); !ok(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(guard) {
+				t.Fatal(what)
+			}
 		}
 	}
-	if _, err := a.Write(make([]byte, fx.maxBody-1<<20)); err != nil {
-		t.Fatal(err)
+	// A: the largest legal size, its body stalled after 1 MiB.
+	a, aDone := serve(fx.maxBody)
+	go func() { _, _ = a.Write(make([]byte, 1<<20)) }()
+	until("the first large request never drew on the budget", func() bool { return l.freeNow() < full })
+	// B: 2 MiB, waits for A, unread.
+	b, bDone := serve(2 << 20)
+	until("the second large request never waited for the first", func() bool { return l.waiting.Load() == 1 })
+	go func() { _, _ = b.Write(make([]byte, 2<<20)); _ = b.Close() }()
+	select {
+	case code := <-bDone:
+		t.Fatalf("B was answered (%d) while A held the budget", code)
+	case <-time.After(50 * time.Millisecond):
 	}
-	if status, _ := readResponse(t, a); status != http.StatusBadRequest {
+	go func() { _, _ = a.Write(make([]byte, fx.maxBody-1<<20)); _ = a.Close() }()
+	if status := <-aDone; status != http.StatusBadRequest {
 		t.Errorf("A (not JSON): status %d, want 400", status)
 	}
-	if status, _ := readResponse(t, b); status != http.StatusBadRequest {
+	if status := <-bDone; status != http.StatusBadRequest {
 		t.Errorf("B (not JSON): status %d, want 400", status)
 	}
-	if n := fx.f.bodies.waiting.Load(); n != 0 {
+	if n := l.waiting.Load(); n != 0 {
 		t.Errorf("%d requests still waiting", n)
+	}
+	if free := l.freeNow(); free != full {
+		t.Errorf("budget %d after both, want all of it back (%d)", free, full)
 	}
 }
 
