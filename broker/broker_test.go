@@ -866,7 +866,7 @@ func TestConsumerRecreated(t *testing.T) {
 }
 
 // A large job's code blob is deleted once the job is done, not kept on the
-// server until the blobs bucket's TTL (issue 11: every large call's code
+// server until the blobs bucket's TTL (every large call's code
 // stayed for Retention); a copy of the job delivered after that finds its
 // result stored and is acked, not terminated as a job without code.
 func TestLargeJobCodeDroppedWhenDone(t *testing.T) {

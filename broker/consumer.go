@@ -560,7 +560,7 @@ type Delivery struct {
 	// codeBlob is the blob the job's code came from ("" when it came in
 	// the message), which Ack deletes from blobs: once the job is done
 	// nothing reads it again, and keeping it until the bucket's TTL held
-	// every large job's code on the server for Retention (issue 11).
+	// every large job's code on the server for Retention.
 	codeBlob string
 	blobs    jetstream.ObjectStore
 	log      *slog.Logger

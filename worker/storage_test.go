@@ -21,7 +21,7 @@ import (
 // What a session's jobs leave on the worker's disk and on the queue's
 // server once they are done: no copy of their code. Six 16 MiB calls once
 // left 96 MiB of scripts under scripts/<scope>/ for ever, and each large
-// job's code in the blobs store until Retention (issue 11). The session's
+// job's code in the blobs store until Retention. The session's
 // code-file mirror (scripts/<scope>/files/, codefiles.Config.MirrorDir in
 // `codexec dev`) is not the worker's to prune and stays.
 func TestDoneJobsLeaveNoCodeBehind(t *testing.T) {

@@ -549,7 +549,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	// (a traceback names it, the job may read __file__); once the job's
 	// processes are gone nothing reads it: the run history keeps the code,
 	// and a redelivered job writes it again. Kept, every job's code stayed
-	// on the worker's disk for ever (issue 11: six 16 MiB calls, 96 MiB
+	// on the worker's disk for ever (six 16 MiB calls, 96 MiB
 	// under scripts/). Removed before the result is stored, so a result
 	// never names a script that is still there.
 	defer removeScript(script, log)

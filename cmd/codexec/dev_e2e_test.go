@@ -113,7 +113,7 @@ func TestDevStdioExecute(t *testing.T) {
 		if er.Stdout != script+" True\n" {
 			t.Fatalf("the job ran %q, want %s", er.Stdout, script)
 		}
-		// ... and is not kept once the job is done (issue 11: every script
+		// ... and is not kept once the job is done (every script
 		// stayed on the worker's disk).
 		matches, _ := filepath.Glob(filepath.Join(dataDir, "scripts", "local", "*_etc_cron.d_evil.py"))
 		if len(matches) != 0 {
