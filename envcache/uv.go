@@ -40,8 +40,9 @@ type UV struct {
 	// build (see Create).
 	LinkMode string
 
-	resolveOnce sync.Once
-	resolved    string
+	mu          sync.Mutex
+	resolved    string // bin's answer for resolvedFor
+	resolvedFor string // the Bin that resolved was computed from
 }
 
 var _ Manager = (*UV)(nil)
@@ -50,22 +51,37 @@ var _ Manager = (*UV)(nil)
 func (*UV) Name() string { return envspec.ManagerUV }
 
 // bin returns the executable to run: Bin, or uv on PATH, with a pyenv
-// shim resolved. When resolving fails, the name is run as given and its
-// own error will say what is wrong.
+// shim resolved once per Bin. When resolving fails, the name is run as
+// given and its own error will say what is wrong.
 func (u *UV) bin() string {
-	u.resolveOnce.Do(func() {
-		name := cmp.Or(u.Bin, "uv")
-		u.resolved = name
-		if strings.ContainsRune(name, '/') {
-			return
-		}
-		p, err := exec.LookPath(name)
-		if err != nil {
-			return
-		}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	name := cmp.Or(u.Bin, "uv")
+	if u.resolved != "" && u.resolvedFor == name {
+		return u.resolved
+	}
+	u.resolved, u.resolvedFor = name, name
+	if strings.ContainsRune(name, '/') {
+		return name
+	}
+	if p, err := exec.LookPath(name); err == nil {
 		u.resolved = resolveShim(p, name)
-	})
+	}
 	return u.resolved
+}
+
+// setBin makes bin the executable uv commands run from now on.
+func (u *UV) setBin(bin string) {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	u.Bin = bin
+}
+
+// configuredBin returns Bin.
+func (u *UV) configuredBin() string {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.Bin
 }
 
 // resolveShim returns the executable behind a pyenv shim (a file in a

@@ -82,6 +82,11 @@ type Config struct {
 	// Index says where pip and uv get packages: index URL, extra indexes,
 	// find-links, no-index (private mirrors, air-gapped clusters).
 	Index envcache.IndexConfig
+	// FetchUV installs uv from the package index into DataDir/tools/uv at
+	// start when the uv manager is offered and no uv is installed, so that
+	// environments get uv's fast installs on a fresh machine. Off, such a
+	// worker builds environments with venv and pip.
+	FetchUV bool
 	// AllowURLRequirements permits "name @ https://..." packages.
 	AllowURLRequirements bool
 	// Labels are the operator's labels advertised for placement ("gpu": "1").

@@ -55,6 +55,9 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 		Logger: w.log.With("part", "envcache"), Confine: confine,
 	})
 	if err == nil {
+		if w.cfg.FetchUV {
+			w.provideUV(ctx, c, filepath.Join(w.cfg.DataDir, "tools", "uv"))
+		}
 		err = c.Start(ctx)
 	}
 	if err != nil {
@@ -68,6 +71,22 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 	w.cache, w.caps = c, caps
 	w.log.Info("environment cache ready", "dir", dir, "managers", caps.Managers, "pythons", caps.Pythons)
 	return nil
+}
+
+// provideUV fetches uv into dir when the uv manager is offered but no uv
+// is installed (envcache.Cache.ProvideUV), so that a fresh machine gets
+// uv's fast installs without a separate install step. A failure (no
+// network, no pip) is logged, and environments are built with pip.
+func (w *Worker) provideUV(ctx context.Context, c *envcache.Cache, dir string) {
+	start := time.Now()
+	bin, err := c.ProvideUV(ctx, dir)
+	switch {
+	case errors.Is(err, envcache.ErrUVOnPath):
+	case err != nil:
+		w.log.Warn("uv is not installed and could not be fetched: environments are built with pip", "err", err)
+	default:
+		w.log.Info("uv ready", "bin", bin, "ms", time.Since(start).Milliseconds())
+	}
 }
 
 // ensureEnv builds or takes the job's environment, publishing the

@@ -231,10 +231,10 @@ func TestDevEnvironments(t *testing.T) {
 	}
 }
 
-// One real install from PyPI. It fails under CI=true when PyPI is
-// unreachable, and skips otherwise.
-func TestDevInstallFromPyPI(t *testing.T) {
-	t.Parallel()
+// requirePyPI fails under CI=true when PyPI is unreachable, and skips
+// otherwise.
+func requirePyPI(t testing.TB) {
+	t.Helper()
 	conn, err := net.DialTimeout("tcp", "pypi.org:443", 3*time.Second)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
@@ -243,12 +243,53 @@ func TestDevInstallFromPyPI(t *testing.T) {
 		t.Skipf("PyPI unreachable: %v", err)
 	}
 	conn.Close()
+}
+
+// One real install from PyPI.
+func TestDevInstallFromPyPI(t *testing.T) {
+	t.Parallel()
+	requirePyPI(t)
 	// Started the way a desktop client starts it, with a minimal
 	// environment: installs must not depend on the developer's shell.
 	c := devStdioMinimal(t, t.TempDir(), "CODEXEC_MANAGERS=uv,venv")
 	res, er := envCall(t, c, "install_dependencies", map[string]any{"packages": []any{"iniconfig"}})
 	if res.IsError || len(er.Installed) != 1 || er.Installed[0].Name != "iniconfig" {
 		t.Fatalf("install iniconfig: %s", text(res))
+	}
+	if _, ex := call(t, c, "execute_code", map[string]any{"code": "import iniconfig; print('ok')"}); ex.Stdout != "ok\n" {
+		t.Fatalf("import iniconfig: %+v", ex)
+	}
+}
+
+// pathWithoutUV is PATH less every directory that holds a uv executable.
+func pathWithoutUV() string {
+	var keep []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if fi, err := os.Stat(filepath.Join(dir, "uv")); err == nil && !fi.IsDir() {
+			continue
+		}
+		keep = append(keep, dir)
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
+}
+
+// On a machine without uv, codexec dev fetches uv from PyPI into its data
+// directory at start, and installs go through uv, not pip.
+func TestDevFetchesUVWhenMissing(t *testing.T) {
+	t.Parallel()
+	requirePyPI(t)
+	dataDir := t.TempDir()
+	c := devStdioMinimal(t, dataDir, "CODEXEC_MANAGERS=uv,venv", "PATH="+pathWithoutUV())
+	fetched := filepath.Join(dataDir, "tools", "uv", "bin", "uv")
+	if _, err := os.Stat(fetched); err != nil {
+		t.Fatalf("no uv fetched into the data directory: %v", err)
+	}
+	res, er := envCall(t, c, "install_dependencies", map[string]any{"packages": []any{"iniconfig"}})
+	if res.IsError || len(er.Installed) != 1 || er.Installed[0].Name != "iniconfig" {
+		t.Fatalf("install iniconfig: %s", text(res))
+	}
+	if er.Spec == nil || er.Spec.Manager != "uv" {
+		t.Fatalf("the install did not use uv: spec %+v", er.Spec)
 	}
 	if _, ex := call(t, c, "execute_code", map[string]any{"code": "import iniconfig; print('ok')"}); ex.Stdout != "ok\n" {
 		t.Fatalf("import iniconfig: %+v", ex)

@@ -106,3 +106,46 @@ func countValues(m map[int]string) string {
 	}
 	return fmt.Sprint(c)
 }
+
+// BenchmarkInstallFigures measures install_dependencies from PyPI through
+// codexec dev over stdio, on a fresh data directory each op, on a machine
+// without uv on PATH: "uv" fetches uv at start (the default), "pip" is the
+// fallback (--fetch-uv=false). first-ms is the first install (six) into a
+// new environment, next-ms one more package (iniconfig) on top of it, and
+// start-ms the time from start to the first answer (the fetch included).
+//
+//	go test ./cmd/codexec -run '^$' -bench InstallFigures -benchtime 5x
+func BenchmarkInstallFigures(b *testing.B) {
+	requirePyPI(b)
+	for _, mode := range []struct{ name, fetch string }{{"uv", "true"}, {"pip", "false"}} {
+		b.Run(mode.name, func(b *testing.B) {
+			var starts, firsts, nexts []time.Duration
+			for range b.N {
+				t0 := time.Now()
+				c := devStdioMinimal(b, b.TempDir(), "CODEXEC_MANAGERS=uv,venv", "PATH="+pathWithoutUV(), "CODEXEC_FETCH_UV="+mode.fetch)
+				if res, _ := envCall(b, c, "get_environment_config", nil); res.IsError {
+					b.Fatal(text(res))
+				}
+				starts = append(starts, time.Since(t0))
+				for i, pkg := range []string{"six", "iniconfig"} {
+					t1 := time.Now()
+					res, er := envCall(b, c, "install_dependencies", map[string]any{"packages": []any{pkg}})
+					if res.IsError || er.Spec == nil {
+						b.Fatalf("install %s: %s", pkg, text(res))
+					}
+					if want := map[string]string{"uv": "uv", "pip": "venv"}[mode.name]; er.Spec.Manager != want {
+						b.Fatalf("install %s used %s, want %s", pkg, er.Spec.Manager, want)
+					}
+					if i == 0 {
+						firsts = append(firsts, time.Since(t1))
+					} else {
+						nexts = append(nexts, time.Since(t1))
+					}
+				}
+			}
+			b.ReportMetric(e2e.Percentile(starts, 50), "start-ms")
+			b.ReportMetric(e2e.Percentile(firsts, 50), "first-ms")
+			b.ReportMetric(e2e.Percentile(nexts, 50), "next-ms")
+		})
+	}
+}

@@ -106,6 +106,7 @@ type workerFlags struct {
 	findLinks    string
 	noIndex      bool
 	sourceBuilds bool
+	fetchUV      bool
 	labels       string
 	existingEnvs string
 	// isolation
@@ -142,6 +143,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.indexURL, "index-url", "CODEXEC_INDEX_URL", "", "package index pip and uv install from (default PyPI)")
 	f.String(&wf.extraIndex, "extra-index-url", "CODEXEC_EXTRA_INDEX_URL", "", "comma-separated extra package indexes")
 	f.String(&wf.findLinks, "find-links", "CODEXEC_FIND_LINKS", "", "comma-separated directories or pages of wheels and archives to install from")
+	f.Bool(&wf.fetchUV, "fetch-uv", "CODEXEC_FETCH_UV", true, "when uv is offered (--managers) but not installed, fetch it from the package index into DATA_DIR/tools/uv at start (once; pip is used when that fails)")
 	f.Bool(&wf.sourceBuilds, "source-builds", "CODEXEC_SOURCE_BUILDS", false, "let installs build packages from source distributions (runs the package's build code at install time; by default wheels only)")
 	f.Bool(&wf.noIndex, "no-index", "CODEXEC_NO_INDEX", false, "use no package index, only --find-links (air-gapped clusters)")
 	f.String(&wf.labels, "labels", "CODEXEC_LABELS", "", "comma-separated KEY=VALUE labels advertised for placement, e.g. gpu=1")
@@ -226,7 +228,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 			IndexURL: strings.TrimSpace(wf.indexURL), ExtraIndexURLs: commaList(wf.extraIndex),
 			FindLinks: commaList(wf.findLinks), NoIndex: wf.noIndex, SourceBuilds: wf.sourceBuilds,
 		},
-		AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
+		FetchUV: wf.fetchUV, AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
 		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
 		Sandbox: wf.sandbox, Bwrap: wf.bwrap, JobNetwork: wf.jobNetwork,
 		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev), UIDDir: wf.uidDir,
