@@ -53,6 +53,8 @@ type Advert struct {
 	Envs []string `json:"envs,omitempty"`
 	// Load is how busy it is (jobs running); lower is preferred.
 	Load int `json:"load"`
+	// Warm counts its warm interpreters, ready to fork jobs.
+	Warm int `json:"warm,omitempty"`
 	// Targeted says the worker consumes its own subject
 	// (wire.WorkerSubject), so a job may be sent to it alone.
 	Targeted bool `json:"targeted,omitempty"`

@@ -331,6 +331,9 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 		wi.Capabilities = w.caps
 		wi.Envs = w.cache.Held()
 	}
+	if w.pool != nil {
+		wi.Warm = w.pool.WarmCount()
+	}
 	w.mu.Lock()
 	wi.Targeted = w.targeted != nil
 	w.mu.Unlock()

@@ -54,8 +54,9 @@ var layers = map[string]int{
 	"cmd/codexec/internal/e2e":     5,
 	"cmd/codexec/internal/flagenv": 5,
 
-	// 6: the benchmark.
-	"cmd/codexec/internal/bench": 6,
+	// 6: the benchmark, and the status view of a cluster.
+	"cmd/codexec/internal/bench":  6,
+	"cmd/codexec/internal/status": 6,
 
 	// 7: the command line; 8: the binary.
 	"cmd/codexec/internal/cli": 7,

@@ -34,6 +34,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = bench.Main(ctx, args[1:], stdout, stderr)
 	case "export":
 		err = runExport(ctx, args[1:], stdout, stderr)
+	case "status":
+		err = runStatus(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = runToken(args[1:], stdout, stderr)
 	case "version", "--version", "-version":
@@ -71,6 +73,7 @@ Usage:
   codexec worker [flags]     a worker of a cluster (needs NATS with JetStream, and Redis)
   codexec bench [flags]      measure execute_code latency and throughput through real MCP clients
   codexec export [flags]     write sessions' code files and recorded runs as plain files (--out DIR)
+  codexec status [flags]     the cluster at a glance: workers, queues, jobs per second (--watch, --json)
   codexec token [flags]      print a new API token and its line for the --auth-tokens file
   codexec version            print the version
 
