@@ -151,6 +151,7 @@ func TestStatusShowsCluster(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Logf("codexec status:\n%s", out)
 	if bytes.ContainsRune(out, 0x1b) || !bytes.Contains(out, []byte("WORKER")) || !regexp.MustCompile(`(?m)^w1\s+default\s`).Match(out) {
 		t.Errorf("plain status:\n%s", out)
 	}
