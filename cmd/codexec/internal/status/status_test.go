@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -268,5 +269,36 @@ func TestWatchRedrawsOnTerminalOnly(t *testing.T) {
 	var s Snapshot
 	if err := json.Unmarshal([]byte(lines[1]), &s); err != nil || len(s.Workers) != 1 || s.Pools[0].JobsPerSec == nil {
 		t.Errorf("second JSON line = %s (%v), want one worker and a rate", lines[1], err)
+	}
+}
+
+// A read that fails shows its error in place of the tables, and the watch
+// goes on: the next read is drawn again, its rates measured from the last
+// read that worked.
+func TestWatchShowsFailedRead(t *testing.T) {
+	t.Parallel()
+	at := time.Date(2026, 12, 3, 12, 0, 0, 0, time.UTC)
+	ctx, cancel := context.WithCancel(context.Background())
+	calls := 0
+	read := func(context.Context) (Snapshot, error) {
+		calls++
+		switch calls {
+		case 1:
+			return snapAt(at, "w1"), nil
+		case 2:
+			return Snapshot{}, errors.New("worker presence: connection refused")
+		default:
+			cancel()
+			return snapAt(at.Add(2*time.Second), "w1"), nil
+		}
+	}
+	var out bytes.Buffer
+	if err := Watch(ctx, &out, read, Options{Interval: time.Millisecond}); err != nil {
+		t.Fatalf("Watch = %v after a last read that worked", err)
+	}
+	blocks := strings.Split(out.String(), "codexec status at ")[1:]
+	if len(blocks) != 3 || !strings.Contains(blocks[1], "connection refused") || strings.Contains(blocks[1], "WORKER") ||
+		!strings.Contains(blocks[2], "w1") || !strings.Contains(blocks[2], "default  1        0/0         0       0          0.0") {
+		t.Errorf("watch output:\n%s", out.String())
 	}
 }
