@@ -176,6 +176,9 @@ func Watch(ctx context.Context, w io.Writer, read func(context.Context) (Snapsho
 		if werr := writeFrame(w, cur, err, opt, term); werr != nil {
 			return werr
 		}
+		if ctx.Err() != nil {
+			return lastErr
+		}
 		select {
 		case <-ctx.Done():
 			return lastErr
