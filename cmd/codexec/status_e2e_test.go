@@ -18,12 +18,12 @@ import (
 
 	"github.com/creack/pty"
 
-	"github.com/codexec/codexec/cmd/codexec/internal/status"
+	clusterstatus "github.com/codexec/codexec/cmd/codexec/internal/status"
 )
 
 // statusJSON runs `codexec status --json` against the cluster and decodes
 // its snapshot.
-func (cl *cluster) statusJSON(t *testing.T, args ...string) status.Snapshot {
+func (cl *cluster) statusJSON(t *testing.T, args ...string) clusterstatus.Snapshot {
 	t.Helper()
 	cmd := exec.Command(os.Args[0], append([]string{"status", "--json", "--interval", "200ms"}, args...)...)
 	cmd.Env = cl.env
@@ -33,7 +33,7 @@ func (cl *cluster) statusJSON(t *testing.T, args ...string) status.Snapshot {
 	if err != nil {
 		t.Fatalf("codexec status --json: %v\n%s", err, stderr.String())
 	}
-	var snap status.Snapshot
+	var snap clusterstatus.Snapshot
 	if err := json.Unmarshal(out, &snap); err != nil {
 		t.Fatalf("codexec status --json wrote %q: %v", out, err)
 	}
@@ -42,7 +42,7 @@ func (cl *cluster) statusJSON(t *testing.T, args ...string) status.Snapshot {
 
 // statusUntil runs `codexec status --json` until ok holds of its snapshot,
 // failing the test after within.
-func (cl *cluster) statusUntil(t *testing.T, within time.Duration, what string, ok func(status.Snapshot) bool) status.Snapshot {
+func (cl *cluster) statusUntil(t *testing.T, within time.Duration, what string, ok func(clusterstatus.Snapshot) bool) clusterstatus.Snapshot {
 	t.Helper()
 	deadline := time.Now().Add(within)
 	for {
@@ -58,22 +58,22 @@ func (cl *cluster) statusUntil(t *testing.T, within time.Duration, what string, 
 	}
 }
 
-func workerNamed(s status.Snapshot, id string) (status.Worker, bool) {
+func workerNamed(s clusterstatus.Snapshot, id string) (clusterstatus.Worker, bool) {
 	for _, w := range s.Workers {
 		if w.ID == id {
 			return w, true
 		}
 	}
-	return status.Worker{}, false
+	return clusterstatus.Worker{}, false
 }
 
-func defaultPool(s status.Snapshot) status.Pool {
+func defaultPool(s clusterstatus.Snapshot) clusterstatus.Pool {
 	for _, p := range s.Pools {
 		if p.Name == "default" {
 			return p
 		}
 	}
-	return status.Pool{}
+	return clusterstatus.Pool{}
 }
 
 // codexec status against a real cluster (nats-server, redis-server, a
@@ -85,7 +85,7 @@ func TestStatusShowsCluster(t *testing.T) {
 	venv := venvFor(t)
 	cl := startClusterArgs(t, [][]string{{"--labels", "zone=a", "--existing-envs", venv}, {"--labels", "zone=b"}})
 
-	snap := cl.statusUntil(t, 2*time.Minute, "two workers, each with a warm interpreter", func(s status.Snapshot) bool {
+	snap := cl.statusUntil(t, 2*time.Minute, "two workers, each with a warm interpreter", func(s clusterstatus.Snapshot) bool {
 		w1, ok1 := workerNamed(s, "w1")
 		w2, ok2 := workerNamed(s, "w2")
 		return ok1 && ok2 && w1.Warm >= 1 && w2.Warm >= 1
@@ -111,7 +111,7 @@ func TestStatusShowsCluster(t *testing.T) {
 	if res, er := call(t, c, "execute_code", map[string]any{"code": "print(1)"}); res.IsError || er.WorkerID != "w1" {
 		t.Fatalf("isError=%v %+v", res.IsError, er)
 	}
-	cl.statusUntil(t, time.Minute, "w1 holding the environment", func(s status.Snapshot) bool {
+	cl.statusUntil(t, time.Minute, "w1 holding the environment", func(s clusterstatus.Snapshot) bool {
 		w1, _ := workerNamed(s, "w1")
 		w2, _ := workerNamed(s, "w2")
 		return len(w1.Envs) == 1 && len(w2.Envs) == 0
@@ -131,12 +131,12 @@ func TestStatusShowsCluster(t *testing.T) {
 			})
 		}
 	}
-	cl.statusUntil(t, time.Minute, "two jobs handed out and jobs waiting in the queue", func(s status.Snapshot) bool {
+	cl.statusUntil(t, time.Minute, "two jobs handed out and jobs waiting in the queue", func(s clusterstatus.Snapshot) bool {
 		p := defaultPool(s)
 		return p.InFlight == 2 && p.Queued >= 1 && p.Load == 2
 	})
 	wg.Wait()
-	done := cl.statusUntil(t, time.Minute, "the queue drained and four jobs delivered", func(s status.Snapshot) bool {
+	done := cl.statusUntil(t, time.Minute, "the queue drained and four jobs delivered", func(s clusterstatus.Snapshot) bool {
 		p := defaultPool(s)
 		return p.Queued == 0 && p.InFlight == 0 && p.Delivered >= 5
 	})
