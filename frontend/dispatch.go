@@ -143,6 +143,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	}
 	if err := f.submit(ctx, job, record, opts...); err != nil {
 		f.fair.release(job.ID)
+		f.cancelAbandoned(ctx, job) // it may be queued later: it must not run
 		te := asToolError(err)
 		te.Filename = job.Filename
 		return "", te
@@ -228,6 +229,10 @@ func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string
 	switch {
 	case err == nil:
 		return res, nil
+	case ctx.Err() != nil && f.cancelAbandoned(ctx, job):
+		te := failure(wire.StatusCancelled, "the call was cancelled, and job %s with it", job.ID)
+		te.JobID, te.Filename = job.ID, job.Filename
+		return nil, te
 	case ctx.Err() != nil:
 		return fail("the call was cancelled; job %s may still run and its result can be fetched with get_job_result", job.ID)
 	case errors.Is(err, context.DeadlineExceeded):

@@ -311,7 +311,7 @@ func (f *Frontend) keepThroughDrain(next server.ToolHandlerFunc) server.ToolHand
 			}
 		})
 		defer stopReq()
-		stopHard := context.AfterFunc(f.hard, func() { cancel(errors.New("frontend: stopped before the call finished")) })
+		stopHard := context.AfterFunc(f.hard, func() { cancel(errFrontendStopped) })
 		defer stopHard()
 		return next(cctx, req)
 	}

@@ -134,6 +134,9 @@ const (
 	StatusRejected Status = "rejected" // bad input, nothing ran
 	StatusInternal Status = "internal" // the system failed, not the code
 	StatusExpired  Status = "expired"  // the job's deadline passed before it started
+	// StatusCancelled: its caller cancelled it; it was stopped, with
+	// every process it started, or removed from the queue before it ran.
+	StatusCancelled Status = "cancelled"
 )
 
 // Names of the limits a job can hit, as Result.Limit reports them.

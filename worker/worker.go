@@ -409,10 +409,21 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	defer claim.end()
 
 	tStart := time.Now()
-	log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
-	w.load.Add(1)
-	res := w.run(ctx, job, d.Attempt, log)
-	w.load.Add(-1)
+	jctx, stopWatch, cancelled := w.watchCancel(ctx, job, log)
+	defer stopWatch()
+	var res *wire.Result
+	if cancelled {
+		log.Info("job cancelled before it started; not running it")
+		res = w.cancelledResult(job, d.Attempt)
+	} else {
+		log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
+		w.load.Add(1)
+		res = w.run(jctx, job, d.Attempt, log)
+		w.load.Add(-1)
+		if jobCancelled(jctx) {
+			markCancelled(res)
+		}
+	}
 	if ctx.Err() != nil && res.Status != wire.StatusOK && res.Status != wire.StatusError {
 		// The worker is stopping hard: the consumer hands the job back,
 		// and the claim goes, so that the next delivery runs it at once.

@@ -1,0 +1,75 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/wire"
+)
+
+// Cancellation. A call that ends before its job's result (the client sent
+// notifications/cancelled, closed its HTTP request or its stdio pipe, or
+// cancelled the task the call runs as) cancels its job: broker.CancelJob
+// marks it, and whichever worker holds it stops it with every process it
+// started, or never starts it (see broker/cancel.go and worker/cancel.go).
+// A frontend that stops does not cancel its calls' jobs: they run on, and
+// get_job_result or the task answers for them from any frontend.
+
+// errFrontendStopped is the cause of a call's context ended by Abort.
+var errFrontendStopped = errors.New("frontend: stopped before the call finished")
+
+// cancelPatience bounds writing a cancel mark.
+const cancelPatience = 5 * time.Second
+
+// callCancelled says ctx, a call's context, ended because its caller went
+// away or cancelled it, not because the frontend stops.
+func callCancelled(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(context.Cause(ctx), errFrontendStopped)
+}
+
+// ErrUnknownJob is CancelJob's error for a job id that is not one of the
+// scope's jobs (never submitted, another scope's, or past retention).
+var ErrUnknownJob = errors.New("frontend: no such job in this scope")
+
+// CancelJob cancels job id of scope: a job still queued is never run, a
+// running one is stopped on whichever worker runs it, with everything it
+// started, and its result says cancelled (wire.StatusCancelled). A job
+// that has finished keeps its result, and cancelling it again does
+// nothing; done says the job had a result already. It returns an error
+// wrapping ErrUnknownJob for a job that is not scope's.
+func (f *Frontend) CancelJob(ctx context.Context, scope, id string) (done bool, err error) {
+	rec, err := f.broker.GetJobRecord(ctx, id)
+	switch {
+	case errors.Is(err, broker.ErrNoJobRecord):
+		if u := f.unqueued.get(id); u != nil && u.rec.Scope == scope {
+			return false, f.broker.CancelJob(ctx, id)
+		}
+		return false, ErrUnknownJob
+	case err != nil:
+		return false, err
+	case rec.Scope != scope:
+		return false, ErrUnknownJob
+	}
+	if _, err := f.broker.GetResult(ctx, id); err == nil {
+		return true, nil
+	}
+	return false, f.broker.CancelJob(ctx, id)
+}
+
+// cancelAbandoned cancels job when ctx, its call's context, was cancelled
+// by the caller. It reports whether it did.
+func (f *Frontend) cancelAbandoned(ctx context.Context, job *wire.Job) bool {
+	if !callCancelled(ctx) {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelPatience)
+	defer cancel()
+	if err := f.broker.CancelJob(cctx, job.ID); err != nil {
+		f.log.Warn("cancel the job of a cancelled call", "job", job.ID, "err", err)
+		return false
+	}
+	f.log.Info("call cancelled; its job is cancelled", "job", job.ID, "cause", context.Cause(ctx))
+	return true
+}
