@@ -47,6 +47,9 @@ var ErrNoTask = errors.New("broker: no such task")
 // has no outcome.
 var ErrNoTaskOutcome = errors.New("broker: the task has no outcome yet")
 
+// Retention is how long results, job records and tasks are kept.
+func (b *Broker) Retention() time.Duration { return b.cfg.Retention }
+
 func taskKey(scope, id string) string    { return "task." + scope + "." + id }
 func outcomeKey(scope, id string) string { return "taskout." + scope + "." + id }
 

@@ -536,6 +536,7 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("uv_venv_path", mcp.Description("absolute path of a uv venv that exists on the workers (type venv-uv)")),
 		mcp.WithString("python_version", mcp.Description("Python version of a new environment, e.g. 3.12")),
 		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of a new environment, e.g. [\"numpy>=2\", \"pandas\"]")),
+		taskSupport(),
 		mcp.WithOutputSchema[EnvResult](),
 	), handler(stdio, f.configureEnvironment, envFailure))
 	s.AddTool(mcp.NewTool("get_environment_config",
@@ -548,6 +549,7 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 			"(others' environments are never changed) and the session switches to it. Each item is one requirement such as "+
 			"\"requests\" or \"numpy>=2,<3\"; options, paths and URLs are refused. Progress is streamed while it builds."),
 		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("requirements to install")),
+		taskSupport(),
 		mcp.WithOutputSchema[EnvResult](),
 		mcp.WithOpenWorldHintAnnotation(true),
 	), handler(stdio, f.installDependencies, envFailure))

@@ -187,6 +187,8 @@ type Frontend struct {
 	hard      context.Context
 	abort     context.CancelFunc
 	openCalls sync.WaitGroup
+	// tasks are the tasks running here (tasks.go).
+	tasks sync.WaitGroup
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared
@@ -228,6 +230,7 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		server.WithInstructions(instructions),
 		server.WithRecovery(),
 		server.WithToolHandlerMiddleware(f.keepThroughDrain),
+		server.WithTaskCapabilities(true, true, true), // answered by taskRouter (tasks.go)
 	)
 	f.registerTools(s, stdio)
 	return s
@@ -236,10 +239,13 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 // ServeStdio serves MCP on in/out until ctx ends or in reaches EOF.
 // Logs never go to out.
 func (f *Frontend) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) error {
-	ss := server.NewStdioServer(f.MCPServer(true))
+	srv := f.MCPServer(true)
+	ss := server.NewStdioServer(srv)
 	ss.SetErrorLogger(log.New(slogWriter{f.log}, "", 0))
 	server.WithWorkerPoolSize(32)(ss) // concurrent tool calls on one stdio session
+	in, out, waitTasks := f.taskStdio(ctx, srv, in, out)
 	err := ss.Listen(ctx, in, out)
+	waitTasks()
 	if err == nil || errors.Is(err, io.EOF) || errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -251,13 +257,14 @@ func (f *Frontend) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) 
 // bodyLimit), the whole behind the Access policy (origins, credentials),
 // and the underlying server so the caller can shut its sessions down.
 func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
-	h := server.NewStreamableHTTPServer(f.MCPServer(false),
+	srv := f.MCPServer(false)
+	h := server.NewStreamableHTTPServer(srv,
 		server.WithEndpointPath("/mcp"),
 		server.WithHTTPContextFunc(httpContext),
 		server.WithStreamableHTTPLogger(f.log),
 		server.WithSessionIdleTTL(24*time.Hour),
 	)
-	f.bodies = newBodyLimit(h, f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
+	f.bodies = newBodyLimit(f.taskHTTP(srv, h), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", f.bodies)
 	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {

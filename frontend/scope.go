@@ -59,16 +59,31 @@ func identityPart(id auth.Identity) string {
 //
 // The result always satisfies wire.ValidScope: client-chosen strings are
 // hashed, never used as names.
+//
+// A task's tool runs with its task's scope in ctx (runTask), which wins.
 func scopeFrom(ctx context.Context, stdio bool) string {
+	if scope, ok := ctx.Value(taskScopeKey{}).(string); ok {
+		return scope
+	}
+	sid := ""
+	if s := server.ClientSessionFromContext(ctx); s != nil {
+		sid = s.SessionID()
+	}
+	return scopeOf(ctx, stdio, sid)
+}
+
+// scopeOf is scopeFrom for a request of MCP session sessionID ("" for a
+// sessionless request).
+func scopeOf(ctx context.Context, stdio bool, sessionID string) string {
 	if stdio {
 		return StdioScope
 	}
 	who, authenticated := ctx.Value(identityKey{}).(string)
-	if s := server.ClientSessionFromContext(ctx); s != nil && s.SessionID() != "" {
+	if sessionID != "" {
 		if authenticated {
-			return "s-" + digest(who+"\x00session\x00"+s.SessionID())
+			return "s-" + digest(who+"\x00session\x00"+sessionID)
 		}
-		return "s-" + digest(s.SessionID())
+		return "s-" + digest(sessionID)
 	}
 	if authenticated {
 		return "p-" + digest(who)

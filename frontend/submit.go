@@ -338,7 +338,7 @@ func (f *Frontend) announceJob(ctx context.Context, job *wire.Job) {
 	}
 	err := srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
 		"progressToken": token, "progress": 0,
-		"message": "job " + job.ID + " submitted; if this call is interrupted, get_job_result with this job_id fetches its result",
+		"message": "job " + job.ID + " submitted; cancelling this call cancels the job; if the call is cut off otherwise (its frontend went away), get_job_result with this job_id fetches its result",
 	})
 	if err != nil {
 		f.log.Debug("announce job", "job", job.ID, "err", err)

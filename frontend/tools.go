@@ -147,6 +147,7 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 			"Wall-clock limit in seconds (default %g, at most %g); the whole process group is killed when it passes",
 			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
 		limitsOption(),
+		taskSupport(),
 		mcp.WithOutputSchema[ExecResult](),
 		mcp.WithOpenWorldHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(true),
@@ -174,7 +175,7 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 	now := time.Now().UTC()
 	tEnv := now
 	job := &wire.Job{
-		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
+		ID: newJobID(ctx), Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: scope,
 		Code: code, Filename: filename, TimeoutMS: timeout.Milliseconds(),
 		OutputLimit: f.cfg.OutputLimit, EnqueuedAt: now, Deadline: now.Add(timeout + f.cfg.QueueWait),
 		Env: env, EnvID: envID, Limits: args.limits,

@@ -1,0 +1,495 @@
+package frontend
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/oklog/ulid/v2"
+)
+
+// MCP tasks (the tasks utility of protocol revision 2025-11-25): a client
+// that declares a task in a tools/call of a tool that supports tasks gets
+// a task at once; the tool runs in the background, and tasks/get,
+// tasks/result, tasks/list and tasks/cancel answer for it. Clients that
+// send no task get the blocking call, as before.
+//
+// mcp-go implements tasks in one process's memory, which no other frontend
+// of a cluster can read, and runs a task under the context of the request
+// that created it. So codexec answers these methods itself, before mcp-go
+// sees them (taskRouter, in front of the HTTP handler and of the stdio
+// server), and keeps each task in the results bucket (broker/tasks.go):
+// its record when it is created, its outcome when it is over, its cancel
+// mark when cancelled. Any frontend answers for any task; the key carries
+// the scope, so a task is only ever found under the scope that created it.
+//
+// The tool runs on the frontend that created the task (runTask), its
+// context that of the task, not of the request: cancelled by tasks/cancel
+// (from any frontend: the cancel mark reaches it as a message), never by
+// the request's end. A tool that runs code runs it as a job whose id is
+// the task's id, so the cancel mark stops the job on its worker directly,
+// and should the frontend die, the job's own result answers for the task.
+
+// taskPollMS is the polling interval a task suggests to its client.
+const taskPollMS = 1000
+
+// taskListPage is how many tasks one tasks/list page holds.
+const taskListPage = 100
+
+// taskTools are the tools a client may call as tasks: those that run code
+// or build environments. jobIsTask says the tool's job has the task's id.
+var taskTools = map[string]struct{ jobIsTask bool }{
+	"execute_code":          {jobIsTask: true},
+	"execute_code_file":     {jobIsTask: true},
+	"install_dependencies":  {},
+	"configure_environment": {},
+}
+
+// taskSupport marks a tool as callable as a task (tools/list shows
+// execution.taskSupport "optional").
+func taskSupport() mcp.ToolOption { return mcp.WithTaskSupport(mcp.TaskSupportOptional) }
+
+type (
+	taskScopeKey struct{}
+	taskJobKey   struct{}
+)
+
+// newJobID is the id of a job a tool submits: the task's id when the tool
+// runs as a task whose job is the task, else a new ULID.
+func newJobID(ctx context.Context) string {
+	if id, ok := ctx.Value(taskJobKey{}).(string); ok {
+		return id
+	}
+	return ulid.Make().String()
+}
+
+// errTaskCancelled is the cause of a task's context ended by tasks/cancel.
+var errTaskCancelled = errors.New("frontend: the task was cancelled")
+
+// taskOutcome is what the results bucket keeps of a task that is over:
+// its status and the tool's result, or, for a result too large for one
+// message, the job whose result it renders.
+type taskOutcome struct {
+	Status   mcp.TaskStatus  `json:"status"`
+	Message  string          `json:"message,omitempty"`
+	Result   json.RawMessage `json:"result,omitempty"`
+	JobID    string          `json:"job_id,omitempty"`
+	Filename string          `json:"filename,omitempty"`
+}
+
+// taskRouter answers the task methods and task-augmented tool calls of one
+// MCP server, and passes everything else on.
+type taskRouter struct {
+	f   *Frontend
+	srv *server.MCPServer
+}
+
+// rpcMessage is the part of a JSON-RPC message the router reads.
+type rpcMessage struct {
+	ID     json.RawMessage `json:"id"`
+	Method string          `json:"method"`
+	Params json.RawMessage `json:"params"`
+}
+
+// rpcError is a JSON-RPC error object.
+type rpcError struct {
+	Code    int    `json:"code"`
+	Message string `json:"message"`
+}
+
+// mayConcernTasks is a cheap first look at a message (which may carry
+// megabytes of code): only one that names a task method or a task
+// parameter is decoded.
+func mayConcernTasks(msg []byte) bool {
+	return bytes.Contains(msg, []byte(`"tasks/`)) || bytes.Contains(msg, []byte(`"task"`))
+}
+
+// take decides whether msg is the router's to answer: when it is, answer
+// computes the JSON-RPC response (it may wait, for tasks/result); when it
+// is not, msg is to be passed on. scope is the caller's.
+func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer func() []byte, ok bool) {
+	if !mayConcernTasks(msg) {
+		return nil, false
+	}
+	var m rpcMessage
+	if err := json.Unmarshal(msg, &m); err != nil || len(m.ID) == 0 || string(m.ID) == "null" {
+		return nil, false
+	}
+	var work func() (any, *rpcError)
+	switch m.Method {
+	case string(mcp.MethodToolsCall):
+		var p mcp.CallToolParams
+		if err := json.Unmarshal(m.Params, &p); err != nil || p.Task == nil {
+			return nil, false
+		}
+		if _, ok := taskTools[p.Name]; !ok {
+			return nil, false
+		}
+		work = func() (any, *rpcError) { return r.createTask(ctx, scope, p) }
+	case string(mcp.MethodTasksGet), string(mcp.MethodTasksResult), string(mcp.MethodTasksCancel):
+		var p struct {
+			TaskID string `json:"taskId"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil || p.TaskID == "" {
+			work = func() (any, *rpcError) { return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "missing taskId"} }
+			break
+		}
+		work = func() (any, *rpcError) {
+			switch m.Method {
+			case string(mcp.MethodTasksGet):
+				return r.getTask(ctx, scope, p.TaskID)
+			case string(mcp.MethodTasksResult):
+				return r.taskResult(ctx, scope, p.TaskID)
+			}
+			return r.cancelTask(ctx, scope, p.TaskID)
+		}
+	case string(mcp.MethodTasksList):
+		var p struct {
+			Cursor string `json:"cursor"`
+		}
+		_ = json.Unmarshal(m.Params, &p)
+		work = func() (any, *rpcError) { return r.listTasks(ctx, scope, p.Cursor) }
+	default:
+		return nil, false
+	}
+	return func() []byte {
+		result, rerr := work()
+		return encodeResponse(m.ID, result, rerr)
+	}, true
+}
+
+// encodeResponse is the JSON-RPC response to the request of id.
+func encodeResponse(id json.RawMessage, result any, rerr *rpcError) []byte {
+	resp := struct {
+		JSONRPC string          `json:"jsonrpc"`
+		ID      json.RawMessage `json:"id"`
+		Result  any             `json:"result,omitempty"`
+		Error   *rpcError       `json:"error,omitempty"`
+	}{JSONRPC: mcp.JSONRPC_VERSION, ID: id, Result: result, Error: rerr}
+	data, err := json.Marshal(resp)
+	if err != nil {
+		resp.Result, resp.Error = nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: err.Error()}
+		data, _ = json.Marshal(resp)
+	}
+	return data
+}
+
+// unknownTask is the error for a task id the scope does not have: never
+// created, another scope's, or expired. The three read the same.
+func unknownTask(id string) *rpcError {
+	return &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("unknown task %q: no such task in this session (or it has expired)", id)}
+}
+
+// storeError is the error for a task store that did not answer.
+func storeError(err error) *rpcError {
+	return &rpcError{Code: mcp.INTERNAL_ERROR, Message: "the task store did not answer: " + err.Error() + "; try again"}
+}
+
+// createTask records a task of scope for the call p and starts it.
+func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToolParams) (any, *rpcError) {
+	tool := r.srv.GetTool(p.Name)
+	if tool == nil {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("tool '%s' not found", p.Name)}
+	}
+	if r.f.draining.Load() {
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "this frontend is stopping; send the call again"}
+	}
+	ttl := r.f.broker.Retention()
+	if p.Task.TTL != nil && *p.Task.TTL > 0 {
+		ttl = min(ttl, time.Duration(*p.Task.TTL)*time.Millisecond)
+	}
+	now := time.Now().UTC()
+	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: p.Name, CreatedAt: now, TTLMS: ttl.Milliseconds()}
+	if err := r.f.broker.PutTask(ctx, rec); err != nil {
+		return nil, storeError(err)
+	}
+	req := mcp.CallToolRequest{}
+	req.Method = string(mcp.MethodToolsCall)
+	req.Params = p
+	req.Params.Task = nil
+	r.f.tasks.Add(1)
+	go func() {
+		defer r.f.tasks.Done()
+		r.f.runTask(rec, tool.Handler, req)
+	}()
+	return mcp.CreateTaskResult{Task: taskOf(rec, mcp.TaskStatusWorking, "", now)}, nil
+}
+
+// taskOf is rec as an MCP task of status.
+func taskOf(rec *broker.TaskRecord, status mcp.TaskStatus, message string, updated time.Time) mcp.Task {
+	t := mcp.NewTask(rec.TaskID, mcp.WithTaskTTL(rec.TTLMS), mcp.WithTaskPollInterval(taskPollMS))
+	t.Status, t.StatusMessage = status, message
+	t.CreatedAt = rec.CreatedAt.Format(time.RFC3339Nano)
+	if updated.IsZero() {
+		updated = rec.CreatedAt
+	}
+	t.LastUpdatedAt = updated.UTC().Format(time.RFC3339Nano)
+	return t
+}
+
+// runTask runs the tool of task rec (handler, as registered) and stores
+// its outcome. Its context ends when the task is cancelled (the tool then
+// cancels its job) or when the frontend is aborted (the job runs on, and
+// no outcome is stored: a job that is the task answers for it).
+func (f *Frontend) runTask(rec *broker.TaskRecord, handler server.ToolHandlerFunc, req mcp.CallToolRequest) {
+	log := f.log.With("task", rec.TaskID, "tool", rec.Tool, "scope", rec.Scope)
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	stopHard := context.AfterFunc(f.hard, func() { cancel(errFrontendStopped) })
+	defer stopHard()
+	stopWatch, err := f.broker.WatchCancel(rec.TaskID, func() { cancel(errTaskCancelled) })
+	if err != nil {
+		log.Warn("cannot watch for the task's cancellation", "err", err)
+	} else {
+		defer stopWatch()
+	}
+	ctx = context.WithValue(ctx, taskScopeKey{}, rec.Scope)
+	if taskTools[rec.Tool].jobIsTask {
+		ctx = context.WithValue(ctx, taskJobKey{}, rec.TaskID)
+	}
+	res, err := handler(ctx, req)
+	if errors.Is(context.Cause(ctx), errFrontendStopped) {
+		log.Warn("frontend stopped before the task finished; no outcome stored")
+		return
+	}
+	out := f.outcomeOf(res, err, errors.Is(context.Cause(ctx), errTaskCancelled))
+	sctx, end := context.WithTimeout(context.Background(), publishAttempt)
+	defer end()
+	if _, err := f.broker.PutTaskOutcome(sctx, rec.Scope, rec.TaskID, out); err != nil {
+		log.Error("store the task's outcome", "err", err)
+	}
+}
+
+// outcomeOf encodes a tool's result as a task outcome.
+func (f *Frontend) outcomeOf(res *mcp.CallToolResult, err error, cancelled bool) []byte {
+	o := taskOutcome{Status: mcp.TaskStatusCompleted}
+	switch {
+	case err != nil:
+		o.Status, o.Message = mcp.TaskStatusFailed, err.Error()
+	case res == nil:
+		o.Status, o.Message = mcp.TaskStatusFailed, "the tool returned no result"
+	default:
+		o.Status = outcomeStatus(res, cancelled)
+		o.Result, _ = json.Marshal(res)
+		if len(o.Result) > f.outcomeLimit() {
+			// Too large for one message: the job's stored result
+			// renders it again.
+			var er ExecResult
+			if b, _ := json.Marshal(res.StructuredContent); json.Unmarshal(b, &er) == nil && er.JobID != "" {
+				o.Result, o.JobID, o.Filename = nil, er.JobID, er.Filename
+			} else {
+				o.Result, o.Status, o.Message = nil, mcp.TaskStatusFailed, "the tool's result is too large to keep"
+			}
+		}
+	}
+	data, _ := json.Marshal(o)
+	return data
+}
+
+// outcomeLimit is the largest tool result kept inline in a task outcome.
+func (f *Frontend) outcomeLimit() int { return 512 << 10 }
+
+// outcomeStatus is the task status of a tool's result: failed when the
+// tool failed, cancelled when the task was cancelled and the tool did not
+// finish anyway.
+func outcomeStatus(res *mcp.CallToolResult, cancelled bool) mcp.TaskStatus {
+	var st struct {
+		Status string `json:"status"`
+	}
+	if b, err := json.Marshal(res.StructuredContent); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	switch {
+	case st.Status == string(wire.StatusCancelled) || (cancelled && res.IsError):
+		return mcp.TaskStatusCancelled
+	case res.IsError:
+		return mcp.TaskStatusFailed
+	}
+	return mcp.TaskStatusCompleted
+}
+
+// taskState is what is known of a task now: its outcome when it is over
+// (nil while it runs), and whether it is marked cancelled.
+type taskState struct {
+	rec       *broker.TaskRecord
+	outcome   *taskOutcome
+	cancelled bool
+	updated   time.Time
+}
+
+// status is the task's MCP status.
+func (s *taskState) status() (mcp.TaskStatus, string) {
+	switch {
+	case s.outcome != nil:
+		return s.outcome.Status, s.outcome.Message
+	case s.cancelled:
+		return mcp.TaskStatusCancelled, "cancelled; its job is being stopped"
+	}
+	return mcp.TaskStatusWorking, ""
+}
+
+func (s *taskState) task() mcp.Task {
+	st, msg := s.status()
+	return taskOf(s.rec, st, msg, s.updated)
+}
+
+// state reads scope's task id: its record, outcome and cancel mark. A task
+// whose job is the task and whose frontend stopped before storing an
+// outcome is answered by the job's result.
+func (f *Frontend) state(ctx context.Context, scope, id string) (*taskState, *rpcError) {
+	rec, err := f.broker.GetTask(ctx, scope, id)
+	switch {
+	case errors.Is(err, broker.ErrNoTask):
+		return nil, unknownTask(id)
+	case err != nil:
+		return nil, storeError(err)
+	}
+	s := &taskState{rec: rec}
+	data, err := f.broker.GetTaskOutcome(ctx, scope, id)
+	switch {
+	case err == nil:
+		var o taskOutcome
+		if err := json.Unmarshal(data, &o); err != nil {
+			return nil, storeError(err)
+		}
+		s.outcome, s.updated = &o, time.Now()
+		return s, nil
+	case !errors.Is(err, broker.ErrNoTaskOutcome):
+		return nil, storeError(err)
+	}
+	if taskTools[rec.Tool].jobIsTask {
+		if res, err := f.broker.GetResult(ctx, id); err == nil && res.Scope == scope {
+			s.outcome, s.updated = jobOutcome(res), res.FinishedAt
+			return s, nil
+		}
+	}
+	if s.cancelled, err = f.broker.JobCancelled(ctx, id); err != nil {
+		return nil, storeError(err)
+	}
+	return s, nil
+}
+
+// jobOutcome is the outcome of a task whose job is the task, from the
+// job's result.
+func jobOutcome(res *wire.Result) *taskOutcome {
+	tr := toolResult(res, "")
+	o := &taskOutcome{Status: outcomeStatus(tr, false), JobID: res.JobID}
+	return o
+}
+
+func (r *taskRouter) getTask(ctx context.Context, scope, id string) (any, *rpcError) {
+	s, rerr := r.f.state(ctx, scope, id)
+	if rerr != nil {
+		return nil, rerr
+	}
+	return mcp.NewGetTaskResult(s.task()), nil
+}
+
+func (r *taskRouter) cancelTask(ctx context.Context, scope, id string) (any, *rpcError) {
+	s, rerr := r.f.state(ctx, scope, id)
+	if rerr != nil {
+		return nil, rerr
+	}
+	if st, _ := s.status(); st.IsTerminal() && st != mcp.TaskStatusCancelled {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("cannot cancel task %s: it is %s already", id, st)}
+	}
+	if err := r.f.broker.CancelJob(ctx, id); err != nil {
+		return nil, storeError(err)
+	}
+	s.cancelled, s.updated = true, time.Now()
+	return mcp.NewCancelTaskResult(s.task()), nil
+}
+
+func (r *taskRouter) listTasks(ctx context.Context, scope, cursor string) (any, *rpcError) {
+	recs, more, err := r.f.broker.ListTasks(ctx, scope, cursor, taskListPage)
+	if err != nil {
+		return nil, storeError(err)
+	}
+	res := mcp.ListTasksResult{Tasks: make([]mcp.Task, 0, len(recs))}
+	for _, rec := range recs {
+		s, rerr := r.f.state(ctx, scope, rec.TaskID)
+		if rerr != nil {
+			continue // expired since it was listed
+		}
+		res.Tasks = append(res.Tasks, s.task())
+	}
+	if more && len(recs) > 0 {
+		res.NextCursor = mcp.Cursor(recs[len(recs)-1].TaskID)
+	}
+	return res, nil
+}
+
+// taskResult waits until the task is over and returns the tool's result,
+// as the call would have returned it, tied to the task by its _meta.
+func (r *taskRouter) taskResult(ctx context.Context, scope, id string) (any, *rpcError) {
+	s, rerr := r.f.state(ctx, scope, id)
+	if rerr != nil {
+		return nil, rerr
+	}
+	o := s.outcome
+	if o == nil {
+		// Wait for the outcome; a job that is the task may end without one
+		// (its frontend stopped): its result is the answer then.
+		var jobRes *wire.Result
+		settled := func(ctx context.Context) error {
+			if !taskTools[s.rec.Tool].jobIsTask {
+				return nil
+			}
+			res, err := r.f.broker.GetResult(ctx, id)
+			if err == nil && res.Scope == scope {
+				jobRes = res
+				return errJobSettled
+			}
+			return nil
+		}
+		data, err := r.f.broker.WaitTaskOutcome(ctx, scope, id, settled)
+		switch {
+		case errors.Is(err, errJobSettled):
+			o = jobOutcome(jobRes)
+		case err != nil:
+			return nil, &rpcError{Code: mcp.REQUEST_INTERRUPTED, Message: "waiting for the task's result: " + err.Error()}
+		default:
+			o = &taskOutcome{}
+			if err := json.Unmarshal(data, o); err != nil {
+				return nil, storeError(err)
+			}
+		}
+	}
+	return r.f.renderOutcome(ctx, id, o)
+}
+
+// errJobSettled stops the wait for a task's outcome when its job's result
+// answers for it.
+var errJobSettled = errors.New("the task's job has a result")
+
+// renderOutcome is the tasks/result answer of an outcome.
+func (f *Frontend) renderOutcome(ctx context.Context, id string, o *taskOutcome) (any, *rpcError) {
+	var tr *mcp.CallToolResult
+	switch {
+	case len(o.Result) > 0:
+		raw := json.RawMessage(o.Result)
+		res, err := mcp.ParseCallToolResult(&raw)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		tr = res
+	case o.JobID != "":
+		res, err := f.broker.GetResult(ctx, o.JobID)
+		if err != nil {
+			return nil, storeError(err)
+		}
+		tr = toolResult(res, o.Filename)
+	default:
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: o.Message}
+	}
+	out := mcp.TaskResultResult{Content: tr.Content, StructuredContent: tr.StructuredContent, IsError: tr.IsError}
+	out.Meta = mcp.WithRelatedTask(id)
+	return out, nil
+}

@@ -1,0 +1,135 @@
+package frontend
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"sync"
+
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// The task router in front of each transport: it reads every request
+// first, answers those that are its own (taskRouter.route), and hands the
+// rest to mcp-go unchanged.
+
+// taskHTTP is the router in front of the Streamable HTTP handler next.
+func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handler {
+	r := &taskRouter{f: f, srv: srv}
+	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.Method != http.MethodPost {
+			next.ServeHTTP(w, req)
+			return
+		}
+		body, err := io.ReadAll(req.Body)
+		if err != nil {
+			// The body limit has answered already when it cut the body.
+			var tooLarge *http.MaxBytesError
+			if !errors.As(err, &tooLarge) {
+				http.Error(w, "reading the request body failed", http.StatusBadRequest)
+			}
+			return
+		}
+		_ = req.Body.Close()
+		if mayConcernTasks(body) {
+			scope, valid := httpScope(req)
+			if answer, ok := r.take(req.Context(), body, scope); ok && valid {
+				w.Header().Set("Content-Type", "application/json")
+				_, _ = w.Write(answer())
+				return
+			}
+		}
+		req.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, req)
+	})
+}
+
+// sessionIDs validates a client's Mcp-Session-Id as the Streamable HTTP
+// server does (a session id is valid on every frontend).
+var sessionIDs server.StatelessGeneratingSessionIdManager
+
+// httpScope is the scope of an HTTP request the router answers: the scope
+// its tool calls have (scopeFrom), from its credentials and session id. A
+// malformed session id, which the Streamable HTTP server would refuse,
+// gets no scope.
+func httpScope(req *http.Request) (string, bool) {
+	sid := req.Header.Get(server.HeaderKeySessionID)
+	if sid != "" {
+		if _, err := sessionIDs.Validate(sid); err != nil {
+			return "", false
+		}
+	}
+	return scopeOf(httpContext(req.Context(), req), false, sid), true
+}
+
+// lockedWriter serializes the writes of the stdio server and the router
+// (each writes a message in one Write).
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
+
+// taskStdio is the router in front of the stdio server: it reads in, line
+// by line, answers its own requests on out, and passes every other line
+// to the returned reader, which the stdio server reads. out is what the
+// stdio server must write to. wait returns once every request it took is
+// answered (or its context ended); ctx ending ends them.
+func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.Reader, out io.Writer) (pass io.Reader, locked io.Writer, wait func()) {
+	r := &taskRouter{f: f, srv: srv}
+	lw := &lockedWriter{w: out}
+	pr, pw := io.Pipe()
+	var (
+		mu     sync.Mutex
+		closed bool
+		calls  sync.WaitGroup
+	)
+	start := func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if !closed {
+			calls.Add(1)
+		}
+		return !closed
+	}
+	wait = func() {
+		mu.Lock()
+		closed = true
+		mu.Unlock()
+		calls.Wait()
+	}
+	go func() {
+		br := bufio.NewReaderSize(in, 64<<10)
+		for {
+			line, err := br.ReadBytes('\n')
+			if answer, ok := r.take(ctx, bytes.TrimSpace(line), StdioScope); ok {
+				if !start() {
+					return
+				}
+				go func() {
+					defer calls.Done()
+					_, _ = lw.Write(append(answer(), '\n'))
+				}()
+				line = nil
+			}
+			if len(line) > 0 {
+				if _, werr := pw.Write(line); werr != nil {
+					return
+				}
+			}
+			if err != nil {
+				_ = pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	return pr, lw, wait
+}
