@@ -73,3 +73,23 @@ func (f *Frontend) cancelAbandoned(ctx context.Context, job *wire.Job) bool {
 	f.log.Info("call cancelled; its job is cancelled", "job", job.ID, "cause", context.Cause(ctx))
 	return true
 }
+
+// cancelSettle bounds how long a cancelled task waits for its job's
+// cancelled result, which carries what the job printed until it stopped.
+const cancelSettle = 10 * time.Second
+
+// settledResult is, for a call that runs as a task, the result its
+// cancelled job gets from its worker, or nil when none comes within
+// cancelSettle (nor for a blocking call, whose caller is gone).
+func (f *Frontend) settledResult(ctx context.Context, job *wire.Job) *wire.Result {
+	if _, inTask := ctx.Value(taskScopeKey{}).(string); !inTask {
+		return nil
+	}
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelSettle)
+	defer cancel()
+	res, err := f.broker.WaitResult(wctx, job.ID)
+	if err != nil {
+		return nil
+	}
+	return res
+}

@@ -230,6 +230,9 @@ func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string
 	case err == nil:
 		return res, nil
 	case ctx.Err() != nil && f.cancelAbandoned(ctx, job):
+		if res := f.settledResult(ctx, job); res != nil {
+			return res, nil
+		}
 		te := failure(wire.StatusCancelled, "the call was cancelled, and job %s with it", job.ID)
 		te.JobID, te.Filename = job.ID, job.Filename
 		return nil, te
