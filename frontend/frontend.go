@@ -187,8 +187,10 @@ type Frontend struct {
 	hard      context.Context
 	abort     context.CancelFunc
 	openCalls sync.WaitGroup
-	// tasks are the tasks running here (tasks.go).
-	tasks sync.WaitGroup
+	// tasks are the tasks running here, taskSlots their count and size
+	// (tasks.go).
+	tasks     sync.WaitGroup
+	taskSlots taskSlots
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared

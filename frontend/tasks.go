@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/codexec/codexec/broker"
@@ -42,6 +43,40 @@ const taskPollMS = 1000
 
 // taskListPage is how many tasks one tasks/list page holds.
 const taskListPage = 100
+
+// maxRunningTasks bounds the tasks running on one frontend at once: each
+// holds its arguments (up to the largest code a call may send) until it
+// ends. Their arguments together are bounded by Config.RequestBudget,
+// as the bodies of the requests being handled are.
+const maxRunningTasks = 256
+
+// taskSlots counts the tasks running on a frontend and their arguments.
+type taskSlots struct {
+	mu    sync.Mutex
+	n     int
+	bytes int64
+}
+
+// take admits one more task of size bytes of arguments, within budget
+// bytes in all (one task is admitted whatever its size, as one request
+// of the largest size is).
+func (s *taskSlots) take(size, budget int64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.n >= maxRunningTasks || (s.n > 0 && s.bytes+size > budget) {
+		return false
+	}
+	s.n++
+	s.bytes += size
+	return true
+}
+
+func (s *taskSlots) give(size int64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.n--
+	s.bytes -= size
+}
 
 // taskTools are the tools a client may call as tasks: those that run code
 // or build environments. jobIsTask says the tool's job has the task's id.
@@ -201,6 +236,18 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	if r.f.draining.Load() {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "this frontend is stopping; send the call again"}
 	}
+	size := int64(len(p.RawArguments))
+	if !r.f.taskSlots.take(size, r.f.cfg.RequestBudget) {
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf(
+			"too many tasks are running on this frontend (at most %d, holding at most %d bytes of arguments); "+
+				"wait for some to finish, or make a blocking call", maxRunningTasks, r.f.cfg.RequestBudget)}
+	}
+	started := false
+	defer func() {
+		if !started {
+			r.f.taskSlots.give(size)
+		}
+	}()
 	ttl := r.f.broker.Retention()
 	if p.Task.TTL != nil && *p.Task.TTL > 0 {
 		ttl = min(ttl, time.Duration(*p.Task.TTL)*time.Millisecond)
@@ -215,8 +262,10 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	req.Params = p
 	req.Params.Task = nil
 	r.f.tasks.Add(1)
+	started = true
 	go func() {
 		defer r.f.tasks.Done()
+		defer r.f.taskSlots.give(size)
 		r.f.runTask(rec, tool.Handler, req)
 	}()
 	return mcp.CreateTaskResult{Task: taskOf(rec, mcp.TaskStatusWorking, "", now)}, nil
@@ -255,11 +304,16 @@ func (f *Frontend) runTask(rec *broker.TaskRecord, handler server.ToolHandlerFun
 		ctx = context.WithValue(ctx, taskJobKey{}, rec.TaskID)
 	}
 	res, err := handler(ctx, req)
-	if errors.Is(context.Cause(ctx), errFrontendStopped) {
-		log.Warn("frontend stopped before the task finished; no outcome stored")
-		return
-	}
 	out := f.outcomeOf(res, err, errors.Is(context.Cause(ctx), errTaskCancelled))
+	if errors.Is(context.Cause(ctx), errFrontendStopped) {
+		if taskTools[rec.Tool].jobIsTask {
+			log.Warn("frontend stopped before the task finished; its job runs on and answers for it")
+			return
+		}
+		log.Warn("frontend stopped before the task finished")
+		out, _ = json.Marshal(taskOutcome{Status: mcp.TaskStatusFailed,
+			Message: "the frontend running this task stopped before it finished; its job may have run: check the session's state and call again"})
+	}
 	sctx, end := context.WithTimeout(context.Background(), publishAttempt)
 	defer end()
 	if _, err := f.broker.PutTaskOutcome(sctx, rec.Scope, rec.TaskID, out); err != nil {

@@ -1,0 +1,153 @@
+package frontend
+
+import (
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// These tests drive the task router over HTTP with no worker: the jobs of
+// tasks wait in the queue, so a task stays working until it is cancelled.
+
+func httpSession(t *testing.T, url string) *client.Client {
+	t.Helper()
+	c, err := client.NewStreamableHttpClient(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
+	if _, err := c.Initialize(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// taskCall sends a task-augmented tools/call and returns the response.
+func taskCall(t *testing.T, c *client.Client, tool string, args map[string]any) *transport.JSONRPCResponse {
+	t.Helper()
+	resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{
+		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("t"), Method: string(mcp.MethodToolsCall),
+		Params: map[string]any{"name": tool, "arguments": args, "task": map[string]any{"ttl": 60000}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp
+}
+
+func createdTask(t *testing.T, resp *transport.JSONRPCResponse) mcp.Task {
+	t.Helper()
+	if resp.Error != nil {
+		t.Fatalf("task not created: %s", resp.Error.Message)
+	}
+	var created mcp.CreateTaskResult
+	if err := json.Unmarshal(resp.Result, &created); err != nil {
+		t.Fatal(err)
+	}
+	return created.Task
+}
+
+// A task is its session's: another session is told it does not exist, and
+// cannot list, read or cancel it. Cancelled, its job carries the cancel
+// mark (the job is the task), and its result says cancelled.
+func TestTasksBelongToTheirSession(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	a, b := httpSession(t, url), httpSession(t, url)
+
+	task := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(1)"}))
+	if task.Status != mcp.TaskStatusWorking || task.TTL == nil || *task.TTL != 60000 {
+		t.Fatalf("created: %+v", task)
+	}
+	ctx := t.Context()
+	if got, err := a.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: task.TaskId}}); err != nil || got.Status != mcp.TaskStatusWorking {
+		t.Fatalf("tasks/get: %+v %v", got, err)
+	}
+	if _, err := b.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: task.TaskId}}); err == nil || !strings.Contains(err.Error(), "unknown task") {
+		t.Fatalf("another session's tasks/get: %v", err)
+	}
+	if _, err := b.CancelTask(ctx, mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: task.TaskId}}); err == nil {
+		t.Fatal("another session cancelled the task")
+	}
+	if marked, _ := jb.b.JobCancelled(ctx, task.TaskId); marked {
+		t.Fatal("another session's cancel marked the job")
+	}
+	if list, err := b.ListTasks(ctx, mcp.ListTasksRequest{}); err != nil || len(list.Tasks) != 0 {
+		t.Fatalf("another session's tasks/list: %+v %v", list, err)
+	}
+	if list, err := a.ListTasks(ctx, mcp.ListTasksRequest{}); err != nil || len(list.Tasks) != 1 || list.Tasks[0].TaskId != task.TaskId {
+		t.Fatalf("tasks/list: %+v %v", list, err)
+	}
+	cancelled, err := a.CancelTask(ctx, mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: task.TaskId}})
+	if err != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel: %+v %v", cancelled, err)
+	}
+	if marked, err := jb.b.JobCancelled(ctx, task.TaskId); !marked || err != nil {
+		t.Fatalf("the task's job has no cancel mark: %v %v", marked, err)
+	}
+	res, err := a.TaskResult(ctx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: task.TaskId}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var er ExecResult
+	raw, _ := json.Marshal(res.StructuredContent)
+	if err := json.Unmarshal(raw, &er); err != nil || er.Status != "cancelled" || er.JobID != task.TaskId || !res.IsError {
+		t.Fatalf("tasks/result of the cancelled task: %+v %v", er, err)
+	}
+}
+
+// A frontend holds a bounded number of running tasks and of their
+// arguments' bytes; past the bound a new task is refused, not queued in
+// memory.
+func TestRunningTasksBounded(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{MaxCodeBytes: 64 << 10, RequestBudget: 1 << 20, MaxRequestBytes: 1 << 20})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	a := httpSession(t, url)
+	code := "x = '" + strings.Repeat("a", 60<<10) + "'"
+	var refused *transport.JSONRPCResponse
+	for i := range 40 {
+		resp := taskCall(t, a, "execute_code", map[string]any{"code": code})
+		if resp.Error != nil {
+			refused = resp
+			if i < 15 {
+				t.Fatalf("refused after %d tasks of 60 KiB within a 1 MiB budget: %s", i, resp.Error.Message)
+			}
+			break
+		}
+	}
+	if refused == nil || !strings.Contains(refused.Error.Message, "too many tasks") {
+		t.Fatalf("40 tasks of 60 KiB within a 1 MiB budget were all taken: %+v", refused)
+	}
+}
+
+// serveHTTP serves f's HTTP handler until the test ends, and returns its
+// MCP URL.
+func serveHTTP(t *testing.T, f *Frontend) string {
+	t.Helper()
+	h, mcpHTTP := f.HTTPHandler()
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() {
+		f.Abort()
+		_ = mcpHTTP.Shutdown(context.Background())
+		srv.CloseClientConnections()
+		srv.Close()
+		f.tasks.Wait()
+	})
+	return srv.URL + "/mcp"
+}
