@@ -85,3 +85,27 @@ func BenchmarkSubmit(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkCancelCheck measures what every job pays on its worker for
+// being cancellable: the watch on its cancel mark, one read of the mark,
+// and the end of the watch (watch), beside one job's round trip through
+// the broker (roundtrip, as BenchmarkRoundTrip) for scale.
+func BenchmarkCancelCheck(b *testing.B) {
+	e := brokertest.StartNATSWith(b, broker.EmbeddedConfig{})
+	br := brokertest.Open(b, e, broker.Config{})
+	ctx := context.Background()
+	b.Run("watch", func(b *testing.B) {
+		for b.Loop() {
+			id := ulid.Make().String()
+			stop, err := br.WatchCancel(id, func() {})
+			if err != nil {
+				b.Fatal(err)
+			}
+			if marked, err := br.JobCancelled(ctx, id); marked || err != nil {
+				b.Fatal(marked, err)
+			}
+			stop()
+		}
+	})
+	b.Run("roundtrip", BenchmarkRoundTrip)
+}
