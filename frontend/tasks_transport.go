@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"sync"
 
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -24,13 +25,18 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 			next.ServeHTTP(w, req)
 			return
 		}
-		body, err := io.ReadAll(req.Body)
+		// Sized from Content-Length (bounded by the body limit in front),
+		// so that reading it costs one copy of the body, not a series of
+		// growing ones.
+		buf := bytes.NewBuffer(make([]byte, 0, max(req.ContentLength, 0)+bytes.MinRead))
+		_, err := buf.ReadFrom(req.Body)
+		body := buf.Bytes()
+		if tooLarge := new(http.MaxBytesError); errors.As(err, &tooLarge) {
+			writeRPCError(w, http.StatusRequestEntityTooLarge, mcp.INVALID_REQUEST, "request body is too large: "+err.Error())
+			return
+		}
 		if err != nil {
-			// The body limit has answered already when it cut the body.
-			var tooLarge *http.MaxBytesError
-			if !errors.As(err, &tooLarge) {
-				http.Error(w, "reading the request body failed", http.StatusBadRequest)
-			}
+			writeRPCError(w, http.StatusBadRequest, mcp.PARSE_ERROR, "cannot read the request body: "+err.Error())
 			return
 		}
 		_ = req.Body.Close()
