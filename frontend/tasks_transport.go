@@ -14,7 +14,7 @@ import (
 )
 
 // The task router in front of each transport: it reads every request
-// first, answers those that are its own (taskRouter.route), and hands the
+// first, answers those that are its own (taskRouter.take), and hands the
 // rest to mcp-go unchanged.
 
 // taskHTTP is the router in front of the Streamable HTTP handler next.
