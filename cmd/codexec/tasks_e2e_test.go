@@ -316,8 +316,20 @@ func TestClusterTasks(t *testing.T) {
 	}
 
 	t.Run("polled and fetched on another frontend after a reconnect", func(t *testing.T) {
-		task := callAsTask(t, a, "execute_code", map[string]any{"code": "import time; time.sleep(2); print('on A')"})
-		b := resume(t, urlB)
+		// A client of its own, closed once the task is created: it comes
+		// back, in the same session, on the other frontend.
+		x, err := e2e.ConnectHTTP(ctx, urlA, mcp.LATEST_LEGACY_PROTOCOL_VERSION, clientInfo)
+		if err != nil {
+			t.Fatal(err)
+		}
+		xSession := x.GetSessionId()
+		task := callAsTask(t, x, "execute_code", map[string]any{"code": "import time; time.sleep(2); print('on A')"})
+		_ = x.Close()
+		b, err := e2e.ResumeHTTP(ctx, urlB, xSession)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = b.Close() })
 		if got, err := getTask(b, task.TaskId); err != nil || got.Status.IsTerminal() && got.Status != mcp.TaskStatusCompleted {
 			t.Fatalf("tasks/get on B: %+v, %v", got, err)
 		}
