@@ -20,7 +20,7 @@ import (
 // ExecResult is the structured content of execute_code and get_job_result.
 type ExecResult struct {
 	JobID           string  `json:"job_id" jsonschema_description:"ULID of the job; get_job_result fetches it again"`
-	Status          string  `json:"status" jsonschema_description:"ok, error, timeout, limit, rejected, expired or internal; get_job_result also says running for a job not finished yet"`
+	Status          string  `json:"status" jsonschema_description:"ok, error, timeout, limit, rejected, expired, cancelled or internal; get_job_result also says running for a job not finished yet"`
 	ExitCode        int     `json:"exit_code" jsonschema_description:"process exit code; -1 when killed by a signal or never run"`
 	Stdout          string  `json:"stdout"`
 	Stderr          string  `json:"stderr"`
