@@ -1,0 +1,48 @@
+package cli
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
+	"github.com/codexec/codexec/internal/telemetry"
+)
+
+// metricsFlag registers --metrics-addr, of every role.
+func metricsFlag(f *flagenv.Flags, p *string) {
+	f.String(p, "metrics-addr", "CODEXEC_METRICS_ADDR", "",
+		"serve Prometheus metrics at http://ADDR/metrics, liveness at /healthz and readiness at /readyz, without credentials, e.g. :9464 (empty: off; a frontend serves them on its --http listener too)")
+}
+
+// serveMetrics serves p's endpoints on addr ("" : nothing) until the
+// returned stop is called. The address is logged, so that a random port
+// (127.0.0.1:0) can be found.
+func serveMetrics(addr string, p *telemetry.Probe, log *slog.Logger) (stop func(), err error) {
+	if addr == "" {
+		return func() {}, nil
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, flagenv.UsageError{Err: fmt.Errorf("--metrics-addr %s: %w", addr, err)}
+	}
+	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn, ErrorLog: stdLogger(log)}
+	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			log.Error("metrics listener", "err", err)
+		}
+	}()
+	return func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		_ = srv.Shutdown(ctx)
+		<-done
+	}, nil
+}
