@@ -124,11 +124,11 @@ func init() {
 
 // Bounded label values, per metric and label.
 var (
-	kinds    = newFold(maxLabelValues)
-	statuses = newFold(maxLabelValues)
+	kinds     = newFold(maxLabelValues)
+	statuses  = newFold(maxLabelValues)
 	limitsHit = newFold(maxLabelValues)
-	stages   = newFold(maxLabelValues)
-	tenants  = newFold(MaxTenants)
+	stages    = newFold(maxLabelValues)
+	tenants   = newFold(MaxTenants)
 )
 
 // JobStarted counts a job running on a worker until the returned function
