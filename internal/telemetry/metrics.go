@@ -113,13 +113,15 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(
-		collectors.NewGoCollector(),
-		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		workerJobs, jobsRunning, queueWait, runTime, endToEnd, frontendJobs, tenantJobs, tenantRun,
-		envsBuilt, envsCached, envsFailed, envsEvicted, envBuildTime,
-		zygotesStarted, zygotesFailed, zygotesReplaced, sandboxFailures,
-	)
+	Registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	Registry.MustRegister(ours...)
+}
+
+// ours are codexec's own collectors of the Registry.
+var ours = []prometheus.Collector{
+	workerJobs, jobsRunning, queueWait, runTime, endToEnd, frontendJobs, tenantJobs, tenantRun,
+	envsBuilt, envsCached, envsFailed, envsEvicted, envBuildTime,
+	zygotesStarted, zygotesFailed, zygotesReplaced, sandboxFailures,
 }
 
 // Bounded label values, per metric and label.
