@@ -15,6 +15,7 @@
 package telemetry
 
 import (
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -124,6 +125,15 @@ var ours = []prometheus.Collector{
 	zygotesStarted, zygotesFailed, zygotesReplaced, sandboxFailures,
 }
 
+// off, when set, makes every hook below return at once: the counters and
+// histograms stay at zero, while what is read at scrape time (readiness,
+// queue depth) and the process's own metrics are still served.
+var off atomic.Bool
+
+// SetEnabled turns the hooks on (the default) or off, for the whole
+// process: --metrics=false, and the benchmark of what metrics cost.
+func SetEnabled(on bool) { off.Store(!on) }
+
 // Bounded label values, per metric and label.
 var (
 	kinds     = newFold(maxLabelValues)
@@ -136,6 +146,9 @@ var (
 // JobStarted counts a job running on a worker until the returned function
 // is called.
 func JobStarted() (done func()) {
+	if off.Load() {
+		return func() {}
+	}
 	jobsRunning.Inc()
 	return jobsRunning.Dec
 }
@@ -144,6 +157,9 @@ func JobStarted() (done func()) {
 // limit it hit ("" for none), how long it waited in the queue (from its
 // publication, enqueued, to started) and how long it took on the worker.
 func JobFinished(kind, status, limit string, enqueued, started time.Time, took time.Duration) {
+	if off.Load() {
+		return
+	}
 	if limit == "" {
 		limit = "none"
 	}
@@ -160,6 +176,9 @@ func JobFinished(kind, status, limit string, enqueued, started time.Time, took t
 // time since the job was built (enqueued), and the caller's tenant ("" for
 // none) with the run time of its code.
 func CallFinished(kind, status, tenant string, enqueued time.Time, run time.Duration) {
+	if off.Load() {
+		return
+	}
 	if status == "" {
 		status = "no_result"
 	}
@@ -176,6 +195,9 @@ func CallFinished(kind, status, tenant string, enqueued time.Time, run time.Dura
 // EnvReady records how a job's environment was had: built (taking took),
 // found in the cache, or failed.
 func EnvReady(built bool, took time.Duration, err error) {
+	if off.Load() {
+		return
+	}
 	switch {
 	case err != nil:
 		envsFailed.Inc()
@@ -188,16 +210,26 @@ func EnvReady(built bool, took time.Duration, err error) {
 }
 
 // EnvEvicted counts an environment evicted from the cache.
-func EnvEvicted() { envsEvicted.Inc() }
+func EnvEvicted() { count(envsEvicted) }
 
 // ZygoteStarted counts a warm interpreter that became ready.
-func ZygoteStarted() { zygotesStarted.Inc() }
+func ZygoteStarted() { count(zygotesStarted) }
 
 // ZygoteFailed counts a warm interpreter that failed to start.
-func ZygoteFailed() { zygotesFailed.Inc() }
+func ZygoteFailed() { count(zygotesFailed) }
 
 // ZygoteReplaced counts a ready warm interpreter that died.
-func ZygoteReplaced() { zygotesReplaced.Inc() }
+func ZygoteReplaced() { count(zygotesReplaced) }
 
 // SandboxFailed counts a job whose sandbox failed at stage.
-func SandboxFailed(stage string) { sandboxFailures.WithLabelValues(stages.value(stage)).Inc() }
+func SandboxFailed(stage string) {
+	if !off.Load() {
+		sandboxFailures.WithLabelValues(stages.value(stage)).Inc()
+	}
+}
+
+func count(c prometheus.Counter) {
+	if !off.Load() {
+		c.Inc()
+	}
+}

@@ -40,10 +40,11 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var wf workerFlags
 	var grace time.Duration
 	var metricsAddr string
+	var metricsOn bool
 	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
 	lf.register(f)
 	graceFlag(f, &grace)
-	metricsFlag(f, &metricsAddr)
+	metricsFlags(f, &metricsAddr, &metricsOn)
 	ff.register(f, "")
 	wf.register(f)
 	if err := f.Parse(args); err != nil {
@@ -94,7 +95,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	}
 	probe := telemetry.NewProbe(log)
 	w.Watch(probe)
-	stopMetrics, err := serveMetrics(metricsAddr, probe, log)
+	stopMetrics, err := serveMetrics(metricsAddr, metricsOn, probe, log)
 	if err != nil {
 		return err
 	}
@@ -158,6 +159,7 @@ type clusterFlags struct {
 	grace                   time.Duration
 	replicas                int
 	metricsAddr             string
+	metricsOn               bool
 	redis                   redisFlags
 }
 
@@ -189,7 +191,7 @@ func (cf *clusterFlags) register(f *flagenv.Flags) {
 	f.String(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
 	cf.log.register(f)
 	graceFlag(f, &cf.grace)
-	metricsFlag(f, &cf.metricsAddr)
+	metricsFlags(f, &cf.metricsAddr, &cf.metricsOn)
 	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", broker.DefaultRetention, "how long results are kept, addressable by job id")
 	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", broker.DefaultAckWait, "how long a job's lease lasts without a heartbeat before another worker gets it")
 }
@@ -248,7 +250,7 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
-	stopMetrics, err := serveMetrics(cf.metricsAddr, fcfg.Probe, log)
+	stopMetrics, err := serveMetrics(cf.metricsAddr, cf.metricsOn, fcfg.Probe, log)
 	if err != nil {
 		return err
 	}
@@ -294,7 +296,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) (err error)
 	}
 	probe := telemetry.NewProbe(log)
 	w.Watch(probe)
-	stopMetrics, err := serveMetrics(cf.metricsAddr, probe, log)
+	stopMetrics, err := serveMetrics(cf.metricsAddr, cf.metricsOn, probe, log)
 	if err != nil {
 		return err
 	}

@@ -13,8 +13,10 @@ import (
 	"github.com/codexec/codexec/internal/telemetry"
 )
 
-// metricsFlag registers --metrics-addr, of every role.
-func metricsFlag(f *flagenv.Flags, p *string) {
+// metricsFlags register --metrics-addr and --metrics, of every role.
+func metricsFlags(f *flagenv.Flags, p *string, on *bool) {
+	f.Bool(on, "metrics", "CODEXEC_METRICS", true,
+		"count jobs, environments and warm interpreters for /metrics (false: only readiness, queue depth and the process's own metrics are served)")
 	f.String(p, "metrics-addr", "CODEXEC_METRICS_ADDR", "",
 		"serve Prometheus metrics at http://ADDR/metrics, liveness at /healthz and readiness at /readyz, without credentials, e.g. :9464 (empty: off; a frontend serves them on its --http listener too)")
 }
@@ -22,7 +24,8 @@ func metricsFlag(f *flagenv.Flags, p *string) {
 // serveMetrics serves p's endpoints on addr ("" : nothing) until the
 // returned stop is called. The address is logged, so that a random port
 // (127.0.0.1:0) can be found.
-func serveMetrics(addr string, p *telemetry.Probe, log *slog.Logger) (stop func(), err error) {
+func serveMetrics(addr string, on bool, p *telemetry.Probe, log *slog.Logger) (stop func(), err error) {
+	telemetry.SetEnabled(on)
 	if addr == "" {
 		return func() {}, nil
 	}
