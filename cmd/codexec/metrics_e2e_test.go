@@ -56,27 +56,38 @@ func status(t testing.TB, base, path string) (int, string) {
 const traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 // TestClusterMetricsScrape scrapes a running cluster (a real nats-server
-// and redis-server, a frontend and a worker process) with Prometheus' own
-// parser while a job runs, and after jobs that succeed, fail, hit a limit:
-// each is counted under its kind, status and limit, no job id is a label
-// value, the queue depth and the checks are there, and the call's W3C
-// trace context reached the worker's log lines of the job.
+// and redis-server, a frontend and two worker processes) with Prometheus'
+// own parser while a job runs, after jobs that succeed, fail, hit a limit,
+// and after a worker is killed mid-job: each job is counted under its kind,
+// status and limit, no job id is a label value, the queue depth and the
+// checks are there, the call's W3C trace context reached the worker's log
+// lines of the job, and the job of the killed worker is counted once, by
+// the worker that ran it again.
 func TestClusterMetricsScrape(t *testing.T) {
 	t.Parallel()
-	cl := startCluster(t, 1, "--metrics-addr", "127.0.0.1:0")
-	w := cl.workers[0]
-	workerBase := w.waitFor(t, e2e.MetricsURLRe, time.Minute)
+	cl := startCluster(t, 2, "--metrics-addr", "127.0.0.1:0")
+	workerBases := make([]string, len(cl.workers))
+	for i, w := range cl.workers {
+		workerBases[i] = w.waitFor(t, e2e.MetricsURLRe, time.Minute)
+	}
 	frontendBase := strings.TrimSuffix(cl.mcpURL, "/mcp")
 	c := httpClient(t, cl.mcpURL)
+	sum := func(name string, labels ...string) float64 {
+		total := 0.0
+		for _, base := range workerBases {
+			v, _ := scrape(t, base).Value(name, labels...)
+			total += v
+		}
+		return total
+	}
 
-	// One job running: the worker's gauge says so while it runs.
+	// One job running: a worker's gauge says so while it runs.
 	var wg sync.WaitGroup
 	wg.Go(func() {
 		call(t, c, "execute_code", map[string]any{"code": "import time; time.sleep(3); print('slept')"})
 	})
 	pollUntil(t, 2*time.Minute, "codexec_worker_jobs_running = 1 while a job sleeps", func() bool {
-		v, _ := scrape(t, workerBase).Value("codexec_worker_jobs_running")
-		return v == 1
+		return sum("codexec_worker_jobs_running") == 1
 	})
 	wg.Wait()
 
@@ -94,7 +105,6 @@ func TestClusterMetricsScrape(t *testing.T) {
 	id := callTraced(t, c, "print('traced')")
 	ids = append(ids, id)
 
-	wm := scrape(t, workerBase)
 	for _, want := range []struct {
 		labels []string
 		min    float64
@@ -103,30 +113,36 @@ func TestClusterMetricsScrape(t *testing.T) {
 		{[]string{"kind", "execute", "status", "error", "limit", "none"}, 1},
 		{[]string{"kind", "execute", "status", "limit", "limit", "file_size"}, 1},
 	} {
-		if v, _ := wm.Value("codexec_worker_jobs_total", want.labels...); v < want.min {
+		if v := sum("codexec_worker_jobs_total", want.labels...); v < want.min {
 			t.Errorf("codexec_worker_jobs_total%v = %v, want at least %v", want.labels, v, want.min)
 		}
 	}
-	for name, min := range map[string]float64{
-		"codexec_job_queue_wait_seconds": 5, "codexec_job_run_seconds": 5, "codexec_ready": 1,
-		"process_resident_memory_bytes": 1,
+	for name, want := range map[string]float64{
+		"codexec_job_queue_wait_seconds": 5, "codexec_job_run_seconds": 5, "codexec_ready": 2,
+		"codexec_queue_depth": 0,
 	} {
-		if v, ok := wm.Value(name); !ok || v < min {
-			t.Errorf("worker: %s = %v (present %v), want at least %v", name, v, ok, min)
+		if v := sum(name); v != want {
+			t.Errorf("workers: %s = %v, want %v", name, v, want)
 		}
 	}
-	for _, check := range []string{"nats", "redis", "worker"} {
-		if v, ok := wm.Value("codexec_check_up", "check", check); !ok || v != 1 {
-			t.Errorf("worker: codexec_check_up{check=%q} = %v (present %v), want 1", check, v, ok)
+	for i, base := range workerBases {
+		wm := scrape(t, base)
+		for _, check := range []string{"nats", "redis", "worker"} {
+			if v, ok := wm.Value("codexec_check_up", "check", check); !ok || v != 1 {
+				t.Errorf("worker %d: codexec_check_up{check=%q} = %v (present %v), want 1", i+1, check, v, ok)
+			}
 		}
-	}
-	if v, ok := wm.Value("codexec_queue_depth", "pool", "default"); !ok || v != 0 {
-		t.Errorf("worker: codexec_queue_depth{pool=default} = %v (present %v), want 0 with nothing queued", v, ok)
+		if _, ok := wm.Value("codexec_queue_depth", "pool", "default"); !ok {
+			t.Errorf("worker %d: no codexec_queue_depth{pool=default}", i+1)
+		}
+		if v, _ := wm.Value("process_resident_memory_bytes"); v <= 0 {
+			t.Errorf("worker %d: process_resident_memory_bytes = %v", i+1, v)
+		}
 	}
 
 	fm := scrape(t, frontendBase)
-	if v, _ := fm.Value("codexec_frontend_jobs_total", "kind", "execute", "status", "ok"); v < 3 {
-		t.Errorf("frontend: execute jobs ok = %v, want at least 3", v)
+	if v, _ := fm.Value("codexec_frontend_jobs_total", "kind", "execute", "status", "ok"); v != 3 {
+		t.Errorf("frontend: execute jobs ok = %v, want 3", v)
 	}
 	if v, _ := fm.Value("codexec_job_end_to_end_seconds", "kind", "execute", "status", "limit"); v != 1 {
 		t.Errorf("frontend: end-to-end observations of the limit job = %v, want 1", v)
@@ -134,16 +150,14 @@ func TestClusterMetricsScrape(t *testing.T) {
 	if _, ok := fm.Value("codexec_queue_depth", "pool", "default"); !ok {
 		t.Error("frontend: no codexec_queue_depth{pool=default}")
 	}
-	for _, m := range []e2e.Metrics{wm, fm} {
-		for _, v := range m.LabelValues() {
+	for _, base := range append([]string{frontendBase}, workerBases...) {
+		for _, v := range scrape(t, base).LabelValues() {
 			for _, id := range ids {
 				if v == id {
-					t.Errorf("job id %s is a label value", id)
+					t.Errorf("%s: job id %s is a label value", base, id)
 				}
 			}
 		}
-	}
-	for _, base := range []string{workerBase, frontendBase} {
 		for _, path := range []string{"/healthz", "/readyz"} {
 			if code, body := status(t, base, path); code != 200 {
 				t.Errorf("GET %s%s = %d %s, want 200", base, path, code, body)
@@ -153,8 +167,44 @@ func TestClusterMetricsScrape(t *testing.T) {
 
 	// The trace context reached the worker's log lines of the job, which
 	// name it by the id the caller got.
-	w.waitFor(t, regexp.MustCompile(`msg="job done".* job=`+id+` .*trace_id=4bf92f3577b34da6a3ce929d0e0e4736|`+
-		`msg="job done".* trace_id=4bf92f3577b34da6a3ce929d0e0e4736.* job=`+id), 10*time.Second)
+	traced := regexp.MustCompile(`msg="job done".* job=` + id + ` .*trace_id=4bf92f3577b34da6a3ce929d0e0e4736`)
+	pollUntil(t, 10*time.Second, "the traced job's line on a worker", func() bool {
+		return traced.MatchString(cl.workers[0].Out.String()) || traced.MatchString(cl.workers[1].Out.String())
+	})
+
+	// A worker killed mid-job: the other runs the job again and counts it;
+	// the frontend counts one call, ok.
+	okBefore := make([]float64, len(workerBases))
+	for i, base := range workerBases {
+		okBefore[i], _ = scrape(t, base).Value("codexec_worker_jobs_total", "status", "ok")
+	}
+	wg.Go(func() {
+		_, er := call(t, c, "execute_code", map[string]any{"code": "import time; time.sleep(2); print('again')"})
+		if er.Status != "ok" {
+			t.Errorf("the killed worker's job: %s %s", er.Status, er.Message)
+		}
+	})
+	victim := -1
+	pollUntil(t, time.Minute, "a worker running the job", func() bool {
+		for i, base := range workerBases {
+			if v, _ := scrape(t, base).Value("codexec_worker_jobs_running"); v == 1 {
+				victim = i
+				return true
+			}
+		}
+		return false
+	})
+	cl.workers[victim].Kill()
+	wg.Wait()
+	if code, _ := status(t, workerBases[victim], "/healthz"); code != 0 {
+		t.Errorf("the killed worker's endpoint still answers %d", code)
+	}
+	if v, _ := scrape(t, workerBases[1-victim]).Value("codexec_worker_jobs_total", "status", "ok"); v-okBefore[1-victim] != 1 {
+		t.Errorf("the surviving worker counted %v ok jobs since the kill, want 1 (the job, run again)", v-okBefore[1-victim])
+	}
+	if v, _ := scrape(t, frontendBase).Value("codexec_frontend_jobs_total", "kind", "execute", "status", "ok"); v != 4 {
+		t.Errorf("frontend: execute jobs ok after the kill = %v, want 4", v)
+	}
 }
 
 // callTraced runs code through execute_code with a W3C traceparent in the
