@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"errors"
 	"net/http"
 	"time"
 
@@ -11,11 +12,21 @@ import (
 )
 
 // watch makes p report this frontend: readiness (NATS and the state store
-// answer) and its pool's queue depth.
+// answer, the frontend is not stopping) and its pool's queue depth.
 func (f *Frontend) watch(p *telemetry.Probe) {
 	p.AddCheck("nats", f.broker.Ping)
 	p.AddCheck("redis", f.store.Ping)
+	p.AddCheck("frontend", f.notDraining)
 	p.WatchQueue(f.cfg.Pool, f.broker.QueueDepth)
+}
+
+// notDraining fails once the frontend has been told to stop (Drain), so
+// that a load balancer stops sending it calls while its open ones finish.
+func (f *Frontend) notDraining(context.Context) error {
+	if f.draining.Load() {
+		return errors.New("frontend: stopping")
+	}
+	return nil
 }
 
 // mountProbe serves, beside /mcp, /healthz and /readyz (open: probes send

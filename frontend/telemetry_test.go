@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestProbeEndpointsOnMCPListener: beside /mcp, behind token
@@ -44,5 +45,19 @@ func TestProbeEndpointsOnMCPListener(t *testing.T) {
 	code, body := get("/metrics", fx.tokens["alice"])
 	if code != http.StatusOK || !strings.Contains(body, "codexec_check_up{check=\"nats\"} 1") {
 		t.Errorf("GET /metrics with a token = %d, want 200 with the checks:\n%.2000s", code, body)
+	}
+}
+
+// TestNotReadyWhileDraining: a frontend told to stop answers readiness
+// 503, naming itself, while its open calls finish.
+func TestNotReadyWhileDraining(t *testing.T) {
+	fx := startAuthHTTP(t)
+	if failing := fx.f.cfg.Probe.Failing(t.Context()); len(failing) != 0 {
+		t.Fatalf("before Drain: failing %v", failing)
+	}
+	fx.f.Drain()
+	time.Sleep(1100 * time.Millisecond) // past the probe's one-second cache
+	if _, ok := fx.f.cfg.Probe.Failing(t.Context())["frontend"]; !ok {
+		t.Fatal("draining, and the frontend check passes")
 	}
 }
