@@ -13,7 +13,7 @@ import (
 )
 
 // readiness is what the worker's readiness check reads: Start has
-// finished (the default environment is built, the worker consumes), and
+// finished and Stop has not begun (the default environment is built, the worker consumes), and
 // the default environment's warm interpreter has finished starting (in
 // zygote mode; whether it started, or failed and jobs run with spawn,
 // codexec_zygotes_alive and the logs tell).
@@ -37,7 +37,7 @@ func (w *Worker) Watch(p *telemetry.Probe) {
 func (w *Worker) ready(context.Context) error {
 	switch {
 	case !w.health.started.Load():
-		return errors.New("worker: starting (sandbox, default environment)")
+		return errors.New("worker: starting (sandbox, default environment), or stopping")
 	case w.cfg.ExecMode == ExecZygote && !w.health.warmed.Load():
 		return errors.New("worker: the default environment's warm interpreter is starting")
 	}

@@ -11,7 +11,8 @@ import (
 // TestReadyOnceStartedAndWarm: a worker watched by a probe is not ready
 // before Start (check "worker" failing, NATS and the store answering),
 // and is once Start has returned and its default environment's warm
-// interpreter has finished starting; the probe then counts it alive.
+// interpreter has finished starting; the probe then counts it alive. Once
+// stopped, it is not ready again.
 func TestReadyOnceStartedAndWarm(t *testing.T) {
 	fx := newLifecycleFixture(t)
 	w := fx.worker(t, ExecZygote, "", false)
@@ -24,11 +25,12 @@ func TestReadyOnceStartedAndWarm(t *testing.T) {
 	if err := w.Start(t.Context()); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		_ = w.Stop(ctx)
-	})
+	}
+	t.Cleanup(stop)
 	deadline := time.Now().Add(2 * time.Minute)
 	for {
 		time.Sleep(1100 * time.Millisecond) // past the probe's one-second cache
@@ -41,5 +43,10 @@ func TestReadyOnceStartedAndWarm(t *testing.T) {
 	}
 	if w.zygotesAlive() < 1 {
 		t.Errorf("ready with %d warm interpreters alive, want the default one", w.zygotesAlive())
+	}
+	stop()
+	time.Sleep(1100 * time.Millisecond)
+	if _, ok := p.Failing(t.Context())["worker"]; !ok {
+		t.Error("stopped, and the worker check passes")
 	}
 }

@@ -249,6 +249,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return lifecycle.Wait(ctx, w.stopDone)
 	}
 	w.stopped = true
+	w.health.started.Store(false) // not ready from now on
 	c, tc := w.consumer, w.targeted
 	w.mu.Unlock()
 	defer close(w.stopDone)
