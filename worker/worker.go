@@ -416,7 +416,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	tStart := time.Now()
 	log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
 	w.load.Add(1)
-	running := telemetry.JobStarted()
+	running := telemetry.JobStarted(w.cfg.Pool)
 	res := w.run(ctx, job, d.Attempt, log)
 	running()
 	w.load.Add(-1)

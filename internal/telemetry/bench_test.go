@@ -13,7 +13,7 @@ import (
 func BenchmarkJobHooks(b *testing.B) {
 	enqueued := time.Now()
 	for b.Loop() {
-		done := JobStarted()
+		done := JobStarted("default")
 		done()
 		JobFinished("execute", "ok", "", enqueued, enqueued, time.Millisecond)
 		CallFinished("execute", "ok", "acme", enqueued, time.Millisecond)

@@ -41,10 +41,10 @@ var (
 		Name: "codexec_worker_jobs_total",
 		Help: "Jobs a worker finished, by kind, status (ok, error, timeout, limit, rejected, internal, expired) and the limit hit (none when none).",
 	}, []string{"kind", "status", "limit"})
-	jobsRunning = prometheus.NewGauge(prometheus.GaugeOpts{
+	jobsRunning = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "codexec_worker_jobs_running",
-		Help: "Jobs running on the worker now.",
-	})
+		Help: "Jobs running on the worker now, by the worker's pool.",
+	}, []string{"pool"})
 	queueWait = prometheus.NewHistogramVec(prometheus.HistogramOpts{
 		Name:    "codexec_job_queue_wait_seconds",
 		Help:    "From a job's publication by the frontend to a worker starting it (the frontend's clock against the worker's).",
@@ -140,17 +140,19 @@ var (
 	statuses  = newFold(maxLabelValues)
 	limitsHit = newFold(maxLabelValues)
 	stages    = newFold(maxLabelValues)
+	pools     = newFold(maxLabelValues)
 	tenants   = newFold(MaxTenants)
 )
 
-// JobStarted counts a job running on a worker until the returned function
-// is called.
-func JobStarted() (done func()) {
+// JobStarted counts a job running on a worker of pool until the returned
+// function is called.
+func JobStarted(pool string) (done func()) {
 	if off.Load() {
 		return func() {}
 	}
-	jobsRunning.Inc()
-	return jobsRunning.Dec
+	g := jobsRunning.WithLabelValues(pools.value(pool))
+	g.Inc()
+	return g.Dec
 }
 
 // JobFinished records a job a worker finished: its kind, status and the
