@@ -9,9 +9,14 @@ import (
 	"net/http"
 	"time"
 
+	"golang.org/x/net/netutil"
+
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/internal/telemetry"
 )
+
+// maxMetricsConns bounds the connections of the --metrics-addr listener.
+const maxMetricsConns = 64
 
 // metricsFlags register --metrics-addr and --metrics, of every role.
 func metricsFlags(f *flagenv.Flags, p *string, on *bool) {
@@ -33,6 +38,9 @@ func serveMetrics(addr string, on bool, p *telemetry.Probe, log *slog.Logger) (s
 	if err != nil {
 		return nil, flagenv.UsageError{Err: fmt.Errorf("--metrics-addr %s: %w", addr, err)}
 	}
+	// Scrapers and probes need few connections; many idle ones must not
+	// take the process's descriptors.
+	ln = netutil.LimitListener(ln, maxMetricsConns)
 	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn, ErrorLog: stdLogger(log)}
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	done := make(chan struct{})
