@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/internal/telemetry"
 )
 
 // Usage returns the disk the ready environments occupy together, as
@@ -89,6 +90,7 @@ func (c *Cache) Trim(ctx context.Context) ([]string, error) {
 		if ok {
 			total -= m.SizeBytes
 			evicted = append(evicted, m.ID)
+			telemetry.EnvEvicted()
 			c.log.Info("environment evicted", "env", m.ID, "size_bytes", m.SizeBytes, "last_used", m.LastUsed)
 		}
 	}

@@ -135,6 +135,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		opts = append(opts, broker.ToWorker(target))
 	}
 	withTenant(ctx, job)
+	withTraceContext(ctx, job)
 	if err := f.fair.admit(ctx, job, f.fairShare(adverts), resultGrace); err != nil {
 		if ctx.Err() != nil {
 			return fail(wire.StatusInternal, "the call ended before its job was queued: nothing ran")
@@ -221,6 +222,7 @@ func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string
 		go f.watchTarget(wctx, *job, target)
 	}
 	res, err := f.broker.WaitResult(wctx, job.ID)
+	f.observeCall(job, res, err)
 	fail := func(format string, args ...any) (*wire.Result, error) {
 		te := internal(format, args...)
 		te.JobID, te.Filename = job.ID, job.Filename

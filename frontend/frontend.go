@@ -16,6 +16,7 @@ import (
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/internal/telemetry"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -92,6 +93,9 @@ type Config struct {
 	Version string
 	// Logger receives the frontend's logs. Default slog.Default().
 	Logger *slog.Logger
+	// Probe serves /metrics, /healthz and /readyz beside /mcp; the
+	// frontend adds its readiness checks to it. Default: a new one.
+	Probe *telemetry.Probe
 }
 
 // Defaults.
@@ -142,6 +146,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Probe == nil {
+		c.Probe = telemetry.NewProbe(c.Logger)
 	}
 	if c.CodeFiles.Keys.Prefix == "" {
 		c.CodeFiles.Keys = c.Keys
@@ -208,8 +215,10 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 		cfg.CodeFiles.MirrorDir = abs
 	}
 	hard, abort := context.WithCancel(context.Background())
-	return &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger,
-		envs: newEnvMemory(maxRememberedSessions), hard: hard, abort: abort}, nil
+	f := &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger,
+		envs: newEnvMemory(maxRememberedSessions), hard: hard, abort: abort}
+	f.watch(cfg.Probe)
+	return f, nil
 }
 
 const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process
@@ -269,15 +278,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 	f.bodies = newBodyLimit(f.taskHTTP(srv, h), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", f.bodies)
-	mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		ctx, cancel := context.WithTimeout(r.Context(), 2*time.Second)
-		defer cancel()
-		if err := errors.Join(f.broker.Ping(ctx), f.store.Ping(ctx)); err != nil {
-			http.Error(w, err.Error(), http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = io.WriteString(w, "ok\n")
-	})
+	f.mountProbe(mux)
 	return f.cfg.Access.Handler(mux, "/mcp"), h
 }
 

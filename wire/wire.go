@@ -103,6 +103,11 @@ type Job struct {
 	// means the worker's default. The worker refuses values above its
 	// pool's maximums.
 	Limits *Limits `json:"limits,omitempty"`
+	// TraceParent and TraceState are the W3C trace context of the MCP
+	// call the job serves, from the request's _meta, when it had a valid
+	// one (see ValidTraceParent); the worker logs them with the job.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 }
 
 // Limits are the resource limits a call asks for, in the units of the

@@ -111,6 +111,7 @@ func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger)
 	} else {
 		env, err = w.cache.Ensure(ctx, spec, nil)
 	}
+	observeEnv(ctx, env, time.Since(start), err)
 	if err != nil {
 		log.Warn("environment not ready", "env", id, "err", err)
 		return nil, false, err

@@ -19,6 +19,7 @@ import (
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/internal/lifecycle"
+	"github.com/codexec/codexec/internal/telemetry"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/cgroup"
@@ -70,6 +71,7 @@ type Worker struct {
 	stopped     bool
 	stopDone    chan struct{} // closed when the first Stop has finished
 	releaseOnce sync.Once     // closes what Start opened, once
+	health      readiness     // what the readiness check reads (telemetry.go)
 }
 
 // New checks cfg and returns a Worker that is not yet consuming.
@@ -164,6 +166,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if tc != nil {
 		_ = w.heartbeat(ctx) // advertise Targeted
 	}
+	w.health.started.Store(true)
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
 	return nil
 }
@@ -189,6 +192,7 @@ func (w *Worker) startExecutor(ctx context.Context) error {
 		go func() {
 			defer w.bg.Done()
 			_ = w.pool.Warm(context.WithoutCancel(ctx), w.spec("", "", ""))
+			w.health.warmed.Store(true)
 		}()
 	case w.sandboxCfg != nil:
 		w.fresh = runner.NewFresh(w.sandboxCfg, w.log.With("part", "sandbox"))
@@ -245,6 +249,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		return lifecycle.Wait(ctx, w.stopDone)
 	}
 	w.stopped = true
+	w.health.started.Store(false) // not ready from now on
 	c, tc := w.consumer, w.targeted
 	w.mu.Unlock()
 	defer close(w.stopDone)
@@ -401,7 +406,7 @@ func (w *Worker) sessionsRoot() string { return filepath.Join(w.cfg.DataDir, "se
 // takes the job over.
 func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	job := d.Job
-	log := w.log.With("job", job.ID, "attempt", d.Attempt)
+	log := jobLogger(w.log, job, d.Attempt)
 	claim, ok := w.claimJob(ctx, d, log)
 	if !ok {
 		return
@@ -418,7 +423,9 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	} else {
 		log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
 		w.load.Add(1)
+		running := telemetry.JobStarted(w.cfg.Pool)
 		res = w.run(jctx, job, d.Attempt, log)
+		running()
 		w.load.Add(-1)
 		if jobCancelled(jctx) {
 			markCancelled(res)
@@ -432,6 +439,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		return
 	}
 	tRan := time.Now()
+	observeJob(job, res, tStart)
 	if err := w.storeResultHeld(ctx, res, log); err != nil {
 		log.Error("store result failed; the job will be redelivered", "err", err)
 		claim.release(log)
@@ -545,6 +553,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	}
 	cwd, scripts, uid, disk, err := w.sessionDirs(ctx, job.Scope)
 	if err != nil {
+		telemetry.SandboxFailed("session")
 		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
 	}
 	defer w.sessionFS.release(disk)
@@ -597,6 +606,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	spec.Timeout, spec.OutputLimit = timeout, limit
 	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid, disk)
 	if err != nil {
+		telemetry.SandboxFailed("limits")
 		return w.result(job, attempt, wire.StatusInternal, err.Error())
 	}
 	// The job's processes are gone when the run returns (in a sandbox its
@@ -631,6 +641,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.ScriptPath = script
 	w.saveWorkspace(ctx, ws, job.ID, cwd, log)
 	if !facts.started() {
+		telemetry.SandboxFailed("start")
 		log.Error("start python failed", "err", err)
 		return res
 	}

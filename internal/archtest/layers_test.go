@@ -33,6 +33,7 @@ var layers = map[string]int{
 	"worker/workspace":           1,
 	"worker/diskfs":              1,
 	"frontend/auth":              1,
+	"internal/telemetry":         1, // metrics and health endpoints; imports nothing of ours
 
 	// 2: what the roles are built from.
 	"broker":        2,

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/internal/lifecycle"
+	"github.com/codexec/codexec/internal/telemetry"
 )
 
 // PoolConfig configures a Pool. The zero value is usable.
@@ -375,6 +376,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 			p.log.Warn("zygote unsafe to fork: its imports started threads; jobs of this environment run with spawn",
 				"python", e.python, "err", err)
 		case err != nil:
+			telemetry.ZygoteFailed()
 			e.failures++
 			e.state, e.err = stateFailed, err
 			e.retryAt = time.Now().Add(retryDelay(e.failures))
@@ -382,6 +384,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 				"retry_in", retryDelay(e.failures))
 		default:
 			e.state, e.z, e.lastUsed = stateReady, z, time.Now()
+			telemetry.ZygoteStarted()
 			info := z.Info()
 			attrs := []any{"python", e.python, "pid", info.PID, "version", info.Version,
 				"preloaded", len(info.Preloaded), "import_ms", info.ImportTime.Milliseconds(),
@@ -408,6 +411,7 @@ func (p *Pool) diedLocked(e *poolEntry, z *Zygote) {
 	if p.closed || e.z != z || e.state != stateReady || p.entries[e.key] != e {
 		return // stopped on purpose, or already handled
 	}
+	telemetry.ZygoteReplaced()
 	e.failures++
 	e.state, e.err, e.z = stateFailed, z.Err(), nil
 	e.retryAt = time.Now().Add(retryDelay(e.failures))

@@ -13,6 +13,7 @@ import (
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/internal/telemetry"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
@@ -38,9 +39,12 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var ff frontendFlags
 	var wf workerFlags
 	var grace time.Duration
+	var metricsAddr string
+	var metricsOn bool
 	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
 	lf.register(f)
 	graceFlag(f, &grace)
+	metricsFlags(f, &metricsAddr, &metricsOn)
 	ff.register(f, "")
 	wf.register(f)
 	if err := f.Parse(args); err != nil {
@@ -89,6 +93,13 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
+	probe := telemetry.NewProbe(log)
+	w.Watch(probe)
+	stopMetrics, err := serveMetrics(metricsAddr, metricsOn, probe, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if err := startWorker(ctx, w); err != nil {
 		return err
 	}
@@ -101,7 +112,9 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if ff.filesMirror == "" {
 		ff.filesMirror = filepath.Join(dataDir, "scripts")
 	}
-	fe, err := frontend.New(ff.config(wire.DefaultPool, access, log.With("component", "frontend")), b, st)
+	fcfg := ff.config(wire.DefaultPool, access, log.With("component", "frontend"))
+	fcfg.Probe = probe
+	fe, err := frontend.New(fcfg, b, st)
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
@@ -145,6 +158,8 @@ type clusterFlags struct {
 	retention, ackWait      time.Duration
 	grace                   time.Duration
 	replicas                int
+	metricsAddr             string
+	metricsOn               bool
 	redis                   redisFlags
 }
 
@@ -176,6 +191,7 @@ func (cf *clusterFlags) register(f *flagenv.Flags) {
 	f.String(&cf.pool, "pool", "CODEXEC_POOL", wire.DefaultPool, "worker pool")
 	cf.log.register(f)
 	graceFlag(f, &cf.grace)
+	metricsFlags(f, &cf.metricsAddr, &cf.metricsOn)
 	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", broker.DefaultRetention, "how long results are kept, addressable by job id")
 	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", broker.DefaultAckWait, "how long a job's lease lasts without a heartbeat before another worker gets it")
 }
@@ -228,10 +244,17 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	}
 	defer closeAll()
-	fe, err := frontend.New(ff.config(cf.pool, access, log), b, st)
+	fcfg := ff.config(cf.pool, access, log)
+	fcfg.Probe = telemetry.NewProbe(log)
+	fe, err := frontend.New(fcfg, b, st)
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
+	stopMetrics, err := serveMetrics(cf.metricsAddr, cf.metricsOn, fcfg.Probe, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	return serveFrontend(ctx, fe, addr, stdin, stdout, log, cf.grace)
 }
 
@@ -271,6 +294,13 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) (err error)
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
+	probe := telemetry.NewProbe(log)
+	w.Watch(probe)
+	stopMetrics, err := serveMetrics(cf.metricsAddr, cf.metricsOn, probe, log)
+	if err != nil {
+		return err
+	}
+	defer stopMetrics()
 	if err := startWorker(ctx, w); err != nil {
 		return err
 	}

@@ -1,0 +1,115 @@
+package telemetry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+func TestFoldCapsDistinctValues(t *testing.T) {
+	f := newFold(3)
+	for i := range 10 {
+		f.value(fmt.Sprint(i))
+	}
+	if got := f.value("1"); got != "1" {
+		t.Errorf("a value among the first three: %q", got)
+	}
+	if got := f.value("7"); got != Other {
+		t.Errorf("a value past the cap: %q, want %q", got, Other)
+	}
+	if got := clean("a\xffb" + strings.Repeat("c", 100)); len(got) > maxLabelBytes || strings.Contains(got, "\xff") {
+		t.Errorf("clean left %q", got)
+	}
+}
+
+func TestTenantsBounded(t *testing.T) {
+	before := testutil.CollectAndCount(tenantJobs)
+	for i := range 3 * MaxTenants {
+		CallFinished("execute", "ok", fmt.Sprintf("tenant-%d", i), time.Now(), time.Millisecond)
+	}
+	if n := testutil.CollectAndCount(tenantJobs); n > MaxTenants+1 || n <= before {
+		t.Errorf("%d tenant series after %d tenants, want at most %d", n, 3*MaxTenants, MaxTenants+1)
+	}
+	if v := testutil.ToFloat64(tenantJobs.WithLabelValues(Other)); v < 2*MaxTenants-float64(before) {
+		t.Errorf("other = %v", v)
+	}
+}
+
+func TestReadyzFollowsChecks(t *testing.T) {
+	p := NewProbe(nil)
+	var down atomic.Bool
+	p.AddCheck("redis", func(context.Context) error {
+		if down.Load() {
+			return errors.New("connection refused")
+		}
+		return nil
+	})
+	srv := httptest.NewServer(p.Handler())
+	defer srv.Close()
+	get := func(path string) (int, string) {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		body, err := io.ReadAll(resp.Body)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return resp.StatusCode, string(body)
+	}
+	if code, body := get("/readyz"); code != 200 {
+		t.Fatalf("ready: %d %s", code, body)
+	}
+	down.Store(true)
+	p.mu.Lock()
+	p.checked = time.Time{} // past the cache
+	p.mu.Unlock()
+	code, body := get("/readyz")
+	if code != 503 || !strings.Contains(body, `"redis"`) || strings.Contains(body, "refused") {
+		t.Fatalf("redis down: %d %s, want 503 naming the check and not its error", code, body)
+	}
+	if code, _ := get("/healthz"); code != 200 {
+		t.Fatalf("liveness with redis down: %d", code)
+	}
+	code, body = get("/metrics")
+	parser := expfmt.NewTextParser(model.LegacyValidation)
+	mf, err := parser.TextToMetricFamilies(strings.NewReader(body))
+	if code != 200 || err != nil {
+		t.Fatalf("metrics: %d %v", code, err)
+	}
+	if g := mf["codexec_check_up"].GetMetric()[0].GetGauge().GetValue(); g != 0 {
+		t.Errorf("codexec_check_up{check=redis} = %v with the check failing", g)
+	}
+	if g := mf["codexec_ready"].GetMetric()[0].GetGauge().GetValue(); g != 0 {
+		t.Errorf("codexec_ready = %v with a check failing", g)
+	}
+}
+
+func TestQueueDepthReadOncePerSecond(t *testing.T) {
+	p := NewProbe(nil)
+	var reads atomic.Int32
+	p.WatchQueue("default", func(context.Context, string) (uint64, uint64, error) {
+		reads.Add(1)
+		return 7, 2, nil
+	})
+	for range 20 {
+		if n := testutil.CollectAndCount(probeCollector{p}, "codexec_queue_depth"); n != 1 {
+			t.Fatalf("%d queue series", n)
+		}
+	}
+	if n := reads.Load(); n > 2 {
+		t.Errorf("20 scrapes read the queue %d times, want once (twice if a second passed)", n)
+	}
+}
