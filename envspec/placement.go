@@ -58,6 +58,10 @@ type Advert struct {
 	// Targeted says the worker consumes its own subject
 	// (wire.WorkerSubject), so a job may be sent to it alone.
 	Targeted bool `json:"targeted,omitempty"`
+	// GPUs are the devices it offers jobs (worker/gpu), Busy as of this
+	// record; GPUWaiting counts its jobs waiting for a device.
+	GPUs       []GPU `json:"gpus,omitempty"`
+	GPUWaiting int   `json:"gpu_waiting,omitempty"`
 }
 
 // DecodeAdverts decodes the data of a presence set's members

@@ -108,6 +108,9 @@ type Job struct {
 	// one (see ValidTraceParent); the worker logs them with the job.
 	TraceParent string `json:"traceparent,omitempty"`
 	TraceState  string `json:"tracestate,omitempty"`
+	// GPU, when set, asks for GPUs: the frontend sends the job to a
+	// worker that has them, which runs it once it holds them alone.
+	GPU *envspec.GPURequest `json:"gpu,omitempty"`
 }
 
 // Limits are the resource limits a call asks for, in the units of the
@@ -198,6 +201,8 @@ type Result struct {
 	// Data is the kind-specific payload of install and inspect jobs
 	// (InstallData, InspectData).
 	Data json.RawMessage `json:"data,omitempty"`
+	// GPU says which GPUs ran a job that asked for some.
+	GPU *GPUUsage `json:"gpu,omitempty"`
 }
 
 // DefaultMaxTimeout is the largest wall-clock limit of a job (TimeoutMS)

@@ -32,6 +32,7 @@ var layers = map[string]int{
 	"worker/seccomp":             1,
 	"worker/workspace":           1,
 	"worker/diskfs":              1,
+	"worker/gpu":                 1,
 	"frontend/auth":              1,
 	"internal/telemetry":         1, // metrics and health endpoints; imports nothing of ours
 
@@ -75,6 +76,7 @@ var testHarnesses = map[string]bool{
 	"internal/wheeltest":               true,
 	"frontend/auth/authtest":           true,
 	"cmd/codexec/internal/e2e":         true,
+	"worker/gpu/gputest":               true,
 }
 
 func TestPackagesFormLayers(t *testing.T) {
