@@ -126,6 +126,13 @@ type Config struct {
 	// SandboxDevices are device nodes (absolute paths under /dev) bound into
 	// every sandbox, e.g. /dev/nvidia0.
 	SandboxDevices []string
+	// GPUs are the devices this worker offers jobs that ask for GPUs
+	// (worker/gpu.Select): "all" (the default: every NVIDIA GPU found at
+	// start-up, none on a machine without), "none", or indices and UUIDs.
+	// GPURoot is where the device tree and the driver's files are read
+	// (default "/"); NvidiaSMI the nvidia-smi asked (default "nvidia-smi",
+	// "none" for none).
+	GPUs, GPURoot, NvidiaSMI string
 	// UIDDir is the register of the uids given to sessions (worker root
 	// and sandboxed): one per host, shared by every worker on it whatever
 	// its DataDir, so that two workers never give one uid to two sessions

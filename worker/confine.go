@@ -172,6 +172,7 @@ type jobLimits struct {
 	pool  *cgroupPool
 	group *cgroup.Group
 	base  cgroup.Usage // the group's counters when the job started
+	after func()       // called once the group is empty (a GPU lease's release)
 }
 
 // usage is what the kernel counted for this job in its cgroup.
@@ -306,6 +307,9 @@ func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 		if err := jl.pool.put(jl.group); err != nil {
 			log.Warn("job cgroup not emptied", "err", err)
 		}
+	}
+	if jl.after != nil {
+		jl.after()
 	}
 }
 

@@ -58,6 +58,7 @@ type Worker struct {
 	fresh      *runner.Fresh // spawn mode in a sandbox: interpreters started ahead of time
 	sandboxCfg *runner.SandboxConfig
 	sessionFS  *sessionFS // the sessions' own file systems; nil: their disk limit is measured
+	gpus       *gpuState  // the GPUs offered to jobs (gpus.go); nil: none
 
 	bg       sync.WaitGroup // goroutines of Start's (warming the default zygote)
 	stopBeat context.CancelFunc
@@ -125,6 +126,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		}
 	}
 	if err := w.setupSandbox(ctx); err != nil {
+		return err
+	}
+	if err := w.setupGPUs(ctx); err != nil {
 		return err
 	}
 	w.setupSessionFS(ctx) // before any interpreter starts: they see its mounts
@@ -339,6 +343,7 @@ func (w *Worker) heartbeat(ctx context.Context) error {
 	if w.pool != nil {
 		wi.Warm = w.pool.WarmCount()
 	}
+	w.advertiseGPUs(&wi)
 	w.mu.Lock()
 	wi.Targeted = w.targeted != nil
 	w.mu.Unlock()
@@ -603,10 +608,15 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		defer env.Release()
 		spec, envID = w.envSpec(env, script, cwd, cwd), env.ID
 	}
+	gj, refused := w.gpuLease(ctx, job, attempt, log)
+	if refused != nil {
+		return refused
+	}
 	spec.Timeout, spec.OutputLimit = timeout, limit
 	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid, disk)
 	if err != nil {
 		telemetry.SandboxFailed("limits")
+		gj.release()
 		return w.result(job, attempt, wire.StatusInternal, err.Error())
 	}
 	// The job's processes are gone when the run returns (in a sandbox its
@@ -614,13 +624,16 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	// waits for their teardown (address space, namespaces), which the
 	// result need not wait for. Whatever might still be in it is killed.
 	defer func() { go jl.release(log) }()
+	if err := w.confineGPUs(gj, &spec, jl); err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "gpu devices: "+err.Error())
+	}
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	if disk == nil {
 		go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
 	}
 	started := time.Now().UTC()
-	out, err := w.exec.Run(jctx, spec)
+	out, err := w.runJob(jctx, spec, gj)
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
 	if ctx.Err() == nil && diskStopped {
 		err = nil // the disk watch stopped it; not a failure of the run
@@ -639,6 +652,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.EnvID = envID
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
+	res.GPU = gj.usage()
 	w.saveWorkspace(ctx, ws, job.ID, cwd, log)
 	if !facts.started() {
 		telemetry.SandboxFailed("start")

@@ -37,6 +37,7 @@ type Sandbox struct {
 	version  string
 	system   []string // the arguments every sandbox starts with
 	rootless bool     // not root: every sandbox has a user namespace of its own
+	devices  []Device // bound into these sandboxes only (WithDevices)
 }
 
 // ErrUnavailable is wrapped by Probe's error when bubblewrap is missing or
@@ -169,6 +170,7 @@ func (s *Sandbox) Args(o Options, argv ...string) []string {
 	for _, p := range s.cfg.Devices {
 		args = append(args, "--dev-bind", p, p)
 	}
+	args = append(args, s.deviceArgs()...)
 	for _, m := range mounts {
 		if m.Write {
 			args = append(args, "--bind", m.Path, m.Path)

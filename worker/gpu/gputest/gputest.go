@@ -104,9 +104,17 @@ echo "fake nvidia-smi: unexpected arguments: $*" >&2
 exit 2
 `
 
+// node makes a fake device node readable and writable by all, as the
+// driver's are (whatever the umask).
 func node(path string, dev bool) error {
+	var err error
 	if dev {
-		return unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
+		err = unix.Mknod(path, unix.S_IFCHR|0o666, int(unix.Mkdev(1, 3)))
+	} else {
+		err = os.WriteFile(path, nil, 0o666)
 	}
-	return os.WriteFile(path, nil, 0o666)
+	if err != nil {
+		return err
+	}
+	return os.Chmod(path, 0o666)
 }

@@ -117,6 +117,9 @@ type workerFlags struct {
 	jobNetwork string
 	sandboxRO  string
 	sandboxDev string
+	gpus       string
+	gpuRoot    string
+	nvidiaSMI  string
 	seccompOK  string
 	uidDir     string
 	// disk limit
@@ -159,6 +162,9 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
 	f.String(&wf.sandboxDev, "sandbox-dev", "CODEXEC_SANDBOX_DEV", "", "comma-separated device nodes bound into every sandbox, e.g. /dev/nvidia0")
+	f.String(&wf.gpus, "gpus", "CODEXEC_GPUS", "all", "NVIDIA GPUs offered to jobs that ask for GPUs, one job per device: all (those found at start-up), none, or comma-separated indices and UUIDs, e.g. 0,2 (see docs/gpu.md)")
+	f.String(&wf.gpuRoot, "gpu-root", "CODEXEC_GPU_ROOT", "/", "directory under which GPUs are looked for (dev/nvidia*, proc/driver/nvidia): / on a real machine, a fake tree in tests")
+	f.String(&wf.nvidiaSMI, "nvidia-smi", "CODEXEC_NVIDIA_SMI", "nvidia-smi", "nvidia-smi asked for GPU models, memory, MIG instances and jobs' peak GPU memory: a path, a name on PATH, or none")
 	f.String(&wf.seccompOK, "seccomp-allow", "CODEXEC_SECCOMP_ALLOW", "", "comma-separated system calls that the sandboxed jobs' seccomp filter refuses and jobs may make after all, e.g. ptrace (see docs/security.md)")
 	f.Choice(&wf.sessionFS, "session-fs", "CODEXEC_SESSION_FS", worker.SessionFSAuto, []string{worker.SessionFSAuto, worker.SessionFSOff},
 		"auto: each session's directory is a file system of its own whose size the kernel holds to the disk limit, where the worker can make them (root, loop devices, mkfs.ext4; otherwise it warns and measures); off: the directory is measured every 100 ms")
@@ -234,6 +240,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev), UIDDir: wf.uidDir,
 		SeccompAllow: commaList(wf.seccompOK),
 		SessionFS:    wf.sessionFS, SessionFSSize: wf.sessionFSSize, SessionFSMounted: wf.sessionFSMounted, SessionFSIdle: wf.sessionFSIdle,
+		GPUs: wf.gpus, GPURoot: wf.gpuRoot, NvidiaSMI: wf.nvidiaSMI,
 	}
 }
 

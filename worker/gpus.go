@@ -1,0 +1,176 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"time"
+
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/gpu"
+	"github.com/codexec/codexec/worker/runner"
+	"github.com/codexec/codexec/worker/sandbox"
+)
+
+// GPUs: found once at Start (setupGPUs), advertised with the worker's
+// presence (advertiseGPUs), leased one job per device (gpuLease). A job
+// that holds devices runs in a sandbox made for it, whose /dev shows its
+// own device nodes and the driver's control nodes, and nothing of the
+// other devices; its variables name its devices (CUDA_VISIBLE_DEVICES).
+// Its devices are free again once its cgroup is empty (jobLimits.release).
+
+// gpuState is what a worker knows of its GPUs.
+type gpuState struct {
+	alloc   *gpu.Allocator
+	control []gpu.Node
+	smi     string
+}
+
+// setupGPUs finds the worker's GPUs and keeps those the operator offers.
+// A machine without any is not an error.
+func (w *Worker) setupGPUs(ctx context.Context) error {
+	inv, err := gpu.Discover(ctx, gpu.Config{Root: w.cfg.GPURoot, SMI: w.cfg.NvidiaSMI})
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	devs, err := gpu.Select(inv.Devices, w.cfg.GPUs)
+	if err != nil {
+		return fmt.Errorf("worker: %w", err)
+	}
+	if len(devs) == 0 {
+		return nil
+	}
+	for _, n := range inv.Notes {
+		w.log.Warn("gpu discovery", "note", n)
+	}
+	for _, d := range devs {
+		for _, n := range d.Nodes {
+			if slices.Contains(w.cfg.SandboxDevices, n.Host) {
+				w.log.Warn("a leased GPU's node is also bound into every sandbox (--sandbox-dev): every job sees it", "node", n.Host)
+			}
+		}
+		w.log.Info("gpu offered", "index", d.Index, "name", d.Name(), "model", d.Model, "memory_mb", d.MemoryMB, "mig", d.MIG)
+	}
+	if w.box == nil {
+		w.log.Warn("sandbox off: GPU jobs are told their devices (CUDA_VISIBLE_DEVICES) but can open every device node")
+	}
+	w.gpus = &gpuState{alloc: gpu.NewAllocator(devs), control: inv.Control, smi: inv.SMI}
+	return nil
+}
+
+// advertiseGPUs adds the devices, and how many jobs wait for them, to a
+// presence record.
+func (w *Worker) advertiseGPUs(a *envspec.Advert) {
+	if w.gpus != nil {
+		a.GPUs, a.GPUWaiting = w.gpus.alloc.Devices(), w.gpus.alloc.Waiting()
+	}
+}
+
+// gpuJob is one job's hold on its devices.
+type gpuJob struct {
+	lease *gpu.Lease
+	wait  time.Duration
+	box   *runner.SandboxConfig // the job's own sandbox; nil without one
+	peak  func() (int64, bool)
+}
+
+// gpuLease waits, until the job's deadline, for the devices job asks for.
+// A job that asks for none gets nil, nil; one this worker cannot serve, or
+// that waited past its deadline, a result saying so.
+func (w *Worker) gpuLease(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) (*gpuJob, *wire.Result) {
+	if job.GPU == nil {
+		return nil, nil
+	}
+	if w.gpus == nil {
+		return nil, w.result(job, attempt, wire.StatusRejected, fmt.Sprintf("this worker has no GPUs; the job asks for %s", job.GPU))
+	}
+	if !job.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, job.Deadline)
+		defer cancel()
+	}
+	t0 := time.Now()
+	lease, err := w.gpus.alloc.Acquire(ctx, job.ID, *job.GPU)
+	switch {
+	case errors.Is(err, gpu.ErrNeverFits):
+		return nil, w.result(job, attempt, wire.StatusRejected, err.Error())
+	case errors.Is(err, context.DeadlineExceeded):
+		return nil, w.result(job, attempt, wire.StatusExpired, fmt.Sprintf("the job's deadline passed while it waited %s for %s", time.Since(t0).Round(time.Millisecond), job.GPU))
+	case err != nil:
+		return nil, w.result(job, attempt, wire.StatusInternal, "waiting for a GPU: "+err.Error())
+	}
+	gj := &gpuJob{lease: lease, wait: time.Since(t0)}
+	log.Info("gpu leased", "devices", lease.Env()["CUDA_VISIBLE_DEVICES"], "wait_ms", gpuMillis(gj.wait))
+	return gj, nil
+}
+
+// gpuMillis is d in milliseconds, for logs and results.
+func gpuMillis(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// confineGPUs shows the job its devices: their variables in its
+// environment and, in a sandbox, a sandbox of its own binding their nodes.
+// The lease is released after the job's limits are (its cgroup emptied).
+func (w *Worker) confineGPUs(gj *gpuJob, spec *runner.Spec, jl *jobLimits) error {
+	if gj == nil {
+		return nil
+	}
+	jl.after = gj.lease.Release
+	for k, v := range gj.lease.Env() {
+		spec.Env = append(spec.Env, k+"="+v)
+	}
+	if w.sandboxCfg == nil {
+		return nil
+	}
+	var devs []sandbox.Device
+	for _, n := range gj.lease.Nodes(w.gpus.control) {
+		devs = append(devs, sandbox.Device{Src: n.Host, Dst: n.Sandbox})
+	}
+	box, err := w.sandboxCfg.Box.WithDevices(devs)
+	if err != nil {
+		return err
+	}
+	c := *w.sandboxCfg
+	c.Box = box
+	gj.box = &c
+	return nil
+}
+
+// runJob runs spec: with the worker's executor, or, for a job that holds
+// GPUs in a sandbox, in a sandbox of its own that binds its devices.
+func (w *Worker) runJob(ctx context.Context, spec runner.Spec, gj *gpuJob) (runner.Outcome, error) {
+	if gj == nil {
+		return w.exec.Run(ctx, spec)
+	}
+	var uuids []string
+	for _, d := range gj.lease.Devices {
+		uuids = append(uuids, d.UUID)
+	}
+	gj.peak = gpu.WatchPeak(w.gpus.smi, uuids, gpu.PeakInterval)
+	if gj.box == nil {
+		return w.exec.Run(ctx, spec)
+	}
+	return runner.RunSandboxed(ctx, gj.box, spec)
+}
+
+// release gives the devices back at once: for a job that ends before its
+// limits are made (confineGPUs hands the release to them).
+func (gj *gpuJob) release() {
+	if gj != nil {
+		gj.lease.Release()
+	}
+}
+
+// usage is what the result says of the job's devices.
+func (gj *gpuJob) usage() *wire.GPUUsage {
+	if gj == nil {
+		return nil
+	}
+	u := &wire.GPUUsage{Devices: gj.lease.GPUs(), WaitMS: gpuMillis(gj.wait)}
+	if gj.peak != nil {
+		u.PeakMemoryMB, u.PeakReported = gj.peak()
+	}
+	return u
+}
