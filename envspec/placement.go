@@ -62,6 +62,9 @@ type Advert struct {
 	// record; GPUWaiting counts its jobs waiting for a device.
 	GPUs       []GPU `json:"gpus,omitempty"`
 	GPUWaiting int   `json:"gpu_waiting,omitempty"`
+	// GPUJobMS is how long its recent GPU jobs held their devices, on
+	// average; 0 before the first.
+	GPUJobMS float64 `json:"gpu_job_ms,omitempty"`
 }
 
 // DecodeAdverts decodes the data of a presence set's members

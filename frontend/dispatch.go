@@ -130,6 +130,13 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 			}
 		}
 	}
+	if job.GPU != nil {
+		if target, err = f.placeGPU(ctx, job, adverts, live); err != nil {
+			te := asToolError(err)
+			te.Filename = job.Filename
+			return "", te
+		}
+	}
 	var opts []broker.PublishOption
 	if target != "" {
 		opts = append(opts, broker.ToWorker(target))

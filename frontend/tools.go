@@ -11,6 +11,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/codefiles"
+	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -35,6 +36,9 @@ type ExecResult struct {
 	Signal          string  `json:"signal,omitempty"`
 	Limit           string  `json:"limit,omitempty" jsonschema_description:"the limit the job hit: memory, cpu, processes, file_size, disk, open_files or output"`
 	Message         string  `json:"message" jsonschema_description:"one-line status"`
+
+	// GPU is set for a call that asked for GPUs.
+	GPU *GPUResult `json:"gpu,omitempty" jsonschema_description:"the GPUs the job ran on"`
 }
 
 func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
@@ -93,6 +97,8 @@ type runArgs struct {
 	// limits are the call's own resource limits; nil means the pool's
 	// defaults.
 	limits *wire.Limits
+	// gpu is the call's GPU request; nil asks for none.
+	gpu *envspec.GPURequest
 }
 
 // runArgs reads timeout_seconds and limits.
@@ -105,7 +111,11 @@ func (f *Frontend) runArgs(args map[string]any) (runArgs, error) {
 	if err != nil {
 		return runArgs{}, err
 	}
-	return runArgs{timeout: timeout, limits: lim}, nil
+	gpu, err := gpuArg(args)
+	if err != nil {
+		return runArgs{}, err
+	}
+	return runArgs{timeout: timeout, limits: lim, gpu: gpu}, nil
 }
 
 // optionalString reads an optional string argument; a present value of
@@ -148,6 +158,7 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
 		limitsOption(),
 		taskSupport(),
+		gpuOption(),
 		mcp.WithOutputSchema[ExecResult](),
 		mcp.WithOpenWorldHintAnnotation(true),
 		mcp.WithDestructiveHintAnnotation(true),
@@ -179,6 +190,7 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 		Code: code, Filename: filename, TimeoutMS: timeout.Milliseconds(),
 		OutputLimit: f.cfg.OutputLimit, EnqueuedAt: now, Deadline: now.Add(timeout + f.cfg.QueueWait),
 		Env: env, EnvID: envID, Limits: args.limits,
+		GPU: args.gpu,
 	}
 	if env != nil {
 		// Building the environment, if no live worker holds it, is not part
@@ -364,6 +376,7 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 			fmt.Fprintf(&b, " on %s", r.WorkerID)
 		}
 	}
+	b.WriteString(gpuLine(r.GPU))
 	b.WriteString("]")
 	out := mcp.NewToolResultStructured(ExecResult{
 		JobID: r.JobID, Status: string(r.Status), ExitCode: r.ExitCode,
@@ -372,6 +385,7 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
 		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
 		Filename: filename, Signal: r.Signal, Limit: r.Limit, Message: r.Message,
+		GPU: gpuResult(r.GPU),
 	}, b.String())
 	out.IsError = r.Status.Failed() && r.Status != statusRunning
 	return out

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/codexec/codexec/envspec"
@@ -27,6 +28,36 @@ type gpuState struct {
 	alloc   *gpu.Allocator
 	control []gpu.Node
 	smi     string
+
+	mu     sync.Mutex
+	recent []time.Duration // how long the last GPU jobs held their devices
+}
+
+// recentGPUJobs is how many GPU jobs the advertised average is of.
+const recentGPUJobs = 16
+
+// note records how long a GPU job held its devices.
+func (g *gpuState) note(d time.Duration) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.recent = append(g.recent, d)
+	if len(g.recent) > recentGPUJobs {
+		g.recent = g.recent[1:]
+	}
+}
+
+// meanMS is the average of the recent GPU jobs, in milliseconds.
+func (g *gpuState) meanMS() float64 {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if len(g.recent) == 0 {
+		return 0
+	}
+	var sum time.Duration
+	for _, d := range g.recent {
+		sum += d
+	}
+	return gpuMillis(sum / time.Duration(len(g.recent)))
 }
 
 // setupGPUs finds the worker's GPUs and keeps those the operator offers.
@@ -65,7 +96,7 @@ func (w *Worker) setupGPUs(ctx context.Context) error {
 // presence record.
 func (w *Worker) advertiseGPUs(a *envspec.Advert) {
 	if w.gpus != nil {
-		a.GPUs, a.GPUWaiting = w.gpus.alloc.Devices(), w.gpus.alloc.Waiting()
+		a.GPUs, a.GPUWaiting, a.GPUJobMS = w.gpus.alloc.Devices(), w.gpus.alloc.Waiting(), w.gpus.meanMS()
 	}
 }
 
@@ -75,6 +106,16 @@ type gpuJob struct {
 	wait  time.Duration
 	box   *runner.SandboxConfig // the job's own sandbox; nil without one
 	peak  func() (int64, bool)
+}
+
+// gpuChanged receives a token when the worker's devices change hands:
+// the heartbeat then advertises them at once, so that placement sees a
+// busy device as busy. nil (never ready) without GPUs.
+func (w *Worker) gpuChanged() <-chan struct{} {
+	if w.gpus == nil {
+		return nil
+	}
+	return w.gpus.alloc.Changed()
 }
 
 // gpuLease waits, until the job's deadline, for the devices job asks for.
@@ -149,6 +190,8 @@ func (w *Worker) runJob(ctx context.Context, spec runner.Spec, gj *gpuJob) (runn
 		uuids = append(uuids, d.UUID)
 	}
 	gj.peak = gpu.WatchPeak(w.gpus.smi, uuids, gpu.PeakInterval)
+	t0 := time.Now()
+	defer func() { w.gpus.note(time.Since(t0)) }()
 	if gj.box == nil {
 		return w.exec.Run(ctx, spec)
 	}

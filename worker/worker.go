@@ -366,6 +366,8 @@ func (w *Worker) heartbeatLoop(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-t.C:
+		case <-w.gpuChanged():
+			t.Stop()
 		}
 		err := w.beat(ctx)
 		w.noteStore(err) // claims judge holders by how steady the store looks (claim.go)

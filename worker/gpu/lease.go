@@ -24,6 +24,7 @@ type Allocator struct {
 	mu      sync.Mutex
 	holder  []string // job id holding each device, "" when free
 	waiting []*waiter
+	changed chan struct{} // a token when a device is leased or freed, or a job waits
 }
 
 type waiter struct {
@@ -34,7 +35,19 @@ type waiter struct {
 
 // NewAllocator leases devs.
 func NewAllocator(devs []Device) *Allocator {
-	return &Allocator{devs: devs, holder: make([]string, len(devs))}
+	return &Allocator{devs: devs, holder: make([]string, len(devs)), changed: make(chan struct{}, 1)}
+}
+
+// Changed receives a token after a device is leased or freed or a job
+// starts waiting (several changes may make one token): the time to
+// advertise the devices again.
+func (a *Allocator) Changed() <-chan struct{} { return a.changed }
+
+func (a *Allocator) noteLocked() {
+	select {
+	case a.changed <- struct{}{}:
+	default:
+	}
 }
 
 // Devices are the devices leased, each with Busy as of now.
@@ -84,6 +97,7 @@ func (a *Allocator) Acquire(ctx context.Context, job string, req envspec.GPURequ
 	}
 	w := &waiter{job: job, req: req, ready: make(chan []int, 1)}
 	a.waiting = append(a.waiting, w)
+	a.noteLocked()
 	a.grantLocked()
 	a.mu.Unlock()
 	select {
@@ -140,6 +154,7 @@ func (a *Allocator) grantLocked() {
 			a.holder[i] = w.job
 		}
 		a.waiting = a.waiting[1:]
+		a.noteLocked()
 		w.ready <- idx
 	}
 }
@@ -148,6 +163,7 @@ func (a *Allocator) freeLocked(idx []int) {
 	for _, i := range idx {
 		a.holder[i] = ""
 	}
+	a.noteLocked()
 }
 
 func (a *Allocator) removeLocked(w *waiter) {
