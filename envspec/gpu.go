@@ -123,10 +123,11 @@ type GPUPlacement struct {
 }
 
 // ChooseGPU picks the worker a job asking for r goes to, among adverts:
-// one with r.Count matching devices free (the fewest free beyond the
-// count, so that larger requests find room elsewhere; then the least
-// loaded, then the lowest id); else the able worker whose queue is
-// shortest per matching device. Only workers that consume their own
+// one with r.Count matching devices free and nobody waiting (the most
+// free, then the least loaded, then the lowest id: jobs spread over the
+// workers, so that two calls placed on the same stale records seldom
+// meet on one worker); else the able worker whose queue is shortest per
+// matching device. Only workers that consume their own
 // subject (Targeted) qualify. A request no live worker could ever serve
 // (too few matching devices anywhere) is an error wrapping ErrNoGPU that
 // says what the workers have.
@@ -160,7 +161,7 @@ func ChooseGPU(adverts []Advert, r GPURequest) (GPUPlacement, error) {
 	free := filter2(able, func(p GPUPlacement) bool { return p.Free >= r.Count && p.Ahead == 0 })
 	if len(free) > 0 {
 		return slices.MinFunc(free, func(a, b GPUPlacement) int {
-			return cmp.Or(cmp.Compare(a.Free, b.Free), cmp.Compare(load[a.WorkerID], load[b.WorkerID]), cmp.Compare(a.WorkerID, b.WorkerID))
+			return cmp.Or(cmp.Compare(b.Free, a.Free), cmp.Compare(load[a.WorkerID], load[b.WorkerID]), cmp.Compare(a.WorkerID, b.WorkerID))
 		}), nil
 	}
 	p := slices.MinFunc(able, func(a, b GPUPlacement) int {

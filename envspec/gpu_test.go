@@ -26,7 +26,7 @@ func TestChooseGPU(t *testing.T) {
 		worker string
 		queued bool
 	}{
-		{GPURequest{Count: 1}, "a", false},                     // fewest free that fit: a has 1, b 3
+		{GPURequest{Count: 1}, "b", false},                     // most free: b has 3, a 1
 		{GPURequest{Count: 2}, "b", false},                     // a has one free
 		{GPURequest{Count: 1, MinMemoryMB: 40000}, "a", false}, // the H100 only
 		{GPURequest{Count: 2, Model: "h100"}, "a", true},       // a's two, one busy: queued

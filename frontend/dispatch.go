@@ -223,6 +223,7 @@ const resultGrace = 5 * time.Second
 // naming the job) says why.
 func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, error) {
 	defer f.fair.release(job.ID)
+	defer f.gpuJobs.done(job.ID)
 	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(resultGrace))
 	defer cancel()
 	if target != "" {

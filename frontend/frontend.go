@@ -182,6 +182,8 @@ type Frontend struct {
 	unqueued unqueuedJobs
 	// fair admits jobs to the queue, each tenant up to its share (fair.go).
 	fair fairGate
+	// gpuJobs are this frontend's GPU jobs still running (gpu.go).
+	gpuJobs gpuInflight
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 	"time"
 
 	"github.com/codexec/codexec/envspec"
@@ -95,7 +97,7 @@ func (f *Frontend) placeGPU(ctx context.Context, job *wire.Job, adverts []envspe
 	if !live {
 		return "", failure(wire.StatusInternal, "cannot place a job that asks for %s: the workers' presence cannot be read now; try again shortly", job.GPU)
 	}
-	p, err := envspec.ChooseGPU(adverts, *job.GPU)
+	p, err := envspec.ChooseGPU(f.gpuJobs.busy(adverts, *job.GPU), *job.GPU)
 	if errors.Is(err, envspec.ErrNoGPU) {
 		return "", failure(wire.StatusRejected, "%v (pool %q); nothing was run", err, f.cfg.Pool)
 	}
@@ -105,7 +107,81 @@ func (f *Frontend) placeGPU(ctx context.Context, job *wire.Job, adverts []envspe
 	if p.Queued {
 		f.announceGPUWait(ctx, job, p, adverts)
 	}
+	f.gpuJobs.add(job, p.WorkerID)
 	return p.WorkerID, nil
+}
+
+// gpuInflight counts the GPU jobs this frontend sent to each worker and
+// has no result of yet. A worker's presence says which devices are busy
+// as of its last record, so calls placed in the same instant would all
+// see the same free device; placement counts this frontend's own jobs as
+// busy devices on top (busy). An entry goes when its call has its result
+// (done), or at its deadline plus grace whatever happens.
+type gpuInflight struct {
+	mu   sync.Mutex
+	jobs map[string]gpuSent
+}
+
+type gpuSent struct {
+	worker string
+	count  int
+	timer  *time.Timer
+}
+
+func (g *gpuInflight) add(job *wire.Job, worker string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.jobs == nil {
+		g.jobs = map[string]gpuSent{}
+	}
+	id := job.ID
+	t := time.AfterFunc(time.Until(job.Deadline.Add(resultGrace)), func() { g.done(id) })
+	g.jobs[id] = gpuSent{worker: worker, count: job.GPU.Count, timer: t}
+}
+
+func (g *gpuInflight) done(id string) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if s, ok := g.jobs[id]; ok {
+		s.timer.Stop()
+		delete(g.jobs, id)
+	}
+}
+
+// busy returns adverts with, on each worker, at least as many of the
+// devices that fit r marked busy as this frontend has jobs' devices
+// there. The records themselves are not changed.
+func (g *gpuInflight) busy(adverts []envspec.Advert, r envspec.GPURequest) []envspec.Advert {
+	g.mu.Lock()
+	held := map[string]int{}
+	for _, s := range g.jobs {
+		held[s.worker] += s.count
+	}
+	g.mu.Unlock()
+	if len(held) == 0 {
+		return adverts
+	}
+	out := slices.Clone(adverts)
+	for i, a := range out {
+		n := held[a.WorkerID]
+		if n == 0 {
+			continue
+		}
+		gpus := slices.Clone(a.GPUs)
+		for _, d := range gpus {
+			if d.Busy {
+				n--
+			}
+		}
+		for j := range gpus {
+			if n > 0 && !gpus[j].Busy && r.Fits(gpus[j]) {
+				gpus[j].Busy = true
+				n--
+			}
+		}
+		out[i].GPUs = gpus
+	}
+	return out
 }
 
 // announceGPUWait tells the caller, in a progress notification when the
