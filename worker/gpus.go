@@ -29,6 +29,12 @@ type gpuState struct {
 	control []gpu.Node
 	smi     string
 
+	// ready are, in a sandbox, each device's interpreters started ahead
+	// of time in a sandbox that binds that device (by device name): a job
+	// that holds one device does not wait for a sandbox to start while its
+	// device idles.
+	ready map[string]*runner.Fresh
+
 	mu     sync.Mutex
 	recent []time.Duration // how long the last GPU jobs held their devices
 }
@@ -89,7 +95,67 @@ func (w *Worker) setupGPUs(ctx context.Context) error {
 		w.log.Warn("sandbox off: GPU jobs are told their devices (CUDA_VISIBLE_DEVICES) but can open every device node")
 	}
 	w.gpus = &gpuState{alloc: gpu.NewAllocator(devs), control: inv.Control, smi: inv.SMI}
+	return w.gpus.sandboxes(w.sandboxCfg, w.log)
+}
+
+// sandboxes makes, in a sandbox, each device's Fresh: one-shot
+// interpreters in sandboxes that bind that device's nodes and the
+// control nodes.
+func (g *gpuState) sandboxes(sb *runner.SandboxConfig, log *slog.Logger) error {
+	if sb == nil {
+		return nil
+	}
+	g.ready = map[string]*runner.Fresh{}
+	for _, d := range g.alloc.All() {
+		box, err := deviceBox(sb, gpu.NodesOf([]gpu.Device{d}, g.control))
+		if err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		f := runner.NewFresh(box, log.With("part", "gpu-sandbox", "gpu", d.Name()))
+		if err := f.Start(context.Background()); err != nil {
+			return fmt.Errorf("worker: %w", err)
+		}
+		g.ready[d.Name()] = f
+	}
 	return nil
+}
+
+// deviceBox is sb with nodes bound.
+func deviceBox(sb *runner.SandboxConfig, nodes []gpu.Node) (*runner.SandboxConfig, error) {
+	var devs []sandbox.Device
+	for _, n := range nodes {
+		devs = append(devs, sandbox.Device{Src: n.Host, Dst: n.Sandbox})
+	}
+	box, err := sb.Box.WithDevices(devs)
+	if err != nil {
+		return nil, err
+	}
+	c := *sb
+	c.Box = box
+	return &c, nil
+}
+
+// prestartGPUs starts each device's first interpreter of the default
+// environment, once the worker knows its interpreter.
+func (w *Worker) prestartGPUs() {
+	if w.gpus == nil {
+		return
+	}
+	for _, f := range w.gpus.ready {
+		f.Prestart(w.spec("", "", ""))
+	}
+}
+
+// stopGPUs stops the interpreters started ahead of time.
+func (w *Worker) stopGPUs() {
+	if w.gpus == nil {
+		return
+	}
+	for _, f := range w.gpus.ready {
+		if err := f.Stop(context.Background()); err != nil {
+			w.log.Warn("gpu sandboxes not stopped", "err", err)
+		}
+	}
 }
 
 // advertiseGPUs adds the devices, and how many jobs wait for them, to a
@@ -105,6 +171,7 @@ type gpuJob struct {
 	lease *gpu.Lease
 	wait  time.Duration
 	box   *runner.SandboxConfig // the job's own sandbox; nil without one
+	ready *runner.Fresh         // or its device's interpreters started ahead of time
 	peak  func() (int64, bool)
 }
 
@@ -165,18 +232,13 @@ func (w *Worker) confineGPUs(gj *gpuJob, spec *runner.Spec, jl *jobLimits) error
 	if w.sandboxCfg == nil {
 		return nil
 	}
-	var devs []sandbox.Device
-	for _, n := range gj.lease.Nodes(w.gpus.control) {
-		devs = append(devs, sandbox.Device{Src: n.Host, Dst: n.Sandbox})
+	if len(gj.lease.Devices) == 1 {
+		gj.ready = w.gpus.ready[gj.lease.Devices[0].Name()]
+		return nil
 	}
-	box, err := w.sandboxCfg.Box.WithDevices(devs)
-	if err != nil {
-		return err
-	}
-	c := *w.sandboxCfg
-	c.Box = box
-	gj.box = &c
-	return nil
+	box, err := deviceBox(w.sandboxCfg, gj.lease.Nodes(w.gpus.control))
+	gj.box = box
+	return err
 }
 
 // runJob runs spec: with the worker's executor, or, for a job that holds
@@ -192,10 +254,13 @@ func (w *Worker) runJob(ctx context.Context, spec runner.Spec, gj *gpuJob) (runn
 	gj.peak = gpu.WatchPeak(w.gpus.smi, uuids, gpu.PeakInterval)
 	t0 := time.Now()
 	defer func() { w.gpus.note(time.Since(t0)) }()
-	if gj.box == nil {
-		return w.exec.Run(ctx, spec)
+	switch {
+	case gj.ready != nil:
+		return gj.ready.Run(ctx, spec)
+	case gj.box != nil:
+		return runner.RunSandboxed(ctx, gj.box, spec)
 	}
-	return runner.RunSandboxed(ctx, gj.box, spec)
+	return w.exec.Run(ctx, spec)
 }
 
 // release gives the devices back at once: for a job that ends before its

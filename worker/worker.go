@@ -141,6 +141,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if err := w.startExecutor(ctx); err != nil {
 		return err
 	}
+	w.prestartGPUs()
 	if err := w.heartbeat(ctx); err != nil {
 		return fmt.Errorf("worker: announce presence: %w", err)
 	}
@@ -309,6 +310,7 @@ func (w *Worker) release() {
 				w.log.Warn("sandboxed interpreters not stopped", "err", err)
 			}
 		}
+		w.stopGPUs()
 		w.bg.Wait()
 		if w.cache != nil {
 			_ = w.cache.Close()

@@ -175,12 +175,19 @@ func (a *Allocator) removeLocked(w *waiter) {
 	}
 }
 
+// All are the devices a leases.
+func (a *Allocator) All() []Device { return a.devs }
+
 // Nodes are the device nodes a job holding l must see: its devices' own
 // and the driver's control nodes, each once.
-func (l *Lease) Nodes(control []Node) []Node {
+func (l *Lease) Nodes(control []Node) []Node { return NodesOf(l.Devices, control) }
+
+// NodesOf are the device nodes a job holding devs must see: their own and
+// the driver's control nodes, each once.
+func NodesOf(devs []Device, control []Node) []Node {
 	seen := map[string]bool{}
 	var out []Node
-	for _, d := range l.Devices {
+	for _, d := range devs {
 		for _, n := range d.Nodes {
 			if !seen[n.Sandbox] {
 				seen[n.Sandbox] = true
