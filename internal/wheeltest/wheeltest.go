@@ -25,6 +25,9 @@ type Wheel struct {
 	Single   string   // a top-level single-file module it also provides
 	Requires []string // Requires-Dist
 	TopLevel bool     // write top_level.txt (else import names come from RECORD)
+	// Extra are further files: their path in the wheel and their content
+	// (a large native library, say).
+	Extra [][2]string
 }
 
 // Write writes the wheel into dir and returns its path. Its METADATA has a
@@ -40,6 +43,7 @@ func (w Wheel) Write(tb testing.TB, dir string) string {
 	if w.Single != "" {
 		files = append(files, [2]string{w.Single + ".py", "SINGLE = True\n"})
 	}
+	files = append(files, w.Extra...)
 	meta := fmt.Sprintf("Metadata-Version: 2.1\nName: %s\nVersion: %s\nSummary: a test package\n", w.Dist, w.Version)
 	for _, r := range w.Requires {
 		meta += "Requires-Dist: " + r + "\n"
