@@ -201,7 +201,7 @@ func (w *Worker) gpuLease(ctx context.Context, job *wire.Job, attempt int, log *
 		defer cancel()
 	}
 	t0 := time.Now()
-	lease, err := w.gpus.alloc.Acquire(ctx, job.ID, *job.GPU)
+	lease, err := w.gpus.alloc.Acquire(ctx, job.ID, job.EnqueuedAt, *job.GPU)
 	switch {
 	case errors.Is(err, gpu.ErrNeverFits):
 		return nil, w.result(job, attempt, wire.StatusRejected, err.Error())

@@ -146,11 +146,11 @@ func TestAllocatorOneJobPerDeviceInArrivalOrder(t *testing.T) {
 	a := gpu.NewAllocator(devs)
 	ctx := context.Background()
 	one := envspec.GPURequest{Count: 1}
-	l1, err := a.Acquire(ctx, "j1", one)
+	l1, err := a.Acquire(ctx, "j1", at(1), one)
 	if err != nil {
 		t.Fatal(err)
 	}
-	l2, err := a.Acquire(ctx, "j2", one)
+	l2, err := a.Acquire(ctx, "j2", at(2), one)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -161,7 +161,7 @@ func TestAllocatorOneJobPerDeviceInArrivalOrder(t *testing.T) {
 	// after it waits behind it.
 	got := make(chan string, 2)
 	go func() {
-		l, err := a.Acquire(ctx, "j3", envspec.GPURequest{Count: 2})
+		l, err := a.Acquire(ctx, "j3", at(3), envspec.GPURequest{Count: 2})
 		if err == nil {
 			got <- "j3"
 			l.Release()
@@ -169,7 +169,7 @@ func TestAllocatorOneJobPerDeviceInArrivalOrder(t *testing.T) {
 	}()
 	waitFor(t, func() bool { return a.Waiting() == 1 })
 	go func() {
-		l, err := a.Acquire(ctx, "j4", one)
+		l, err := a.Acquire(ctx, "j4", at(4), one)
 		if err == nil {
 			got <- "j4"
 			l.Release()
@@ -200,11 +200,11 @@ func TestAllocatorRefusesWhatNeverFits(t *testing.T) {
 	devs, _ := devices(t, h100, l4)
 	a := gpu.NewAllocator(devs)
 	for _, r := range []envspec.GPURequest{{Count: 3}, {Count: 2, MinMemoryMB: 40000}, {Count: 1, Model: "A100"}} {
-		if _, err := a.Acquire(context.Background(), "j", r); !errors.Is(err, gpu.ErrNeverFits) {
+		if _, err := a.Acquire(context.Background(), "j", at(0), r); !errors.Is(err, gpu.ErrNeverFits) {
 			t.Errorf("%s: %v, want ErrNeverFits", r, err)
 		}
 	}
-	l, err := a.Acquire(context.Background(), "j", envspec.GPURequest{Count: 1, Model: "l4"})
+	l, err := a.Acquire(context.Background(), "j", at(0), envspec.GPURequest{Count: 1, Model: "l4"})
 	if err != nil || l.Devices[0].Model != "NVIDIA L4" {
 		t.Fatalf("model l4: %+v, %v", l, err)
 	}
@@ -213,11 +213,11 @@ func TestAllocatorRefusesWhatNeverFits(t *testing.T) {
 func TestAllocatorWaiterLeavesWhenItsContextEnds(t *testing.T) {
 	devs, _ := devices(t, h100)
 	a := gpu.NewAllocator(devs)
-	l, _ := a.Acquire(context.Background(), "j1", envspec.GPURequest{Count: 1})
+	l, _ := a.Acquire(context.Background(), "j1", at(1), envspec.GPURequest{Count: 1})
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error)
 	go func() {
-		_, err := a.Acquire(ctx, "j2", envspec.GPURequest{Count: 1})
+		_, err := a.Acquire(ctx, "j2", at(2), envspec.GPURequest{Count: 1})
 		done <- err
 	}()
 	waitFor(t, func() bool { return a.Waiting() == 1 })
@@ -229,7 +229,7 @@ func TestAllocatorWaiterLeavesWhenItsContextEnds(t *testing.T) {
 		t.Fatal("a cancelled waiter stayed in the queue")
 	}
 	l.Release()
-	if l3, err := a.Acquire(context.Background(), "j3", envspec.GPURequest{Count: 1}); err != nil || len(l3.Devices) != 1 {
+	if l3, err := a.Acquire(context.Background(), "j3", at(3), envspec.GPURequest{Count: 1}); err != nil || len(l3.Devices) != 1 {
 		t.Fatalf("device not free after the cancelled waiter: %v", err)
 	}
 }
@@ -238,7 +238,7 @@ func TestLeaseNodesAndEnv(t *testing.T) {
 	devs, tr := devices(t, h100, h100, h100)
 	inv, _ := gpu.Discover(context.Background(), gpu.Config{Root: tr.Root, SMI: tr.SMI})
 	a := gpu.NewAllocator(devs[1:])
-	l, err := a.Acquire(context.Background(), "j", envspec.GPURequest{Count: 2})
+	l, err := a.Acquire(context.Background(), "j", at(0), envspec.GPURequest{Count: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,5 +277,39 @@ func waitFor(t *testing.T, cond func() bool) {
 			t.Fatal("condition not met in 10 s")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// at is a queueing time, n seconds into a fixed day.
+func at(n int) time.Time { return time.Date(2026, 12, 3, 12, 0, n, 0, time.UTC) }
+
+// Waiting jobs are served in the order they were queued, whatever the
+// order they reached the allocator in.
+func TestAllocatorServesInQueueOrder(t *testing.T) {
+	devs, _ := devices(t, h100)
+	a := gpu.NewAllocator(devs)
+	ctx := context.Background()
+	one := envspec.GPURequest{Count: 1}
+	l, err := a.Acquire(ctx, "first", at(0), one)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan string, 3)
+	for i, job := range []string{"third", "second", "fourth"} {
+		queued := map[string]int{"second": 2, "third": 3, "fourth": 4}[job]
+		go func() {
+			l, err := a.Acquire(ctx, job, at(queued), one)
+			if err == nil {
+				got <- job
+				l.Release()
+			}
+		}()
+		waitFor(t, func() bool { return a.Waiting() == i+1 })
+	}
+	l.Release()
+	for _, want := range []string{"second", "third", "fourth"} {
+		if job := <-got; job != want {
+			t.Fatalf("served %s, want %s", job, want)
+		}
 	}
 }

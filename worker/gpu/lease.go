@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync"
+	"time"
 
 	"github.com/codexec/codexec/envspec"
 )
@@ -14,10 +16,11 @@ import (
 var ErrNeverFits = errors.New("gpu: this worker does not have the devices asked for")
 
 // Allocator leases a worker's devices to jobs, one job per device. Jobs
-// that cannot have their devices at once wait in arrival order: a waiting
-// job is served before any that came after it, even one that would fit
-// now, so that a job asking for several devices is not passed over for
-// ever by jobs asking for one.
+// that cannot have their devices at once wait in the order they were
+// queued (their callers' order, not the order in which this worker got
+// round to them): a waiting job is served before any queued after it,
+// even one that would fit now, so that a job asking for several devices
+// is not passed over for ever by jobs asking for one.
 type Allocator struct {
 	devs []Device
 
@@ -29,6 +32,7 @@ type Allocator struct {
 
 type waiter struct {
 	job   string
+	at    time.Time // when the job was queued
 	req   envspec.GPURequest
 	ready chan []int // the device indices (into devs) granted
 }
@@ -77,10 +81,11 @@ type Lease struct {
 	Devices []Device
 }
 
-// Acquire leases req.Count devices that fit req to job, waiting (in
-// arrival order) until they are free or ctx ends. A request this worker
-// could never serve fails at once, wrapping ErrNeverFits.
-func (a *Allocator) Acquire(ctx context.Context, job string, req envspec.GPURequest) (*Lease, error) {
+// Acquire leases req.Count devices that fit req to job, queued at at,
+// waiting (behind the jobs queued before it) until they are free or ctx
+// ends. A request this worker could never serve fails at once, wrapping
+// ErrNeverFits.
+func (a *Allocator) Acquire(ctx context.Context, job string, at time.Time, req envspec.GPURequest) (*Lease, error) {
 	if err := req.Validate(); err != nil {
 		return nil, err
 	}
@@ -95,8 +100,12 @@ func (a *Allocator) Acquire(ctx context.Context, job string, req envspec.GPURequ
 		a.mu.Unlock()
 		return nil, fmt.Errorf("%w: %s asked, %d of its %d devices fit", ErrNeverFits, req, matching, len(a.devs))
 	}
-	w := &waiter{job: job, req: req, ready: make(chan []int, 1)}
-	a.waiting = append(a.waiting, w)
+	w := &waiter{job: job, at: at, req: req, ready: make(chan []int, 1)}
+	i := len(a.waiting)
+	for i > 0 && a.waiting[i-1].at.After(at) {
+		i--
+	}
+	a.waiting = slices.Insert(a.waiting, i, w)
 	a.noteLocked()
 	a.grantLocked()
 	a.mu.Unlock()
