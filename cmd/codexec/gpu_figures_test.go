@@ -82,11 +82,12 @@ func BenchmarkGPUFigures(b *testing.B) {
 				}
 				wg.Wait()
 				wall := time.Since(t0)
-				util, order := gpuQueueFigures(b, runs, n)
+				util, order, gap := gpuQueueFigures(b, runs, n)
 				b.ReportMetric(util*100, "util-%")
+				b.ReportMetric(gap, "handoff-p50-ms")
 				b.ReportMetric(wall.Seconds(), "wall-s")
 				b.ReportMetric(float64(4*n)*0.2/float64(n), "ideal-s")
-				b.Logf("devices=%d jobs=%d: busy %.0f%% of device time while jobs waited; start order by send order: %v", n, 4*n, util*100, order)
+				b.Logf("devices=%d jobs=%d: busy %.0f%% of device time while jobs waited, handoff p50 %.0f ms; start order by send order: %v", n, 4*n, util*100, gap, order)
 			}
 		})
 	}
@@ -103,9 +104,10 @@ type gpuRun struct {
 
 // gpuQueueFigures checks that no two runs overlapped on a device and
 // returns the share of device time busy from the first start to the last
-// start (while jobs waited), and the send indices in the order the jobs
-// started.
-func gpuQueueFigures(b *testing.B, runs []gpuRun, devices int) (float64, []int) {
+// start (while jobs waited), the send indices in the order the jobs
+// started, and the median time in milliseconds from a job's end to the
+// next job's start on its device (the handoff).
+func gpuQueueFigures(b *testing.B, runs []gpuRun, devices int) (float64, []int, float64) {
 	byStart := slices.Clone(runs)
 	slices.SortFunc(byStart, func(x, y gpuRun) int {
 		if x.Start < y.Start {
@@ -116,9 +118,15 @@ func gpuQueueFigures(b *testing.B, runs []gpuRun, devices int) (float64, []int) 
 	first, lastStart := byStart[0].Start, byStart[len(byStart)-1].Start
 	busy := 0.0
 	used := map[string]bool{}
+	last := map[string]float64{}
+	var gaps []time.Duration
 	var order []int
 	for i, r := range byStart {
 		used[r.Device] = true
+		if end, ok := last[r.Device]; ok {
+			gaps = append(gaps, time.Duration((r.Start-end)*float64(time.Second)))
+		}
+		last[r.Device] = r.End
 		order = append(order, r.Index)
 		busy += max(0, min(r.End, lastStart)-max(r.Start, first))
 		for _, o := range byStart[i+1:] {
@@ -130,7 +138,7 @@ func gpuQueueFigures(b *testing.B, runs []gpuRun, devices int) (float64, []int) 
 	if len(used) != devices {
 		b.Errorf("jobs ran on %d devices of %d", len(used), devices)
 	}
-	return busy / (float64(devices) * (lastStart - first)), order
+	return busy / (float64(devices) * (lastStart - first)), order, e2e.Percentile(gaps, 50)
 }
 
 // fakeGPUCluster is a cluster of one worker with n fake H100s running up
