@@ -130,8 +130,9 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 			}
 		}
 	}
+	var gpuWait string // where a GPU job waits, told once it is queued
 	if job.GPU != nil {
-		if target, err = f.placeGPU(ctx, job, adverts, live); err != nil {
+		if target, gpuWait, err = f.placeGPU(ctx, job, adverts, live); err != nil {
 			te := asToolError(err)
 			te.Filename = job.Filename
 			return "", te
@@ -156,6 +157,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		te.Filename = job.Filename
 		return "", te
 	}
+	f.announceGPUWait(ctx, job, gpuWait)
 	if f.log.Enabled(ctx, slog.LevelDebug) {
 		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "submit_ms", ms(time.Since(tPool)))
 	}

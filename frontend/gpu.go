@@ -92,23 +92,25 @@ func wholeNumber(v any) (int64, bool) {
 // placeGPU chooses the worker for a job that asks for GPUs. Only live
 // presence places one (a worker's own subject is the only way to it); a
 // request no live worker could serve is refused with what they have. When
-// its devices are busy the caller is told where the job waits.
-func (f *Frontend) placeGPU(ctx context.Context, job *wire.Job, adverts []envspec.Advert, live bool) (string, error) {
+// its devices are busy, wait says where the job waits (announceGPUWait
+// tells the caller once the job is queued).
+func (f *Frontend) placeGPU(ctx context.Context, job *wire.Job, adverts []envspec.Advert, live bool) (target, wait string, err error) {
 	if !live {
-		return "", failure(wire.StatusInternal, "cannot place a job that asks for %s: the workers' presence cannot be read now; try again shortly", job.GPU)
+		return "", "", failure(wire.StatusInternal, "cannot place a job that asks for %s: the workers' presence cannot be read now; try again shortly", job.GPU)
 	}
 	p, err := envspec.ChooseGPU(f.gpuJobs.busy(adverts, *job.GPU), *job.GPU)
 	if errors.Is(err, envspec.ErrNoGPU) {
-		return "", failure(wire.StatusRejected, "%v (pool %q); nothing was run", err, f.cfg.Pool)
+		return "", "", failure(wire.StatusRejected, "%v (pool %q); nothing was run", err, f.cfg.Pool)
 	}
 	if err != nil {
-		return "", failure(wire.StatusInternal, "%v", err)
+		return "", "", failure(wire.StatusInternal, "%v", err)
 	}
 	if p.Queued {
-		f.announceGPUWait(ctx, job, p, adverts)
+		wait = gpuWaitMessage(job, p, adverts)
+		f.log.Info("gpu job queued", "job", job.ID, "worker", p.WorkerID, "ahead", p.Ahead)
 	}
 	f.gpuJobs.add(job, p.WorkerID)
-	return p.WorkerID, nil
+	return p.WorkerID, wait, nil
 }
 
 // gpuInflight counts the GPU jobs this frontend sent to each worker and
@@ -185,18 +187,17 @@ func (g *gpuInflight) busy(adverts []envspec.Advert, r envspec.GPURequest) []env
 }
 
 // announceGPUWait tells the caller, in a progress notification when the
-// call asked for progress, that its job waits for devices: where, behind
-// how many, and for about how long (from the worker's recent GPU jobs).
-func (f *Frontend) announceGPUWait(ctx context.Context, job *wire.Job, p envspec.GPUPlacement, adverts []envspec.Advert) {
-	msg := gpuWaitMessage(job, p, adverts)
-	f.log.Info("gpu job queued", "job", job.ID, "worker", p.WorkerID, "ahead", p.Ahead)
+// call asked for progress, where its queued job waits for devices (msg,
+// from gpuWaitMessage; "" says nothing): after the notification that named
+// the job (progress 0), so its progress is 1.
+func (f *Frontend) announceGPUWait(ctx context.Context, job *wire.Job, msg string) {
 	token, _ := ctx.Value(progressTokenKey{}).(mcp.ProgressToken)
 	srv := server.ServerFromContext(ctx)
-	if token == nil || srv == nil {
+	if msg == "" || token == nil || srv == nil {
 		return
 	}
 	if err := srv.SendNotificationToClient(ctx, "notifications/progress", map[string]any{
-		"progressToken": token, "progress": 0, "message": msg,
+		"progressToken": token, "progress": 1, "message": msg,
 	}); err != nil {
 		f.log.Debug("announce gpu wait", "job", job.ID, "err", err)
 	}

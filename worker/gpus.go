@@ -185,10 +185,11 @@ func (w *Worker) gpuChanged() <-chan struct{} {
 	return w.gpus.alloc.Changed()
 }
 
-// gpuLease waits, until the job's deadline, for the devices job asks for.
-// A job that asks for none gets nil, nil; one this worker cannot serve, or
-// that waited past its deadline, a result saying so.
-func (w *Worker) gpuLease(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) (*gpuJob, *wire.Result) {
+// gpuLease waits for the devices job asks for, until its deadline less its
+// timeout (a job started later could not end before its caller stops
+// waiting). A job that asks for none gets nil, nil; one this worker cannot
+// serve, or that could not have its devices in time, a result saying so.
+func (w *Worker) gpuLease(ctx context.Context, job *wire.Job, timeout time.Duration, attempt int, log *slog.Logger) (*gpuJob, *wire.Result) {
 	if job.GPU == nil {
 		return nil, nil
 	}
@@ -197,7 +198,7 @@ func (w *Worker) gpuLease(ctx context.Context, job *wire.Job, attempt int, log *
 	}
 	if !job.Deadline.IsZero() {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithDeadline(ctx, job.Deadline)
+		ctx, cancel = context.WithDeadline(ctx, job.Deadline.Add(-timeout))
 		defer cancel()
 	}
 	t0 := time.Now()
@@ -206,7 +207,8 @@ func (w *Worker) gpuLease(ctx context.Context, job *wire.Job, attempt int, log *
 	case errors.Is(err, gpu.ErrNeverFits):
 		return nil, w.result(job, attempt, wire.StatusRejected, err.Error())
 	case errors.Is(err, context.DeadlineExceeded):
-		return nil, w.result(job, attempt, wire.StatusExpired, fmt.Sprintf("the job's deadline passed while it waited %s for %s", time.Since(t0).Round(time.Millisecond), job.GPU))
+		return nil, w.result(job, attempt, wire.StatusExpired, fmt.Sprintf("waited %s for %s, which stayed busy: started any later, the job could not end before its deadline; nothing ran",
+			time.Since(t0).Round(time.Millisecond), job.GPU))
 	case err != nil:
 		return nil, w.result(job, attempt, wire.StatusInternal, "waiting for a GPU: "+err.Error())
 	}

@@ -194,3 +194,37 @@ time.sleep(1000)
 		t.Fatalf("the next job: %+v", second)
 	}
 }
+
+// A job whose devices stay busy until it could no longer end before its
+// deadline does not start: its result says it expired, and nothing ran.
+func TestGPUJobThatCannotStartInTimeExpires(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w, _ := gpuWorker(t, ctx, fx, "gpu-expire", 1, 2)
+	first := make(chan *wire.Result, 1)
+	go func() {
+		first <- runGPUJob(ctx, t, fx, w, "import time; time.sleep(5)", &envspec.GPURequest{Count: 1}, time.Minute)
+	}()
+	for !w.gpus.alloc.Devices()[0].Busy {
+		time.Sleep(10 * time.Millisecond)
+	}
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "gpu-late",
+		Code: "print('ran')", Filename: "main.py", TimeoutMS: 1000, Deadline: time.Now().Add(2 * time.Second).UTC(),
+		GPU: &envspec.GPURequest{Count: 1},
+	}
+	if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.broker.WaitResult(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != wire.StatusExpired || res.Stdout != "" || !strings.Contains(res.Message, "nothing ran") {
+		t.Errorf("the late job: %s %q, stdout %q", res.Status, res.Message, res.Stdout)
+	}
+	if r := <-first; r == nil || r.Status != wire.StatusOK {
+		t.Errorf("the first job: %+v", r)
+	}
+}

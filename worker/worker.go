@@ -612,7 +612,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		defer env.Release()
 		spec, envID = w.envSpec(env, script, cwd, cwd), env.ID
 	}
-	gj, refused := w.gpuLease(ctx, job, attempt, log)
+	gj, refused := w.gpuLease(ctx, job, timeout, attempt, log)
 	if refused != nil {
 		return refused
 	}
