@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -136,13 +137,24 @@ func deviceBox(sb *runner.SandboxConfig, nodes []gpu.Node) (*runner.SandboxConfi
 }
 
 // prestartGPUs starts each device's first interpreter of the default
-// environment, once the worker knows its interpreter.
+// environment, once the worker knows its interpreter: with the variables
+// that name the device, as a job that holds it has them (they are part of
+// what an interpreter started ahead of time is chosen by).
 func (w *Worker) prestartGPUs() {
-	if w.gpus == nil {
+	if w.gpus == nil || w.gpus.ready == nil {
 		return
 	}
-	for _, f := range w.gpus.ready {
-		f.Prestart(w.spec("", "", ""))
+	for _, d := range w.gpus.alloc.All() {
+		spec := w.spec("", "", "")
+		addEnv(&spec, gpu.EnvOf([]gpu.Device{d}))
+		w.gpus.ready[d.Name()].Prestart(spec)
+	}
+}
+
+// addEnv sets vars in spec's environment, in a fixed order.
+func addEnv(spec *runner.Spec, vars map[string]string) {
+	for _, k := range slices.Sorted(maps.Keys(vars)) {
+		spec.Env = append(spec.Env, k+"="+vars[k])
 	}
 }
 
@@ -228,9 +240,7 @@ func (w *Worker) confineGPUs(gj *gpuJob, spec *runner.Spec, jl *jobLimits) error
 		return nil
 	}
 	jl.after = gj.lease.Release
-	for k, v := range gj.lease.Env() {
-		spec.Env = append(spec.Env, k+"="+v)
-	}
+	addEnv(spec, gj.lease.Env())
 	if w.sandboxCfg == nil {
 		return nil
 	}

@@ -216,9 +216,12 @@ func NodesOf(devs []Device, control []Node) []Node {
 // Env are the variables that show a job its devices: CUDA_VISIBLE_DEVICES
 // and NVIDIA_VISIBLE_DEVICES name them (by UUID where the driver gave
 // one, so that the order CUDA enumerates in does not matter).
-func (l *Lease) Env() map[string]string {
+func (l *Lease) Env() map[string]string { return EnvOf(l.Devices) }
+
+// EnvOf are the variables that show a job devs (see Lease.Env).
+func EnvOf(devs []Device) map[string]string {
 	var names string
-	for i, d := range l.Devices {
+	for i, d := range devs {
 		if i > 0 {
 			names += ","
 		}
