@@ -145,6 +145,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	withTenant(ctx, job)
 	withTraceContext(ctx, job)
 	if err := f.fair.admit(ctx, job, f.fairShare(adverts), resultGrace); err != nil {
+		f.gpuJobs.done(job.ID) // nothing was queued
 		if ctx.Err() != nil {
 			return fail(wire.StatusInternal, "the call ended before its job was queued: nothing ran")
 		}

@@ -201,12 +201,12 @@ func querySMI(ctx context.Context, cfg Config, inv *Inventory) ([]smiGPU, []smiM
 		return nil, nil
 	}
 	gpus := parseQuery(out)
-	if list, err := runSMI(ctx, cfg.Timeout, path, "-L"); err == nil {
-		return gpus, parseList(list)
-	} else {
+	list, err := runSMI(ctx, cfg.Timeout, path, "-L")
+	if err != nil {
 		inv.Notes = append(inv.Notes, err.Error())
+		return gpus, nil
 	}
-	return gpus, nil
+	return gpus, parseList(list)
 }
 
 // runSMI runs nvidia-smi with args (no shell), bounded by timeout.

@@ -43,6 +43,7 @@ func Text(w io.Writer, snap Snapshot) error {
 				wk.Warm, len(wk.Envs), uptime(snap.At, wk.StartedAt), labels(wk.Labels))
 		}
 		_ = tw.Flush()
+		b.WriteString(gpuLines(snap.Workers))
 	}
 	_, err := w.Write(b.Bytes())
 	return err

@@ -52,6 +52,10 @@ type Worker struct {
 	Python      string            `json:"python,omitempty"`
 	StartedAt   time.Time         `json:"started_at"`
 	Version     int               `json:"wire_version"`
+	// GPUs are the devices it offers (Busy as of its record), GPUWaiting
+	// its jobs waiting for one.
+	GPUs       []envspec.GPU `json:"gpus,omitempty"`
+	GPUWaiting int           `json:"gpu_waiting,omitempty"`
 }
 
 // Pool is one pool's queue and workers.
@@ -135,6 +139,7 @@ func workerOf(a envspec.Advert) Worker {
 		ID: a.WorkerID, Pool: a.Pool, Host: a.Host, Labels: a.Capabilities.Labels, Load: a.Load,
 		Concurrency: a.Concurrency, Warm: a.Warm, Envs: append([]string{}, a.Envs...), Python: a.Python,
 		StartedAt: a.StartedAt, Version: a.V,
+		GPUs: a.GPUs, GPUWaiting: a.GPUWaiting,
 	}
 }
 
