@@ -72,7 +72,11 @@ type toolFunc func(ctx context.Context, req mcp.CallToolRequest, scope string) (
 // a failure is rendered by render, the renderer of the tool's result shape.
 func handler(stdio bool, fn toolFunc, render func(error) *mcp.CallToolResult) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-		res, err := fn(withTrace(withProgressToken(ctx, req), req), req, scopeFrom(ctx, stdio))
+		scope, err := callScope(ctx, stdio)
+		var res *mcp.CallToolResult
+		if err == nil {
+			res, err = fn(withTrace(withProgressToken(ctx, req), req), req, scope)
+		}
 		if err != nil {
 			return render(err), nil
 		}

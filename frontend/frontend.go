@@ -244,8 +244,11 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		server.WithRecovery(),
 		server.WithToolHandlerMiddleware(f.keepThroughDrain),
 		server.WithTaskCapabilities(true, true, true), // answered by taskRouter (tasks.go)
+		server.WithToolHandlerMiddleware(f.useWorkspace(stdio)),
 	)
 	f.registerTools(s, stdio)
+	f.registerWorkspaceTools(s, stdio)
+	addWorkspaceArg(s)
 	return s
 }
 

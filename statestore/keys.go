@@ -71,3 +71,12 @@ func (k Keys) Scopes() string { return k.Prefix + "scopes" }
 // Workspace is the string holding where scope's working directory is kept
 // (JSON: wire.Workspace, the holding worker and the snapshot of its files).
 func (k Keys) Workspace(scope string) string { return k.Prefix + "workspace:" + scope }
+
+// Handle is the string holding what a workspace handle names (JSON: the
+// scope, its owner, when it was made). id is a hex digest of the handle and
+// its owner (frontend/handles.go), so a handle alone names no key.
+func (k Keys) Handle(id string) string { return k.Prefix + "handle:" + id }
+
+// ScopeHandle is the string holding the handle of scope's workspace, once
+// it has one.
+func (k Keys) ScopeHandle(scope string) string { return k.Prefix + "scopehandle:" + scope }

@@ -1,0 +1,246 @@
+package frontend
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/base32"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// Workspace handles. A workspace is a session scope: its working directory,
+// code files, runs, job results and environment choice. Its state outlives
+// the MCP session that made it; a handle is how a caller reaches it again
+// from another session, or from sessionless requests: workspace_info
+// returns the handle of the call's workspace, new_workspace makes a fresh
+// one, and any tool called with the argument `workspace` set to a handle
+// works in that workspace.
+//
+// A handle is a random name (wsp_ and 26 characters of base32, 130 bits),
+// and no key: its record is stored under a hash of the handle AND its
+// owner (the caller's tenant and principal, see ownerFrom), so the same
+// handle presented by another principal finds no record and gets exactly
+// the answer of a handle that never existed. Without authentication the
+// owner is the one local principal (stdio), or whatever identifies an
+// unauthenticated HTTP caller (scopeFrom's rules), so there a handle is a
+// bearer secret among the callers of an open server.
+
+// workspaceArg is the argument every tool takes to work in a workspace
+// named by its handle.
+const workspaceArg = "workspace"
+
+// handleRe is the form of every handle new_workspace and workspace_info
+// make: anything else is refused without a look-up.
+var handleRe = regexp.MustCompile(`^wsp_[a-z2-7]{26}$`)
+
+// handleRecord is what a handle names, stored under Keys.Handle.
+type handleRecord struct {
+	Scope     string    `json:"scope"`
+	Tenant    string    `json:"tenant,omitempty"`
+	Principal string    `json:"principal,omitempty"`
+	Created   time.Time `json:"created"`
+}
+
+var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)
+
+// newHandle returns a fresh random handle.
+func newHandle() string {
+	var b [17]byte
+	_, _ = rand.Read(b[:]) // never fails (crypto/rand)
+	return "wsp_" + strings.ToLower(b32.EncodeToString(b[:]))[:26]
+}
+
+type (
+	identityValueKey struct{}
+	workspaceCtxKey  struct{}
+)
+
+// workspaceChoice is a call's workspace as its `workspace` argument named
+// it: the scope it resolved to, or why it did not resolve.
+type workspaceChoice struct {
+	scope string
+	err   error
+}
+
+// ownerFrom is who owns the workspaces a call makes and may reach: the
+// authenticated identity, else (no authentication) the stdio principal or
+// scopeFrom's identification of an HTTP caller.
+func ownerFrom(ctx context.Context, stdio bool) string {
+	switch {
+	case stdio:
+		return "stdio\x00" + StdioScope
+	case ctx.Value(identityKey{}) != nil:
+		return ctx.Value(identityKey{}).(string)
+	case ctx.Value(principalKey{}) != nil:
+		return "header\x00" + ctx.Value(principalKey{}).(string)
+	}
+	return "anonymous"
+}
+
+// handleKey is the state-store key of owner's handle h.
+func (f *Frontend) handleKey(owner, h string) string {
+	return f.cfg.Keys.Handle(digest(owner + "\x00handle\x00" + h))
+}
+
+// useWorkspace is the tool middleware that resolves a call's `workspace`
+// argument, when it has one, to the scope that the tool's handler then
+// gets (callScope). A handle that is malformed, unknown, or another
+// principal's, fails the call before the tool does anything.
+func (f *Frontend) useWorkspace(stdio bool) server.ToolHandlerMiddleware {
+	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+			v, present := req.GetArguments()[workspaceArg]
+			if !present || v == nil || v == "" {
+				return next(ctx, req)
+			}
+			var c workspaceChoice
+			if h, ok := v.(string); ok {
+				c.scope, c.err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), h)
+			} else {
+				c.err = rejected("argument '%s' must be a string: a handle that workspace_info or new_workspace returned", workspaceArg)
+			}
+			return next(context.WithValue(ctx, workspaceCtxKey{}, c), req)
+		}
+	}
+}
+
+// callScope is the scope a tool call works in: the workspace its
+// `workspace` argument named, else its session's (scopeFrom).
+func callScope(ctx context.Context, stdio bool) (string, error) {
+	if c, ok := ctx.Value(workspaceCtxKey{}).(workspaceChoice); ok {
+		return c.scope, c.err
+	}
+	return scopeFrom(ctx, stdio), nil
+}
+
+// unknownWorkspace is the one answer for a handle that names nothing of
+// the caller's, whether it never existed, expired, or is another
+// principal's.
+func unknownWorkspace(h string) *toolError {
+	return rejected("no workspace %s: it was never created for you, or it has expired", h)
+}
+
+// resolveHandle returns the scope of owner's handle h.
+func (f *Frontend) resolveHandle(ctx context.Context, owner, h string) (string, error) {
+	if !handleRe.MatchString(h) {
+		return "", rejected("workspace %q is not a workspace handle (they look like wsp_ and 26 letters and digits, as workspace_info returns)", h)
+	}
+	data, err := f.store.Get(ctx, f.handleKey(owner, h))
+	if errors.Is(err, statestore.ErrNotFound) {
+		return "", unknownWorkspace(h)
+	}
+	if err != nil {
+		return "", internal("cannot read workspace %s: %v; try again", h, err)
+	}
+	var rec handleRecord
+	if err := json.Unmarshal(data, &rec); err != nil || !wire.ValidScope(rec.Scope) {
+		return "", internal("workspace %s has a damaged record", h)
+	}
+	return rec.Scope, nil
+}
+
+// handleOf returns the handle of scope, owned by owner, making one when the
+// scope has none. Two calls at once get the same handle: the scope's
+// handle is written create-only, after the handle's own record, so a
+// handle is never returned before it resolves.
+func (f *Frontend) handleOf(ctx context.Context, owner, scope string) (string, error) {
+	key := f.cfg.Keys.ScopeHandle(scope)
+	if h, err := f.store.Get(ctx, key); err == nil {
+		return string(h), nil
+	} else if !errors.Is(err, statestore.ErrNotFound) {
+		return "", err
+	}
+	h := newHandle()
+	rec := handleRecord{Scope: scope, Created: time.Now().UTC()}
+	if id, ok := ctx.Value(identityValueKey{}).(auth.Identity); ok {
+		rec.Tenant, rec.Principal = id.Tenant, id.Principal
+	}
+	data, _ := json.Marshal(rec)
+	if err := f.store.Set(ctx, f.handleKey(owner, h), data, 0); err != nil {
+		return "", err
+	}
+	won, err := f.store.SetNX(ctx, key, []byte(h), 0)
+	if err != nil || won {
+		return h, err
+	}
+	_ = f.store.Delete(ctx, f.handleKey(owner, h))
+	got, err := f.store.Get(ctx, key)
+	return string(got), err
+}
+
+// WorkspaceResult is the structured content of workspace_info and
+// new_workspace.
+type WorkspaceResult struct {
+	Status    string `json:"status" jsonschema_description:"ok, rejected or internal"`
+	Workspace string `json:"workspace,omitempty" jsonschema_description:"the workspace's handle: pass it as the argument 'workspace' of any tool, from any later session, to work in this workspace"`
+	Message   string `json:"message"`
+}
+
+func workspaceResult(r WorkspaceResult) *mcp.CallToolResult {
+	out := mcp.NewToolResultStructured(r, statusLine(r.Status, r.Message))
+	out.IsError = r.Status != fileStatusOK
+	return out
+}
+
+func workspaceFailure(err error) *mcp.CallToolResult {
+	te := asToolError(err)
+	return workspaceResult(WorkspaceResult{Status: string(te.Status), Message: te.Message})
+}
+
+// registerWorkspaceTools adds workspace_info and new_workspace.
+func (f *Frontend) registerWorkspaceTools(s *server.MCPServer, stdio bool) {
+	s.AddTool(mcp.NewTool("workspace_info",
+		mcp.WithDescription("The handle of this call's workspace (its working directory, code files, runs, results and environment). "+
+			"Keep it: a later session (after a reconnect, or without sessions) passes it as the argument 'workspace' of any tool to work in this workspace again."),
+		mcp.WithOutputSchema[WorkspaceResult](),
+		mcp.WithIdempotentHintAnnotation(true),
+	), handler(stdio, func(ctx context.Context, _ mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+		h, err := f.handleOf(ctx, ownerFrom(ctx, stdio), scope)
+		if err != nil {
+			return nil, internal("cannot record the workspace's handle: %v; try again", err)
+		}
+		return workspaceResult(WorkspaceResult{Status: fileStatusOK, Workspace: h,
+			Message: fmt.Sprintf("workspace %s; pass workspace=%q to any tool to work in it from another session", h, h)}), nil
+	}, workspaceFailure))
+
+	s.AddTool(mcp.NewTool("new_workspace",
+		mcp.WithDescription("Make a new, empty workspace and return its handle; pass it as the argument 'workspace' of any tool to work in it."),
+		mcp.WithOutputSchema[WorkspaceResult](),
+	), handler(stdio, func(ctx context.Context, _ mcp.CallToolRequest, _ string) (*mcp.CallToolResult, error) {
+		owner := ownerFrom(ctx, stdio)
+		scope := "w-" + digest(owner+"\x00workspace\x00"+newHandle())
+		h, err := f.handleOf(ctx, owner, scope)
+		if err != nil {
+			return nil, internal("cannot record the new workspace: %v; try again", err)
+		}
+		return workspaceResult(WorkspaceResult{Status: fileStatusOK, Workspace: h,
+			Message: fmt.Sprintf("new workspace %s; pass workspace=%q to any tool to work in it", h, h)}), nil
+	}, workspaceFailure))
+}
+
+// addWorkspaceArg declares the optional `workspace` argument on every tool
+// of s (useWorkspace reads it).
+func addWorkspaceArg(s *server.MCPServer) {
+	var tools []server.ServerTool
+	for _, t := range s.ListTools() {
+		props := make(map[string]any, len(t.Tool.InputSchema.Properties)+1)
+		for k, v := range t.Tool.InputSchema.Properties {
+			props[k] = v
+		}
+		props[workspaceArg] = map[string]any{"type": "string",
+			"description": "A workspace handle (workspace_info, new_workspace) to work in; default: this session's workspace"}
+		t.Tool.InputSchema.Properties = props
+		tools = append(tools, *t)
+	}
+	s.SetTools(tools...)
+}
