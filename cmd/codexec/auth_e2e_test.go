@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
+	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/frontend/auth"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -92,5 +93,51 @@ func eventually(t *testing.T, connect func() (*client.Client, error)) *client.Cl
 			t.Fatalf("the token file's change was not taken: %v", err)
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// codexec dev --http --auth tokens with real Python: Alice's working
+// directory is reached from a later, sessionless connection by her
+// workspace's handle, and only by her: Bob presenting it is told the
+// workspace does not exist, and his code sees none of her files.
+func TestDevHTTPWorkspaceHandle(t *testing.T) {
+	t.Parallel()
+	alice, lineA, _ := auth.NewToken("acme", "alice")
+	bob, lineB, _ := auth.NewToken("acme", "bob")
+	tokens := filepath.Join(t.TempDir(), "tokens")
+	writeTokens(t, tokens, lineA, lineB)
+	p := startProc(t, codexecEnv("CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t)), os.Args[0],
+		"dev", "--http", "127.0.0.1:0", "--auth", "tokens", "--auth-tokens", tokens)
+	url := p.waitFor(t, urlRe, 2*time.Minute)
+
+	first, err := connectAs(url, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, er := call(t, first, "execute_code", map[string]any{"code": "open('notes.txt', 'w').write('hers')"}); er.Status != "ok" {
+		t.Fatalf("alice's first call: %+v", er)
+	}
+	_, ws := callAs[frontend.WorkspaceResult](t, first, "workspace_info", nil)
+	_ = first.Close()
+
+	later, err := connectAs(url, alice)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = later.Close() })
+	read := map[string]any{"code": "print(open('notes.txt').read())", "workspace": ws.Workspace}
+	if _, er := call(t, later, "execute_code", read); er.Stdout != "hers\n" {
+		t.Fatalf("alice, later, by the handle %q: %+v", ws.Workspace, er)
+	}
+	b, err := connectAs(url, bob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = b.Close() })
+	if _, er := call(t, b, "execute_code", read); er.Status != "rejected" || !strings.Contains(er.Message, "no workspace "+ws.Workspace) {
+		t.Fatalf("bob with alice's handle: %+v", er)
+	}
+	if _, er := call(t, b, "execute_code", map[string]any{"code": "import os; print(os.listdir('.'))"}); er.Stdout != "[]\n" {
+		t.Fatalf("bob's own directory: %+v", er)
 	}
 }
