@@ -144,8 +144,15 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	}
 	withTenant(ctx, job)
 	withTraceContext(ctx, job)
+	if err := f.admitJob(ctx, job); err != nil {
+		f.gpuJobs.done(job.ID) // nothing was queued
+		te := asToolError(err)
+		te.Filename = job.Filename
+		return "", te
+	}
 	if err := f.fair.admit(ctx, job, f.fairShare(adverts), resultGrace); err != nil {
 		f.gpuJobs.done(job.ID) // nothing was queued
+		f.releaseJob(job, true)
 		if ctx.Err() != nil {
 			return fail(wire.StatusInternal, "the call ended before its job was queued: nothing ran")
 		}
@@ -154,6 +161,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	if err := f.submit(ctx, job, record, opts...); err != nil {
 		f.fair.release(job.ID)
 		f.cancelAbandoned(ctx, job) // it may be queued later: it must not run
+		f.releaseJob(job, false)
 		te := asToolError(err)
 		te.Filename = job.Filename
 		return "", te
@@ -227,6 +235,7 @@ const resultGrace = 5 * time.Second
 func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string) (*wire.Result, error) {
 	defer f.fair.release(job.ID)
 	defer f.gpuJobs.done(job.ID)
+	defer func() { f.releaseJob(job, ctx.Err() == nil) }()
 	wctx, cancel := context.WithDeadline(ctx, job.Deadline.Add(resultGrace))
 	defer cancel()
 	if target != "" {

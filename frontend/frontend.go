@@ -17,6 +17,7 @@ import (
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/internal/telemetry"
+	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -87,6 +88,11 @@ type Config struct {
 	// live workers plus a quarter more, at least 2. Negative: no limit,
 	// jobs are queued as they come.
 	FairShare int
+	// Quotas are each tenant's quotas (quotas.go). nil: none.
+	Quotas *quota.Table
+	// WorkspaceTTL is how long a workspace with a handle counts against its
+	// tenant's workspaces quota after its last use. Default 30 days.
+	WorkspaceTTL time.Duration
 	// Keys builds state-store keys. Default prefix statestore.DefaultPrefix.
 	Keys statestore.Keys
 	// Version is reported to clients in the initialize result.
@@ -104,6 +110,7 @@ const (
 	DefaultMaxCodeBytes = 16 << 20
 	DefaultQueueWait    = 2 * time.Minute
 	DefaultAnnounceWait = 6 * time.Second
+	DefaultWorkspaceTTL = 30 * 24 * time.Hour
 )
 
 // WithDefaults returns c with every unset field given its default.
@@ -150,6 +157,9 @@ func (c Config) WithDefaults() Config {
 	if c.Probe == nil {
 		c.Probe = telemetry.NewProbe(c.Logger)
 	}
+	if c.WorkspaceTTL <= 0 {
+		c.WorkspaceTTL = DefaultWorkspaceTTL
+	}
 	if c.CodeFiles.Keys.Prefix == "" {
 		c.CodeFiles.Keys = c.Keys
 	}
@@ -184,6 +194,8 @@ type Frontend struct {
 	fair fairGate
 	// gpuJobs are this frontend's GPU jobs still running (gpu.go).
 	gpuJobs gpuInflight
+	// slots are the jobs holding a place of their tenant's jobs quota (quotas.go).
+	slots quotaSlots
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.

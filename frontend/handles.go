@@ -61,8 +61,7 @@ func newHandle() string {
 }
 
 type (
-	identityValueKey struct{}
-	workspaceCtxKey  struct{}
+	workspaceCtxKey struct{}
 )
 
 // workspaceChoice is a call's workspace as its `workspace` argument named
@@ -146,6 +145,7 @@ func (f *Frontend) resolveHandle(ctx context.Context, owner, h string) (string, 
 	if err := json.Unmarshal(data, &rec); err != nil || !wire.ValidScope(rec.Scope) {
 		return "", internal("workspace %s has a damaged record", h)
 	}
+	f.touchWorkspace(ctx, rec.Scope)
 	return rec.Scope, nil
 }
 
@@ -160,9 +160,12 @@ func (f *Frontend) handleOf(ctx context.Context, owner, scope string) (string, e
 	} else if !errors.Is(err, statestore.ErrNotFound) {
 		return "", err
 	}
+	if err := f.admitWorkspace(ctx, scope); err != nil {
+		return "", err
+	}
 	h := newHandle()
 	rec := handleRecord{Scope: scope, Created: time.Now().UTC()}
-	if id, ok := ctx.Value(identityValueKey{}).(auth.Identity); ok {
+	if id, ok := auth.FromContext(ctx); ok {
 		rec.Tenant, rec.Principal = id.Tenant, id.Principal
 	}
 	data, _ := json.Marshal(rec)

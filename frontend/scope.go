@@ -30,7 +30,6 @@ type (
 // requests.
 func httpContext(ctx context.Context, r *http.Request) context.Context {
 	if id, ok := auth.FromContext(r.Context()); ok {
-		ctx = context.WithValue(ctx, identityValueKey{}, id)
 		return context.WithValue(ctx, identityKey{}, identityPart(id))
 	}
 	if a := strings.TrimSpace(r.Header.Get("Authorization")); a != "" {

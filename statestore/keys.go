@@ -77,6 +77,10 @@ func (k Keys) Workspace(scope string) string { return k.Prefix + "workspace:" + 
 // its owner (frontend/handles.go), so a handle alone names no key.
 func (k Keys) Handle(id string) string { return k.Prefix + "handle:" + id }
 
+// Quota is the presence set (Store's Admitter) of quota name of a tenant:
+// tenant is a hex digest of the tenant's name (frontend/quotas.go).
+func (k Keys) Quota(name, tenant string) string { return k.Prefix + "quota:" + name + ":" + tenant }
+
 // ScopeHandle is the string holding the handle of scope's workspace, once
 // it has one.
 func (k Keys) ScopeHandle(scope string) string { return k.Prefix + "scopehandle:" + scope }

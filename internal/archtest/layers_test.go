@@ -35,6 +35,7 @@ var layers = map[string]int{
 	"worker/gpu":                 1,
 	"frontend/auth":              1,
 	"internal/telemetry":         1, // metrics and health endpoints; imports nothing of ours
+	"frontend/quota":             1,
 
 	// 2: what the roles are built from.
 	"broker":        2,
