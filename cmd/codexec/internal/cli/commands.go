@@ -64,6 +64,9 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 			return err
 		}
 	}
+	if ff.quotaTable, err = ff.quotas(log); err != nil {
+		return err
+	}
 	if err := applyLegacyEnv(&wf); err != nil {
 		return flagenv.UsageError{Err: err}
 	}
@@ -238,6 +241,9 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		if access, err = ff.access.policy(ctx, addr, log); err != nil {
 			return err
 		}
+	}
+	if ff.quotaTable, err = ff.quotas(log); err != nil {
+		return err
 	}
 	b, st, closeAll, err := cf.open(ctx, "codexec-frontend", log)
 	if err != nil {

@@ -24,6 +24,7 @@ import (
 	"github.com/codexec/codexec/envcache"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
@@ -49,6 +50,9 @@ type frontendFlags struct {
 	allowURLReqs bool
 	access       accessFlags
 	fairShare    int
+	quotaFlag    string
+	quotaFile    string
+	quotaTable   *quota.Table
 	// filesMirror is set by dev only: see codefiles.Config.MirrorDir.
 	filesMirror string
 }
@@ -68,6 +72,9 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 		"most one session keeps in the state store: its code files plus each distinct code of its runs (older runs are dropped to make room)")
 	f.Int(&ff.fairShare, "fair-share", "CODEXEC_FAIR_SHARE", 0,
 		"most jobs of one tenant (of one session, without authentication) the frontend lets into the queue at once, the rest wait their turn (0: the slots of the pool's live workers plus a quarter more, at least 2; -1: no limit)")
+	f.String(&ff.quotaFlag, "quota", "CODEXEC_QUOTA", "",
+		"every tenant's quotas, held across all frontends: comma-separated name=N of jobs (queued or running at once), jobs_per_minute, builds_per_hour, workspaces (0 or absent: no limit)")
+	f.String(&ff.quotaFile, "quota-file", "CODEXEC_QUOTA_FILE", "", "file of per-tenant quotas, lines 'TENANT name=N ...' overriding --quota, read again when it changes")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	ff.access.register(f)
 }
@@ -81,8 +88,20 @@ func (ff *frontendFlags) config(pool string, access auth.Policy, log *slog.Logge
 			MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
 			MaxSessionBytes: ff.maxSession, MirrorDir: ff.filesMirror,
 		},
-		AllowURLRequirements: ff.allowURLReqs, FairShare: ff.fairShare,
+		AllowURLRequirements: ff.allowURLReqs, FairShare: ff.fairShare, Quotas: ff.quotaTable,
 	}
+}
+
+// quotas reads --quota and --quota-file; nil when neither is set.
+func (ff *frontendFlags) quotas(log *slog.Logger) (*quota.Table, error) {
+	if ff.quotaFlag == "" && ff.quotaFile == "" {
+		return nil, nil
+	}
+	l, err := quota.ParseLimits(ff.quotaFlag)
+	if err != nil {
+		return nil, flagenv.UsageError{Err: fmt.Errorf("--quota: %w", err)}
+	}
+	return quota.NewTable(l, ff.quotaFile, log)
 }
 
 // workerFlags are the settings of a worker, shared by dev and worker.
