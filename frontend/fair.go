@@ -64,11 +64,11 @@ func fairKeys(job *wire.Job) (tenant, scope string) {
 	return "s/" + job.Scope, job.Scope
 }
 
-// withTenant sets job's tenant, unless set, to the tenant of the caller's
+// withTenant sets job's tenant (and principal), unless set, to the caller's
 // credentials (none on stdio, or over HTTP without authentication).
 func withTenant(ctx context.Context, job *wire.Job) {
 	if id, ok := auth.FromContext(ctx); ok && job.Tenant == "" {
-		job.Tenant = id.Tenant
+		job.Tenant, job.Principal = id.Tenant, id.Principal
 	}
 }
 

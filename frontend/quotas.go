@@ -85,7 +85,7 @@ func (f *Frontend) admitQuota(ctx context.Context, name, tenant, member string, 
 	if limit <= 0 || !ok {
 		return "", 0, statestore.Admission{Admitted: true}, nil
 	}
-	set := f.cfg.Keys.Quota(name, digest(tenant))
+	set := f.cfg.Keys.Quota(name, wire.TenantKey(tenant))
 	adm, err := a.Admit(ctx, set, member, nil, limit, ttl)
 	if err != nil {
 		f.log.Warn("quota not enforced: the state store did not answer", "quota", name, "tenant", tenant, "err", err)
@@ -183,7 +183,7 @@ func (f *Frontend) touchWorkspace(ctx context.Context, scope string) {
 	if f.cfg.Quotas.For(tenant, quota.Workspaces) <= 0 {
 		return
 	}
-	if err := f.store.Touch(ctx, f.cfg.Keys.Quota(quota.Workspaces, digest(tenant)), scope, nil, f.cfg.WorkspaceTTL); err != nil && !errors.Is(err, context.Canceled) {
+	if err := f.store.Touch(ctx, f.cfg.Keys.Quota(quota.Workspaces, wire.TenantKey(tenant)), scope, nil, f.cfg.WorkspaceTTL); err != nil && !errors.Is(err, context.Canceled) {
 		f.log.Warn("workspace quota not renewed", "err", err)
 	}
 }

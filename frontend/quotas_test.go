@@ -156,7 +156,7 @@ func waitQuotaMembers(t *testing.T, f *Frontend, name, tenant string, n int) {
 	t.Helper()
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		m, err := f.store.Members(t.Context(), f.cfg.Keys.Quota(name, digest(tenant)))
+		m, err := f.store.Members(t.Context(), f.cfg.Keys.Quota(name, wire.TenantKey(tenant)))
 		if err != nil {
 			t.Fatal(err)
 		}

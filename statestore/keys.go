@@ -81,6 +81,15 @@ func (k Keys) Handle(id string) string { return k.Prefix + "handle:" + id }
 // tenant is a hex digest of the tenant's name (frontend/quotas.go).
 func (k Keys) Quota(name, tenant string) string { return k.Prefix + "quota:" + name + ":" + tenant }
 
+// Audit is the string of one tenant's audit records of one day (JSON
+// Lines, appended): tenant is a hex digest of the tenant's name, day is
+// YYYYMMDD in UTC (wire/audit.go).
+func (k Keys) Audit(tenant, day string) string { return k.Prefix + "audit:" + tenant + ":" + day }
+
+// AuditTenants is the hash of the tenants with audit records: digest →
+// the tenant's name.
+func (k Keys) AuditTenants() string { return k.Prefix + "audittenants" }
+
 // ScopeHandle is the string holding the handle of scope's workspace, once
 // it has one.
 func (k Keys) ScopeHandle(scope string) string { return k.Prefix + "scopehandle:" + scope }

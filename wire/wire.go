@@ -73,6 +73,8 @@ type Job struct {
 	// a tenant (frontend/fair.go); a job without a tenant is its scope's
 	// own tenant. Workers do not read it.
 	Tenant string `json:"tenant,omitempty"`
+	// Principal is who, within Tenant, sent the job (for the audit log).
+	Principal string `json:"principal,omitempty"`
 	// Code is the Python source. Empty when CodeRef is set.
 	Code string `json:"code,omitempty"`
 	// CodeRef names a blob in the object store that holds the code, used when
@@ -203,6 +205,11 @@ type Result struct {
 	Data json.RawMessage `json:"data,omitempty"`
 	// GPU says which GPUs ran a job that asked for some.
 	GPU *GPUUsage `json:"gpu,omitempty"`
+	// Tenant, Principal and CodeSHA256 are the job's, for the audit
+	// (wire/audit.go): who ran what.
+	Tenant     string `json:"tenant,omitempty"`
+	Principal  string `json:"principal,omitempty"`
+	CodeSHA256 string `json:"code_sha256,omitempty"`
 }
 
 // DefaultMaxTimeout is the largest wall-clock limit of a job (TimeoutMS)

@@ -36,6 +36,8 @@ type Worker struct {
 	broker *broker.Broker
 	store  statestore.Store
 	log    *slog.Logger
+	// auditTenants are the tenants whose audit key is known recorded (audit.go).
+	auditTenants sync.Map
 
 	python     string // the default environment's interpreter
 	venvDir    string
@@ -449,6 +451,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	}
 	tRan := time.Now()
 	observeJob(job, res, tStart)
+	stampAudit(job, res)
 	if err := w.storeResultHeld(ctx, res, log); err != nil {
 		log.Error("store result failed; the job will be redelivered", "err", err)
 		claim.release(log)
@@ -459,6 +462,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	if err := d.Ack(); err != nil {
 		log.Warn("ack failed; the stored result will answer a redelivery", "err", err)
 	}
+	w.audit(ctx, job, res, log)
 	if log.Enabled(ctx, slog.LevelDebug) {
 		logStages(log, job, res, tStart, tRan, tStored, time.Now())
 	}

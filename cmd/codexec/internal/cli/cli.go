@@ -38,6 +38,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runStatus(ctx, args[1:], stdout, stderr)
 	case "token":
 		err = runToken(args[1:], stdout, stderr)
+	case "admin":
+		err = runAdmin(ctx, args[1:], stdout, stderr)
 	case "version", "--version", "-version":
 		fmt.Fprintln(stdout, "codexec", Version())
 		return 0
@@ -75,6 +77,7 @@ Usage:
   codexec export [flags]     write sessions' code files and recorded runs as plain files (--out DIR)
   codexec status [flags]     the cluster at a glance: workers, queues, jobs per second (--watch, --json)
   codexec token [flags]      print a new API token and its line for the --auth-tokens file
+  codexec admin audit|...    operator's commands: tenants' audit records as JSON Lines
   codexec version            print the version
 
 Run "codexec <command> -h" for a command's flags. Every flag can also be set

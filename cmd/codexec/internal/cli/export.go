@@ -5,12 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"os"
-	"path/filepath"
 
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/codefiles"
-	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -34,39 +31,9 @@ func runExport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if session != "" && !wire.ValidScope(session) {
 		return flagenv.UsageError{Err: fmt.Errorf("invalid --session %q: session scopes are lower-case letters, digits and '-'", session)}
 	}
-	// A flag on the command line wins over the environment: a machine may
-	// have both CODEXEC_REDIS_URL and CODEXEC_DATA_DIR set.
-	switch {
-	case f.Given("redis") && f.Given("data-dir"):
-		return flagenv.UsageError{Err: errors.New("give --redis or --data-dir, not both")}
-	case f.Given("redis"):
-		dataDir = ""
-	case f.Given("data-dir"):
-		redisURL = ""
-	case redisURL != "" && dataDir != "":
-		return flagenv.UsageError{Err: errors.New("both $CODEXEC_REDIS_URL and $CODEXEC_DATA_DIR are set: say which store to read with --redis or --data-dir")}
-	case redisURL == "" && dataDir == "":
-		dataDir = defaultDataDir()
-	}
-
-	var st statestore.Store
-	var from string
-	if redisURL != "" {
-		s, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: redisURL})
-		if err != nil {
-			return fmt.Errorf("redis at %s: %w", redactURL(redisURL), err)
-		}
-		st, from = s, redactURL(redisURL)
-	} else {
-		path := filepath.Join(dataDir, "state.db")
-		if _, err := os.Stat(path); err != nil {
-			return fmt.Errorf("no state of codexec dev at %s: %w", path, err)
-		}
-		s, err := statestore.OpenBolt(path)
-		if err != nil {
-			return err
-		}
-		st, from = s, path
+	st, from, err := openStateStore(ctx, f, redisURL, dataDir)
+	if err != nil {
+		return err
 	}
 	defer st.Close()
 
