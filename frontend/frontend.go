@@ -196,6 +196,10 @@ type Frontend struct {
 	gpuJobs gpuInflight
 	// slots are the jobs holding a place of their tenant's jobs quota (quotas.go).
 	slots quotaSlots
+	// revocations are the operator's, as last read (revoke.go).
+	revocations revocations
+	// owners are the scopes whose owner this frontend recorded (owners.go).
+	owners ownersNoted
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.
@@ -294,7 +298,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 	)
 	f.bodies = newBodyLimit(f.taskHTTP(srv, h), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", f.bodies)
+	mux.Handle("/mcp", f.refuseRevoked(f.bodies))
 	f.mountProbe(mux)
 	return f.cfg.Access.Handler(mux, "/mcp"), h
 }

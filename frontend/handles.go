@@ -98,19 +98,26 @@ func (f *Frontend) handleKey(owner, h string) string {
 func (f *Frontend) useWorkspace(stdio bool) server.ToolHandlerMiddleware {
 	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			v, present := req.GetArguments()[workspaceArg]
-			if !present || v == nil || v == "" {
-				return next(ctx, req)
-			}
 			var c workspaceChoice
-			if h, ok := v.(string); ok {
-				c.scope, c.err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), h)
-			} else {
+			switch v, present := req.GetArguments()[workspaceArg]; {
+			case !present || v == nil || v == "":
+				c.scope = scopeFrom(ctx, stdio)
+			case isString(v):
+				c.scope, c.err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), v.(string))
+			default:
 				c.err = rejected("argument '%s' must be a string: a handle that workspace_info or new_workspace returned", workspaceArg)
+			}
+			if c.err == nil {
+				f.noteOwner(ctx, c.scope)
 			}
 			return next(context.WithValue(ctx, workspaceCtxKey{}, c), req)
 		}
 	}
+}
+
+func isString(v any) bool {
+	_, ok := v.(string)
+	return ok
 }
 
 // callScope is the scope a tool call works in: the workspace its
@@ -149,14 +156,22 @@ func (f *Frontend) resolveHandle(ctx context.Context, owner, h string) (string, 
 	return rec.Scope, nil
 }
 
+// scopeHandle is the value of Keys.ScopeHandle: the handle, and the id of
+// its record's key (which names the owner, so that the collector, who
+// knows no owner, can delete it).
+type scopeHandle struct {
+	Handle string `json:"handle"`
+	Key    string `json:"key"`
+}
+
 // handleOf returns the handle of scope, owned by owner, making one when the
 // scope has none. Two calls at once get the same handle: the scope's
 // handle is written create-only, after the handle's own record, so a
 // handle is never returned before it resolves.
 func (f *Frontend) handleOf(ctx context.Context, owner, scope string) (string, error) {
 	key := f.cfg.Keys.ScopeHandle(scope)
-	if h, err := f.store.Get(ctx, key); err == nil {
-		return string(h), nil
+	if h, err := f.readScopeHandle(ctx, key); err == nil {
+		return h.Handle, nil
 	} else if !errors.Is(err, statestore.ErrNotFound) {
 		return "", err
 	}
@@ -169,16 +184,31 @@ func (f *Frontend) handleOf(ctx context.Context, owner, scope string) (string, e
 		rec.Tenant, rec.Principal = id.Tenant, id.Principal
 	}
 	data, _ := json.Marshal(rec)
-	if err := f.store.Set(ctx, f.handleKey(owner, h), data, 0); err != nil {
+	hkey := f.handleKey(owner, h)
+	if err := f.store.Set(ctx, hkey, data, 0); err != nil {
 		return "", err
 	}
-	won, err := f.store.SetNX(ctx, key, []byte(h), 0)
+	sh, _ := json.Marshal(scopeHandle{Handle: h, Key: strings.TrimPrefix(hkey, f.cfg.Keys.Handle(""))})
+	won, err := f.store.SetNX(ctx, key, sh, 0)
 	if err != nil || won {
 		return h, err
 	}
-	_ = f.store.Delete(ctx, f.handleKey(owner, h))
-	got, err := f.store.Get(ctx, key)
-	return string(got), err
+	_ = f.store.Delete(ctx, hkey)
+	got, err := f.readScopeHandle(ctx, key)
+	return got.Handle, err
+}
+
+// readScopeHandle reads the value of Keys.ScopeHandle at key.
+func (f *Frontend) readScopeHandle(ctx context.Context, key string) (scopeHandle, error) {
+	var sh scopeHandle
+	data, err := f.store.Get(ctx, key)
+	if err != nil {
+		return sh, err
+	}
+	if err := json.Unmarshal(data, &sh); err != nil || !handleRe.MatchString(sh.Handle) {
+		return sh, fmt.Errorf("the handle record of a workspace is damaged")
+	}
+	return sh, nil
 }
 
 // WorkspaceResult is the structured content of workspace_info and

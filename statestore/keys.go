@@ -90,6 +90,18 @@ func (k Keys) Audit(tenant, day string) string { return k.Prefix + "audit:" + te
 // the tenant's name.
 func (k Keys) AuditTenants() string { return k.Prefix + "audittenants" }
 
+// Revoked is the hash of revoked credentials: field a JSON array
+// [tenant, principal] (principal "" for the whole tenant), value when.
+func (k Keys) Revoked() string { return k.Prefix + "revoked" }
+
+// ScopeOwner is the string holding whose scope is and when a frontend
+// first served it (JSON, frontend/owners.go); ScopeOwners indexes those
+// strings (scope → "1"), since the Store has no key scan.
+func (k Keys) ScopeOwner(scope string) string { return k.Prefix + "owner:" + scope }
+
+// ScopeOwners is the index of ScopeOwner records.
+func (k Keys) ScopeOwners() string { return k.Prefix + "owners" }
+
 // ScopeHandle is the string holding the handle of scope's workspace, once
 // it has one.
 func (k Keys) ScopeHandle(scope string) string { return k.Prefix + "scopehandle:" + scope }
