@@ -23,6 +23,12 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 	switch args[0] {
 	case "audit":
 		return runAudit(ctx, args[1:], stdout, stderr)
+	case "usage":
+		return runUsage(ctx, args[1:], stdout, stderr)
+	case "gc":
+		return runGC(ctx, args[1:], stdout, stderr)
+	case "revoke":
+		return runRevoke(ctx, args[1:], stdout, stderr)
 	case "help", "-h", "--help", "-help":
 		fmt.Fprint(stdout, adminUsage)
 		return nil
@@ -33,6 +39,9 @@ func runAdmin(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 
 const adminUsage = `Usage:
   codexec admin audit [flags]   write tenants' audit records (one per job) as JSON Lines
+  codexec admin usage [flags]   what each tenant and workspace keeps in the state store
+  codexec admin gc [flags]      remove the workspaces unused for --older-than, now
+  codexec admin revoke [flags]  refuse a tenant's or a principal's calls on every frontend (--undo lifts it)
 
 Run "codexec admin <command> -h" for a command's flags.
 `

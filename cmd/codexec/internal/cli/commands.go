@@ -121,6 +121,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if err != nil {
 		return flagenv.UsageError{Err: err}
 	}
+	defer ff.collectEvery(ctx, st, log)()
 	log.Info("codexec dev ready", "data_dir", dataDir, "version", Version())
 	return serveFrontend(ctx, fe, ff.http, stdin, stdout, log, grace)
 }
@@ -261,6 +262,7 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	}
 	defer stopMetrics()
+	defer ff.collectEvery(ctx, st, log)()
 	return serveFrontend(ctx, fe, addr, stdin, stdout, log, cf.grace)
 }
 

@@ -53,6 +53,8 @@ type frontendFlags struct {
 	quotaFlag    string
 	quotaFile    string
 	quotaTable   *quota.Table
+	workspaceTTL time.Duration
+	gcEvery      time.Duration
 	// filesMirror is set by dev only: see codefiles.Config.MirrorDir.
 	filesMirror string
 }
@@ -75,6 +77,9 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.String(&ff.quotaFlag, "quota", "CODEXEC_QUOTA", "",
 		"every tenant's quotas, held across all frontends: comma-separated name=N of jobs (queued or running at once), jobs_per_minute, builds_per_hour, workspaces (0 or absent: no limit)")
 	f.String(&ff.quotaFile, "quota-file", "CODEXEC_QUOTA_FILE", "", "file of per-tenant quotas, lines 'TENANT name=N ...' overriding --quota, read again when it changes")
+	f.Duration(&ff.workspaceTTL, "workspace-ttl", "CODEXEC_WORKSPACE_TTL", frontend.DefaultWorkspaceTTL,
+		"a workspace unused for this long expires: the collector removes its code files, runs, environment choice and handle")
+	f.Duration(&ff.gcEvery, "gc-every", "CODEXEC_GC_EVERY", time.Hour, "how often the frontend collects expired workspaces (0: never; codexec admin gc collects on demand)")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	ff.access.register(f)
 }
@@ -88,7 +93,7 @@ func (ff *frontendFlags) config(pool string, access auth.Policy, log *slog.Logge
 			MaxFileBytes: ff.maxFile, MaxFiles: ff.maxFiles, RunHistory: ff.runHistory, RunRetention: ff.runKeep,
 			MaxSessionBytes: ff.maxSession, MirrorDir: ff.filesMirror,
 		},
-		AllowURLRequirements: ff.allowURLReqs, FairShare: ff.fairShare, Quotas: ff.quotaTable,
+		AllowURLRequirements: ff.allowURLReqs, FairShare: ff.fairShare, Quotas: ff.quotaTable, WorkspaceTTL: ff.workspaceTTL,
 	}
 }
 
