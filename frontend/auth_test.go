@@ -38,7 +38,7 @@ type authFixture struct {
 	tokens map[string]string // principal → token
 }
 
-func startAuthHTTP(t *testing.T) *authFixture {
+func startAuthHTTP(t testing.TB) *authFixture {
 	t.Helper()
 	e := brokertest.StartNATS(t)
 	b := brokertest.Open(t, e, broker.Config{})
@@ -70,7 +70,7 @@ func startAuthHTTP(t *testing.T) *authFixture {
 }
 
 // startJWTHTTP is startAuthHTTP accepting the JWTs of is instead.
-func startJWTHTTP(t *testing.T, is *authtest.Issuer) *authFixture {
+func startJWTHTTP(t testing.TB, is *authtest.Issuer) *authFixture {
 	t.Helper()
 	e := brokertest.StartNATS(t)
 	b := brokertest.Open(t, e, broker.Config{})
@@ -88,7 +88,7 @@ func startJWTHTTP(t *testing.T, is *authtest.Issuer) *authFixture {
 	return fx
 }
 
-func (fx *authFixture) serve(t *testing.T, st statestore.Store, a auth.Authenticator) {
+func (fx *authFixture) serve(t testing.TB, st statestore.Store, a auth.Authenticator) {
 	t.Helper()
 	f, err := New(Config{Access: auth.Policy{Authenticator: a, Loopback: true}}, fx.b, st)
 	if err != nil {
@@ -108,12 +108,12 @@ func (fx *authFixture) serve(t *testing.T, st statestore.Store, a auth.Authentic
 // connect opens an MCP session with these credentials, of the latest
 // (sessionless) protocol revision; with session set, it presents that
 // session id instead of initializing one.
-func (fx *authFixture) connect(t *testing.T, token, session string) (*client.Client, error) {
+func (fx *authFixture) connect(t testing.TB, token, session string) (*client.Client, error) {
 	return fx.connectVersion(t, mcp.LATEST_PROTOCOL_VERSION, token, session)
 }
 
 // connectVersion is connect with the protocol revision to initialize.
-func (fx *authFixture) connectVersion(t *testing.T, version, token, session string) (*client.Client, error) {
+func (fx *authFixture) connectVersion(t testing.TB, version, token, session string) (*client.Client, error) {
 	t.Helper()
 	opts := []transport.StreamableHTTPCOption{}
 	if token != "" {
