@@ -79,7 +79,7 @@ func BenchmarkFrontendMemoryWorkspaces(b *testing.B) {
 		sessions := liveHeap()
 		b.Logf("%d workspaces of as many sessions: %d bytes more live heap", n, sessions-base)
 		for i := range n {
-			rawPost(b, fx.url, token, "", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"new_workspace","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"%s"}}}`, i+2, mcp.LATEST_PROTOCOL_VERSION))
+			rawPost(b, fx.url, token, "", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"new_workspace","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"%s","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mem","version":"0"}}}}`, i+2, mcp.LATEST_PROTOCOL_VERSION))
 		}
 		sessionless := liveHeap()
 		b.ReportMetric(float64(sessions-base)/n, "B/session-workspace")
