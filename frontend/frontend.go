@@ -200,6 +200,8 @@ type Frontend struct {
 	revocations revocations
 	// owners are the scopes whose owner this frontend recorded (owners.go).
 	owners ownersNoted
+	// awaiting are the jobs this frontend's calls wait for (revoke.go).
+	awaiting awaited
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.

@@ -97,7 +97,13 @@ func (f *Frontend) admitQuota(ctx context.Context, name, tenant, member string, 
 // admitJob checks job against its tenant's job quotas (jobs_per_minute,
 // builds_per_hour for a build, jobs) and takes its places; refused, it
 // gives back those taken and returns the error naming the quota.
-func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) error {
+func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) (err error) {
+	f.awaiting.add(job)
+	defer func() {
+		if err != nil {
+			f.awaiting.remove(job.ID)
+		}
+	}()
 	if f.cfg.Quotas == nil {
 		return nil
 	}
@@ -146,6 +152,7 @@ func jobSettledBy(job *wire.Job) time.Time {
 // at once when its result came or it can no longer come (done), else once
 // the result comes or the job cannot run any more, in the background.
 func (f *Frontend) releaseJob(job *wire.Job, done bool) {
+	f.awaiting.remove(job.ID)
 	set, ok := f.slots.take(job.ID)
 	if !ok {
 		return

@@ -65,3 +65,43 @@ func TestHTTPRevoked(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// Revoking a principal cancels the jobs of its calls that the frontend
+// still waits for (a queued job is marked cancelled, so no worker runs
+// it), and not another principal's.
+func TestRevokedPrincipalsJobsCancelled(t *testing.T) {
+	t.Parallel()
+	fx := startAuthHTTP(t)
+	ctx := t.Context()
+	alice, err := fx.connect(t, fx.tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bob, err := fx.connect(t, fx.tokens["bob"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	hers, his := fx.pending(t, alice), fx.pending(t, bob)
+	watch, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); fx.f.WatchRevocations(watch) }()
+	t.Cleanup(func() { stop(); <-done })
+
+	marked := make(chan struct{})
+	stopWatch, err := fx.b.WatchCancel(hers, func() { close(marked) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stopWatch()
+	if err := fx.f.store.HSet(ctx, fx.f.cfg.Keys.Revoked(), RevokedField("acme", "alice"), []byte("now")); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-marked:
+	case <-time.After(30 * time.Second):
+		t.Fatal("alice's job was not cancelled after her revocation")
+	}
+	if c, err := fx.b.JobCancelled(ctx, his); err != nil || c {
+		t.Fatalf("bob's job cancelled: %v, %v", c, err)
+	}
+}

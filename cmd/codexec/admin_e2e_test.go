@@ -39,7 +39,7 @@ func TestClusterAdminUsageRevokeGC(t *testing.T) {
 		t.Fatalf("admin usage:\n%s", out)
 	}
 
-	if out := admin("revoke", "--tenant", "acme", "--principal", "alice"); !strings.Contains(out, "revoked") || !strings.Contains(out, "Not stopped") {
+	if out := admin("revoke", "--tenant", "acme", "--principal", "alice"); !strings.Contains(out, "revoked") || !strings.Contains(out, "cancels the jobs") {
 		t.Fatalf("admin revoke:\n%s", out)
 	}
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(100 * time.Millisecond) {

@@ -12,9 +12,8 @@ import (
 
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
 	"github.com/codexec/codexec/frontend"
-	"github.com/codexec/codexec/frontend/quota"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/statestore"
-	"github.com/codexec/codexec/wire"
 )
 
 var adminKeys = statestore.Keys{Prefix: statestore.DefaultPrefix}
@@ -154,14 +153,8 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := st.HSet(ctx, adminKeys.Revoked(), field, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s revoked: every frontend refuses its requests (403) within a second.\n", who)
-	jobs, err := st.Members(ctx, adminKeys.Quota(quota.Jobs, wire.TenantKey(tenant)))
-	switch {
-	case err == nil && len(jobs) > 0:
-		fmt.Fprintf(stdout, "Not stopped: the tenant's %d jobs queued or running run to their end (at most their timeout); codexec cannot stop a job yet.\n", len(jobs))
-	default:
-		fmt.Fprintln(stdout, "Not stopped: jobs of the tenant already queued or running run to their end (at most their timeout); codexec cannot stop a job yet (with a jobs quota set, this command counts them).")
-	}
+	fmt.Fprintf(stdout, "%s revoked: every frontend refuses its requests (403) within a second, and cancels the jobs its calls still wait for.\n", who)
+	fmt.Fprintln(stdout, "Not stopped: a job no call waits for any more (its frontend stopped before the result) runs to its end, at most its timeout.")
 	return nil
 }
 
@@ -192,5 +185,17 @@ func (ff *frontendFlags) collectEvery(ctx context.Context, st statestore.Store, 
 			}
 		}
 	}()
+	return func() { cancel(); <-done }
+}
+
+// watchRevocations runs fe.WatchRevocations, with authentication only,
+// until ctx ends or the returned stop is called.
+func watchRevocations(ctx context.Context, fe *frontend.Frontend, access auth.Policy) (stop func()) {
+	if access.Authenticator == nil {
+		return func() {}
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); fe.WatchRevocations(ctx) }()
 	return func() { cancel(); <-done }
 }

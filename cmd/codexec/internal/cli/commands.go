@@ -122,6 +122,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return flagenv.UsageError{Err: err}
 	}
 	defer ff.collectEvery(ctx, st, log)()
+	defer watchRevocations(ctx, fe, access)()
 	log.Info("codexec dev ready", "data_dir", dataDir, "version", Version())
 	return serveFrontend(ctx, fe, ff.http, stdin, stdout, log, grace)
 }
@@ -263,6 +264,7 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	}
 	defer stopMetrics()
 	defer ff.collectEvery(ctx, st, log)()
+	defer watchRevocations(ctx, fe, access)()
 	return serveFrontend(ctx, fe, addr, stdin, stdout, log, cf.grace)
 }
 
