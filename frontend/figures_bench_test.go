@@ -60,7 +60,7 @@ func BenchmarkHTTPCallAuth(b *testing.B) {
 // BenchmarkFrontendMemoryWorkspaces is the frontend's heap with 10,000
 // workspaces, each made by a session of its own (initialize, then
 // workspace_info, over raw HTTP, the session left open) and then 10,000
-// more made sessionless (new_workspace): the live heap after a collection,
+// more made sessionless (new_workspace, through one mcp-go client): the live heap after a collection,
 // before and after, per workspace.
 //
 //	go test -run '^$' -bench FrontendMemoryWorkspaces -benchtime 1x ./frontend
@@ -78,8 +78,16 @@ func BenchmarkFrontendMemoryWorkspaces(b *testing.B) {
 		}
 		sessions := liveHeap()
 		b.Logf("%d workspaces of as many sessions: %d bytes more live heap", n, sessions-base)
-		for i := range n {
-			rawPost(b, fx.url, token, "", fmt.Sprintf(`{"jsonrpc":"2.0","id":%d,"method":"tools/call","params":{"name":"new_workspace","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"%s","io.modelcontextprotocol/clientCapabilities":{},"io.modelcontextprotocol/clientInfo":{"name":"mem","version":"0"}}}}`, i+2, mcp.LATEST_PROTOCOL_VERSION))
+		c, err := fx.connect(b, token, "") // one sessionless client, whose own state does not grow
+		if err != nil {
+			b.Fatal(err)
+		}
+		req := mcp.CallToolRequest{}
+		req.Params.Name = "new_workspace"
+		for range n {
+			if res, err := c.CallTool(context.Background(), req); err != nil || res.IsError {
+				b.Fatalf("new_workspace: %v %v", res, err)
+			}
 		}
 		sessionless := liveHeap()
 		b.ReportMetric(float64(sessions-base)/n, "B/session-workspace")
@@ -107,8 +115,6 @@ func rawPost(tb testing.TB, url, token, session, body string) string {
 	req.Header.Set("Authorization", "Bearer "+token)
 	if session != "" {
 		req.Header.Set("Mcp-Session-Id", session)
-	} else if !strings.Contains(body, `"initialize"`) {
-		req.Header.Set("Mcp-Protocol-Version", mcp.LATEST_PROTOCOL_VERSION) // sessionless
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

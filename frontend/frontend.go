@@ -251,7 +251,9 @@ session's code files and its recent runs; read_code_file with a job_id shows the
 Packages: install_dependencies installs packages for this session (a new environment, built in
 seconds and cached; the session switches to it), check_installed_packages checks names or import
 names, configure_environment picks an existing environment or a Python version and package set,
-get_environment_config shows the current one.`
+get_environment_config shows the current one.
+Workspaces: workspace_info returns this session's workspace handle; pass it as the argument
+workspace of any tool from a later session to reach the same files, runs and environment.`
 
 // MCPServer builds the MCP server with every tool registered. stdio says
 // whether it will be served on stdio (one session) or over HTTP.
