@@ -152,13 +152,14 @@ def _threads():
 
 
 class _Job:
-    __slots__ = ('id', 'sock', 'done', 'net')
+    __slots__ = ('id', 'sock', 'done', 'net', 'context')
 
-    def __init__(self, jid, sock, net):
+    def __init__(self, jid, sock, net, context=False):
         self.id = jid
         self.sock = sock  # the socket the job went on (A reports on it), until it closes
         self.done = False  # the worker was told how it ended
         self.net = net  # the key of the session network namespace it joined, or None
+        self.context = context  # a context's interpreter: lives between calls, mostly idle
 
 
 # How long a session's network namespace stays open with no job of the
@@ -266,8 +267,10 @@ class _Zygote:
                     self.report(fd)
 
     def idle(self):
+        # A context waits for its next call most of its life: it does not
+        # keep the zygote from preparing spares.
         for job in self.jobs.values():
-            if not job.done:
+            if not job.done and not job.context:
                 return False
         return True
 
@@ -415,12 +418,12 @@ class _Zygote:
                 return
             fds = list(fds) + [netfd]
         try:
-            self.hand_over(jid, msg, fds, net)
+            self.hand_over(jid, msg, fds, net, req.get('context') is True)
         finally:
             if net is None and netfd is not None:
                 os.close(netfd)  # the job's own: the job holds it now
 
-    def hand_over(self, jid, msg, fds, net):
+    def hand_over(self, jid, msg, fds, net, context=False):
         for _ in range(2):
             spare = self.spares.pop(0) if self.spares else self.fork_spare()
             if spare is None:
@@ -443,7 +446,7 @@ class _Zygote:
             _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
             return
         sock.setblocking(False)
-        self.jobs[pid] = _Job(jid, sock, net)
+        self.jobs[pid] = _Job(jid, sock, net, context)
         self.by_fd[sock.fileno()] = pid
         self.poller.register(sock.fileno(), select.POLLIN)
 

@@ -46,6 +46,9 @@ type zygoteRequest struct {
 	Env     []string     `json:"env"`
 	Rlimits [][3]int64   `json:"rlimits,omitempty"`
 	Confine *Confinement `json:"confine,omitempty"`
+	// Context says the job is a context's interpreter (Interp): the
+	// zygote prepares spares while it waits between calls.
+	Context bool `json:"context,omitempty"`
 }
 
 // zygoteKill asks the zygote to SIGKILL the process group of job ID.

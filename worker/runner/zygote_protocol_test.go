@@ -239,6 +239,7 @@ func TestZygoteProtocolGo(t *testing.T) {
 	full := zygoteRequest{
 		Op: opRun, ID: 1, Script: "/s/job.py", Dir: "/s", Env: []string{"A=1"}, Rlimits: [][3]int64{{4, 0, -1}},
 		Confine: &Confinement{UID: 1000, GID: 1000, Binds: []Bind{{Path: "/s", Write: true}}, Cgroups: []string{"/c"}, Unmount: []string{"/u"}, TmpSize: 1, Session: "s"},
+		Context: true,
 	}
 	checkEncoded(t, full, spec.Messages[opRun].Fields, spec, true)
 	checkEncoded(t, zygoteRequest{Op: opRun, ID: 1, Script: "/s/job.py", Dir: "/s", Env: []string{}}, spec.Messages[opRun].Fields, spec, false)
