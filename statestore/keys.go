@@ -105,3 +105,8 @@ func (k Keys) ScopeOwners() string { return k.Prefix + "owners" }
 // ScopeHandle is the string holding the handle of scope's workspace, once
 // it has one.
 func (k Keys) ScopeHandle(scope string) string { return k.Prefix + "scopehandle:" + scope }
+
+// Contexts is the hash of scope's live contexts: context id → its record
+// (wire.ContextRecord: the worker that holds it). scope satisfies
+// wire.ValidScope, so the key belongs to one scope.
+func (k Keys) Contexts(scope string) string { return k.Prefix + "contexts:" + scope }

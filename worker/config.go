@@ -68,6 +68,13 @@ type Config struct {
 	// ZygoteIdle stops a warm interpreter that ran no job for this long.
 	// Default 10 minutes.
 	ZygoteIdle time.Duration
+	// MaxContexts caps the contexts (live interpreters of sessions) this
+	// worker holds; the least recently used idle one makes room. Default
+	// DefaultMaxContexts.
+	MaxContexts int
+	// ContextIdle ends a context that ran nothing for this long. Default
+	// DefaultContextIdle.
+	ContextIdle time.Duration
 	// EnvBudget is the disk the cache of built environments (DataDir/envs/cache)
 	// may use; least recently used ones are evicted past it. 0 means
 	// envcache.DefaultBudgetBytes (20 GiB); negative, no limit.
@@ -259,6 +266,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ZygoteIdle <= 0 {
 		c.ZygoteIdle = runner.DefaultZygoteIdle
+	}
+	if c.MaxContexts <= 0 {
+		c.MaxContexts = DefaultMaxContexts
+	}
+	if c.ContextIdle <= 0 {
+		c.ContextIdle = DefaultContextIdle
 	}
 	if !c.ExplicitLimits && c.Limits.IsZero() && c.MaxLimits.IsZero() {
 		c.Limits, c.MaxLimits = limits.Default, limits.DefaultMax

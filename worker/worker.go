@@ -49,7 +49,8 @@ type Worker struct {
 	load       atomic.Int64 // jobs running
 	started    time.Time    // when Start began, for the presence record
 	targeted   *broker.Consumer
-	workspaces scopeLocks // one restore or snapshot of a session's directory at a time (workspaces.go)
+	workspaces scopeLocks   // one restore or snapshot of a session's directory at a time (workspaces.go)
+	contexts   *contextHost // the sessions' live interpreters (contexts.go)
 
 	// The sandbox, when the worker has one (setupSandbox): bubblewrap, the
 	// sessions' uids, the job cgroups (nil without cgroups).
@@ -173,6 +174,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if tc != nil {
 		_ = w.heartbeat(ctx) // advertise Targeted
 	}
+	if err := w.startContexts(); err != nil {
+		return fmt.Errorf("worker: contexts: %w", err)
+	}
 	w.health.started.Store(true)
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
 	return nil
@@ -281,6 +285,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		case <-time.After(5 * time.Second):
 		}
 	}
+	w.stopContexts()
 	w.release()
 	return err
 }
@@ -301,6 +306,7 @@ func (w *Worker) stopHeartbeat() {
 func (w *Worker) release() {
 	w.releaseOnce.Do(func() {
 		w.stopHeartbeat()
+		w.stopContexts()
 		stopCtx := context.Background() // what runs in them is over: nothing to wait for
 		if w.pool != nil {
 			if err := w.pool.Stop(stopCtx); err != nil {

@@ -459,9 +459,8 @@ func (it *Interp) endedError() error {
 // holds. It is idempotent.
 func (it *Interp) Close() {
 	it.closeOnce.Do(func() {
-		it.mu.Lock()
-		it.closed = true
-		it.mu.Unlock()
+		// The kill first: a cell that runs returns once its process is gone,
+		// and its call then lets go of the descriptors closed below.
 		select {
 		case <-it.ended:
 		default:
@@ -471,6 +470,9 @@ func (it *Interp) Close() {
 				it.end(-1, "closed")
 			}
 		}
+		it.mu.Lock()
+		it.closed = true
+		it.mu.Unlock()
 		it.z.mu.Lock()
 		delete(it.z.jobs, it.id)
 		it.z.mu.Unlock()

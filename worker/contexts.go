@@ -1,0 +1,511 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/limits"
+	"github.com/codexec/codexec/worker/runner"
+	"github.com/oklog/ulid/v2"
+)
+
+// Contexts: live interpreters of sessions that keep their variables between
+// calls (docs/contexts.md). A context is a job's process forked from its
+// environment's zygote (runner.Interp), confined as a job is (its session's
+// uid and directories, a cgroup with the job limits, rlimits, the system-call
+// filter), that stays alive on this worker between calls. Frontends reach it
+// with NATS requests on this worker's context subject (wire.ContextSubject);
+// the state store's record of which worker holds a context is the
+// frontend's. This worker holds at most MaxContexts (the least recently used
+// makes room) and ends one idle for ContextIdle; either way it remembers why,
+// so that the context's next call is told.
+
+// Defaults of Config.MaxContexts and Config.ContextIdle.
+const (
+	DefaultMaxContexts = 16
+	DefaultContextIdle = 30 * time.Minute
+)
+
+// maxEndedContexts bounds the contexts whose end a worker remembers.
+const maxEndedContexts = 4096
+
+// contextHost holds a worker's contexts.
+type contextHost struct {
+	w    *Worker
+	stop func() // ends the subscription
+
+	mu     sync.Mutex
+	live   map[string]*liveContext // by contextKey
+	ended  map[string]endedContext // why a context of this worker ended
+	closed bool
+	calls  sync.WaitGroup // requests being handled
+
+	janitorStop chan struct{}
+	janitorDone chan struct{}
+}
+
+type endedContext struct {
+	why string
+	at  time.Time
+}
+
+// liveContext is one context and what it holds while it lives.
+type liveContext struct {
+	scope, id string
+	envID     string
+	created   time.Time
+	req       *wire.ContextRequest // the create request, for a reset
+
+	mu     sync.Mutex // one request at a time
+	interp *runner.Interp
+	cwd    string
+	uid    int
+	set    limits.Set
+	jl     *jobLimits
+	free   func() // what the context holds besides its interpreter: script, environment, disk
+
+	lastUsed time.Time // under contextHost.mu
+	busy     bool      // under contextHost.mu: a request runs in it
+}
+
+func contextKey(scope, id string) string { return scope + "/" + id }
+
+// startContexts serves this worker's context subject. A worker without warm
+// interpreters (spawn mode) serves it too, to say why it has no contexts.
+func (w *Worker) startContexts() error {
+	h := &contextHost{w: w, live: map[string]*liveContext{}, ended: map[string]endedContext{},
+		janitorStop: make(chan struct{}), janitorDone: make(chan struct{})}
+	stop, err := w.broker.ServeContexts(w.cfg.Pool, w.cfg.ID, h.handle)
+	if err != nil {
+		return err
+	}
+	h.stop = stop
+	go h.janitor()
+	w.contexts = h
+	return nil
+}
+
+// stopContexts ends every context and waits for the requests being handled.
+func (w *Worker) stopContexts() {
+	h := w.contexts
+	if h == nil {
+		return
+	}
+	h.stop()
+	h.mu.Lock()
+	already := h.closed
+	h.closed = true
+	all := make([]*liveContext, 0, len(h.live))
+	for _, c := range h.live {
+		all = append(all, c)
+	}
+	h.mu.Unlock()
+	if already {
+		return
+	}
+	close(h.janitorStop)
+	<-h.janitorDone
+	for _, c := range all {
+		h.end(c, "the worker that held it stopped")
+	}
+	h.calls.Wait()
+}
+
+// handle answers one request.
+func (h *contextHost) handle(data []byte) []byte {
+	var req wire.ContextRequest
+	reply := &wire.ContextReply{V: wire.Version}
+	h.mu.Lock()
+	closed := h.closed
+	if !closed {
+		h.calls.Add(1)
+		defer h.calls.Done()
+	}
+	h.mu.Unlock()
+	err := json.Unmarshal(data, &req)
+	switch {
+	case err != nil || req.V != wire.Version:
+		reply.Result = h.result(&req, wire.StatusRejected, "undecodable context request, or another wire version")
+	case closed:
+		// Its contexts are ended or about to be: as good as lost.
+		reply.Result = h.result(&req, wire.StatusInternal, "the worker is stopping")
+		reply.Ended = "the worker that held it stopped"
+	default:
+		reply = h.serve(&req)
+		reply.V = wire.Version
+	}
+	out, _ := json.Marshal(reply)
+	return out
+}
+
+func (h *contextHost) serve(req *wire.ContextRequest) *wire.ContextReply {
+	if !wire.ValidScope(req.Scope) || !wire.ValidContextID(req.ID) {
+		return &wire.ContextReply{Result: h.result(req, wire.StatusRejected, "invalid session scope or context id")}
+	}
+	ctx := context.Background()
+	log := h.w.log.With("context", req.ID, "scope", req.Scope, "op", req.Op)
+	switch req.Op {
+	case wire.ContextCreate:
+		return h.create(ctx, req, log)
+	case wire.ContextRun, wire.ContextReset, wire.ContextClose:
+	default:
+		return &wire.ContextReply{Result: h.result(req, wire.StatusRejected, fmt.Sprintf("unknown context operation %q", req.Op))}
+	}
+	c, reply := h.take(req)
+	if c == nil {
+		return reply
+	}
+	defer h.untake(c)
+	switch req.Op {
+	case wire.ContextRun:
+		return h.run(ctx, c, req, log)
+	case wire.ContextReset:
+		// A fresh interpreter in the same environment and limits.
+		h.end(c, "")
+		again := *c.req
+		again.Deadline = req.Deadline
+		return h.create(ctx, &again, log)
+	default: // close
+		h.end(c, "closed")
+		return &wire.ContextReply{Result: h.result(req, wire.StatusOK, "context closed"), Ended: "closed"}
+	}
+}
+
+// take finds the live context of req and marks it busy (its lock held), or
+// returns the reply that says why there is none: it ended (and why), or
+// this worker does not know it, in this scope.
+func (h *contextHost) take(req *wire.ContextRequest) (*liveContext, *wire.ContextReply) {
+	key := contextKey(req.Scope, req.ID)
+	h.mu.Lock()
+	c := h.live[key]
+	if c == nil {
+		e, ok := h.ended[key]
+		h.mu.Unlock()
+		if ok {
+			return nil, &wire.ContextReply{Result: h.result(req, wire.StatusError, "context "+req.ID+" ended: "+e.why), Ended: e.why}
+		}
+		return nil, &wire.ContextReply{Result: h.result(req, wire.StatusRejected, "no context "+req.ID+" on this worker"), Unknown: true}
+	}
+	c.busy = true
+	h.mu.Unlock()
+	c.mu.Lock()
+	h.mu.Lock()
+	gone := h.live[key] != c
+	h.mu.Unlock()
+	if gone {
+		// Ended while this request waited for the one before it.
+		c.mu.Unlock()
+		return h.take(req)
+	}
+	return c, nil
+}
+
+func (h *contextHost) untake(c *liveContext) {
+	h.mu.Lock()
+	c.busy = false
+	c.lastUsed = time.Now()
+	h.mu.Unlock()
+	c.mu.Unlock()
+}
+
+// end closes c's interpreter and releases what it holds; why, when not
+// empty, is remembered for the context's next call.
+func (h *contextHost) end(c *liveContext, why string) {
+	key := contextKey(c.scope, c.id)
+	h.mu.Lock()
+	if h.live[key] == c {
+		delete(h.live, key)
+		if why != "" {
+			h.rememberLocked(key, why)
+		}
+	}
+	h.mu.Unlock()
+	c.close(h.w.log)
+}
+
+func (h *contextHost) rememberLocked(key, why string) {
+	if len(h.ended) >= maxEndedContexts {
+		oldest, at := "", time.Time{}
+		for k, e := range h.ended {
+			if oldest == "" || e.at.Before(at) {
+				oldest, at = k, e.at
+			}
+		}
+		delete(h.ended, oldest)
+	}
+	h.ended[key] = endedContext{why: why, at: time.Now()}
+}
+
+func (c *liveContext) close(log *slog.Logger) {
+	if c.interp != nil {
+		c.interp.Close()
+		c.interp = nil
+	}
+	if c.jl != nil {
+		go c.jl.release(log)
+		c.jl = nil
+	}
+	if c.free != nil {
+		c.free()
+		c.free = nil
+	}
+}
+
+// create starts the interpreter of a new context (or of a reset one, whose
+// old interpreter req's caller has ended): the session's directories and
+// files, the environment, the job limits, then a fork of the environment's
+// warm interpreter.
+func (h *contextHost) create(ctx context.Context, req *wire.ContextRequest, log *slog.Logger) *wire.ContextReply {
+	w := h.w
+	fail := func(status wire.Status, msg string) *wire.ContextReply {
+		log.Warn("context not created", "status", status, "message", msg)
+		return &wire.ContextReply{Result: h.result(req, status, msg)}
+	}
+	if w.pool == nil {
+		return fail(wire.StatusRejected, "this worker runs every job in a fresh interpreter (--exec-mode spawn): contexts need warm interpreters (--exec-mode zygote)")
+	}
+	if !req.Deadline.IsZero() {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithDeadline(ctx, req.Deadline)
+		defer cancel()
+	}
+	c := &liveContext{scope: req.Scope, id: req.ID, created: time.Now().UTC(), envID: envspec.DefaultID, req: req}
+	if msg := h.reserve(c); msg != "" {
+		return fail(wire.StatusLimit, msg)
+	}
+	defer h.untake(c)
+	res, err := h.startInterp(ctx, c, req, log)
+	if err != nil {
+		h.end(c, "")
+		return &wire.ContextReply{Result: res}
+	}
+	log.Info("context created", "env", c.envID, "ms", time.Since(c.created).Milliseconds())
+	res.Message = fmt.Sprintf("context %s created on %s in environment %s", req.ID, w.cfg.ID, c.envID)
+	return &wire.ContextReply{Result: res}
+}
+
+// reserve puts c, busy, in the live contexts, ending the least recently
+// used idle one when the worker holds MaxContexts; it returns why it cannot
+// when all are busy, or when c exists.
+func (h *contextHost) reserve(c *liveContext) string {
+	key := contextKey(c.scope, c.id)
+	h.mu.Lock()
+	if h.closed {
+		h.mu.Unlock()
+		return "the worker is stopping"
+	}
+	if h.live[key] != nil {
+		h.mu.Unlock()
+		return "context " + c.id + " exists already"
+	}
+	var victim *liveContext
+	if len(h.live) >= h.w.cfg.MaxContexts {
+		idle := make([]*liveContext, 0, len(h.live))
+		for _, o := range h.live {
+			if !o.busy {
+				idle = append(idle, o)
+			}
+		}
+		sort.Slice(idle, func(i, j int) bool { return idle[i].lastUsed.Before(idle[j].lastUsed) })
+		for _, o := range idle {
+			// Not one a request has just taken (it holds the lock).
+			if o.mu.TryLock() {
+				victim = o
+				break
+			}
+		}
+		if victim == nil {
+			h.mu.Unlock()
+			return fmt.Sprintf("this worker holds %d contexts, all running code: try again later", len(h.live))
+		}
+	}
+	c.busy, c.lastUsed = true, time.Now()
+	delete(h.ended, key)
+	h.live[key] = c
+	h.mu.Unlock()
+	if victim != nil {
+		h.w.log.Info("context evicted", "context", victim.id, "scope", victim.scope)
+		h.end(victim, fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used", h.w.cfg.MaxContexts))
+		victim.mu.Unlock()
+	}
+	c.mu.Lock()
+	return ""
+}
+
+// startInterp prepares c's session and starts its interpreter; the Result
+// says how it went, and err is set when it failed.
+func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire.ContextRequest, log *slog.Logger) (*wire.Result, error) {
+	w := h.w
+	job := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: w.cfg.Pool, Scope: req.Scope,
+		Env: req.Env, EnvID: req.EnvID, Limits: req.Limits, Deadline: req.Deadline}
+	fail := func(status wire.Status, msg string) (*wire.Result, error) {
+		log.Warn("context not started", "status", status, "message", msg)
+		return h.result(req, status, msg), errors.New(msg)
+	}
+	set, err := limits.Resolve(w.cfg.Limits, w.cfg.MaxLimits, req.Limits)
+	if err != nil {
+		return fail(wire.StatusRejected, err.Error())
+	}
+	cwd, scripts, uid, disk, err := w.sessionDirs(ctx, req.Scope)
+	if err != nil {
+		return fail(wire.StatusInternal, "prepare session directory: "+err.Error())
+	}
+	var frees []func()
+	c.free = func() {
+		for i := len(frees) - 1; i >= 0; i-- {
+			frees[i]()
+		}
+	}
+	frees = append(frees, func() { w.sessionFS.release(disk) })
+	if err := disk.setLimit(set.Disk); err != nil {
+		return fail(wire.StatusInternal, "set the disk limit: "+err.Error())
+	}
+	if _, err := w.restoreWorkspace(ctx, req.Scope, cwd, uid, set.Disk, log); err != nil {
+		return fail(wire.StatusInternal, "restore the session's files: "+err.Error())
+	}
+	script := filepath.Join(scripts, "context_"+req.ID+".py")
+	_ = os.Remove(script)
+	if err := writeNew(script, string(runner.ContextSource)); err != nil {
+		return fail(wire.StatusInternal, "save the context's code: "+err.Error())
+	}
+	frees = append(frees, func() { removeScript(script, log) })
+	spec := w.spec(script, cwd, cwd)
+	if req.Env != nil {
+		env, _, err := w.ensureEnv(ctx, job, log)
+		if err != nil {
+			r := w.envFailure(job, 0, err)
+			return fail(r.Status, r.Message)
+		}
+		frees = append(frees, env.Release)
+		spec, c.envID = w.envSpec(env, script, cwd, cwd), env.ID
+	}
+	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid, disk)
+	if err != nil {
+		return fail(wire.StatusInternal, err.Error())
+	}
+	c.jl, c.cwd, c.uid, c.set = jl, cwd, uid, set
+	it, err := w.pool.StartInterp(ctx, spec)
+	if err != nil {
+		return fail(wire.StatusInternal, "start the context's interpreter: "+err.Error())
+	}
+	c.interp = it
+	res := h.result(req, wire.StatusOK, "")
+	res.EnvID = c.envID
+	res.ExitCode = 0
+	res.DurationMS = float64(time.Since(c.created).Microseconds()) / 1000
+	return res, nil
+}
+
+// run runs req's code in c. When the interpreter ends (killed after its
+// cell ignored the interrupt, a limit, the cell's own exit), the context
+// ends with it, and the reply says so.
+func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.ContextRequest, log *slog.Logger) *wire.ContextReply {
+	w := h.w
+	timeout := time.Duration(req.TimeoutMS) * time.Millisecond
+	if timeout <= 0 || timeout > w.cfg.MaxTimeout {
+		timeout = w.cfg.MaxTimeout
+	}
+	limit := req.OutputLimit
+	if limit <= 0 || limit > w.cfg.OutputLimit {
+		limit = w.cfg.OutputLimit
+	}
+	res := h.result(req, wire.StatusOK, "")
+	res.EnvID = c.envID
+	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.set.Disk, log)
+	if err != nil {
+		log.Warn("the session's files could not be restored; the call runs on this worker's copy", "err", err)
+	}
+	base := c.jl.usage()
+	res.StartedAt = time.Now().UTC()
+	out, err := c.interp.Exec(ctx, runner.CellSpec{Code: req.Code, Timeout: timeout, OutputLimit: limit})
+	res.FinishedAt = time.Now().UTC()
+	w.saveWorkspace(ctx, ws, res.JobID, c.cwd, log)
+	res.ExitCode, res.Signal = out.ExitCode, out.Signal
+	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
+	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
+	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
+	res.DurationMS = float64(out.Duration.Microseconds()) / 1000
+	if out.StdoutTruncated || out.StderrTruncated {
+		res.Limit = wire.LimitOutput
+	}
+	reply := &wire.ContextReply{Result: res}
+	switch {
+	case errors.Is(err, runner.ErrInterpEnded):
+		why := strings.TrimPrefix(err.Error(), runner.ErrInterpEnded.Error()+": ")
+		res.Status = wire.StatusError
+		switch {
+		case out.TimedOut:
+			res.Status = wire.StatusTimeout
+			why = fmt.Sprintf("timed out after %s, and %s", timeout, why)
+		case c.jl.usage().OOMKills > base.OOMKills:
+			res.Status, res.Limit = wire.StatusLimit, wire.LimitMemory
+			why = fmt.Sprintf("memory limit reached (%d MiB): %s", c.set.Memory>>20, why)
+		}
+		res.Message = "the context's interpreter ended (" + why + "); its variables are lost"
+		reply.Ended = why
+		h.end(c, why)
+		log.Info("context ended", "why", why)
+	case err != nil:
+		res.Status, res.ExitCode, res.Message = wire.StatusInternal, -1, "run in the context: "+err.Error()
+	case out.TimedOut:
+		res.Status = wire.StatusTimeout
+		res.Message = fmt.Sprintf("timed out after %s: KeyboardInterrupt stopped the code; the context and its variables are kept", timeout)
+	case out.Error != "":
+		res.Status, res.Message = wire.StatusError, out.Error
+	}
+	return reply
+}
+
+// result is a reply's Result before the call's facts are in.
+func (h *contextHost) result(req *wire.ContextRequest, status wire.Status, msg string) *wire.Result {
+	now := time.Now().UTC()
+	return &wire.Result{V: wire.Version, JobID: ulid.Make().String(), Scope: req.Scope, Status: status, ExitCode: -1,
+		Message: msg, WorkerID: h.w.cfg.ID, EnvID: envspec.DefaultID, StartedAt: now, FinishedAt: now}
+}
+
+// janitor ends the contexts idle for ContextIdle.
+func (h *contextHost) janitor() {
+	defer close(h.janitorDone)
+	idle := h.w.cfg.ContextIdle
+	t := time.NewTicker(min(max(idle/4, 10*time.Millisecond), time.Minute))
+	defer t.Stop()
+	for {
+		select {
+		case <-h.janitorStop:
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		var due []*liveContext
+		for _, c := range h.live {
+			if !c.busy && time.Since(c.lastUsed) >= idle {
+				due = append(due, c)
+			}
+		}
+		h.mu.Unlock()
+		for _, c := range due {
+			if !c.mu.TryLock() {
+				continue // a request has just taken it
+			}
+			h.mu.Lock()
+			still := h.live[contextKey(c.scope, c.id)] == c && !c.busy && time.Since(c.lastUsed) >= idle
+			h.mu.Unlock()
+			if still {
+				h.w.log.Info("context idle; ending it", "context", c.id, "scope", c.scope)
+				h.end(c, fmt.Sprintf("it was idle for %s, the longest a context waits for its next call", idle))
+			}
+			c.mu.Unlock()
+		}
+	}
+}

@@ -1,0 +1,178 @@
+package worker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"log/slog"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/wire"
+)
+
+// startContextWorker starts a worker (sandboxed where the machine allows)
+// with cfg's context settings.
+func startContextWorker(t *testing.T, fx *lifecycleFixture, id string, maxContexts int, idle time.Duration) *Worker {
+	t.Helper()
+	w, err := New(Config{
+		ID: id, DataDir: filepath.Join(fx.dataDir, id), Sandbox: testSandbox(t),
+		UIDDir: filepath.Join(fx.dataDir, "uids"), Concurrency: 1, Pythons: []string{},
+		MaxContexts: maxContexts, ContextIdle: idle, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return w
+}
+
+// ctxCall sends one context request to worker w and returns its reply.
+func ctxCall(t *testing.T, b *broker.Broker, w *Worker, req wire.ContextRequest) *wire.ContextReply {
+	t.Helper()
+	req.V = wire.Version
+	if req.Scope == "" {
+		req.Scope = "s1"
+	}
+	data, _ := json.Marshal(req)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	out, err := b.RequestContext(ctx, w.cfg.Pool, w.ID(), data)
+	if err != nil {
+		t.Fatalf("%s %s: %v", req.Op, req.ID, err)
+	}
+	var reply wire.ContextReply
+	if err := json.Unmarshal(out, &reply); err != nil || reply.Result == nil {
+		t.Fatalf("%s %s: undecodable reply %q: %v", req.Op, req.ID, out, err)
+	}
+	return &reply
+}
+
+func mustCreate(t *testing.T, b *broker.Broker, w *Worker, scope, id string) {
+	t.Helper()
+	r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: scope, ID: id})
+	if r.Result.Status != wire.StatusOK {
+		t.Fatalf("create %s: %+v", id, r.Result)
+	}
+}
+
+func runIn(t *testing.T, b *broker.Broker, w *Worker, scope, id, code string, timeout time.Duration) *wire.ContextReply {
+	t.Helper()
+	return ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: scope, ID: id, Code: code, TimeoutMS: timeout.Milliseconds()})
+}
+
+// A context keeps its variables between calls, in its session's working
+// directory; a timeout interrupts the code and the context goes on; another
+// scope gets exactly the answer of a context that never existed; a reset
+// empties it; a closed one says so.
+func TestWorkerContext(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-a", 0, 0)
+	b := fx.broker
+	mustCreate(t, b, w, "s1", "c1")
+	runIn(t, b, w, "s1", "c1", "x = 41\nopen('f.txt', 'w').write('hi')", time.Minute)
+	if r := runIn(t, b, w, "s1", "c1", "x += 1; x", time.Minute); r.Result.Status != wire.StatusOK || r.Result.Stdout != "42\n" {
+		t.Fatalf("x += 1; x: %+v", r.Result)
+	}
+	r := runIn(t, b, w, "s1", "c1", "import time\nprint('a', flush=True)\ntime.sleep(30)", 300*time.Millisecond)
+	if r.Result.Status != wire.StatusTimeout || r.Ended != "" || !strings.Contains(r.Result.Message, "kept") || r.Result.Stdout != "a\n" {
+		t.Fatalf("timeout: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if r := runIn(t, b, w, "s1", "c1", "(x, open('f.txt').read())", time.Minute); r.Result.Stdout != "(42, 'hi')\n" {
+		t.Fatalf("after the timeout: %+v", r.Result)
+	}
+	r = runIn(t, b, w, "s1", "c1", "1/0", time.Minute)
+	if r.Result.Status != wire.StatusError || r.Result.Message != "ZeroDivisionError: division by zero" || !strings.Contains(r.Result.Stderr, "Traceback") {
+		t.Fatalf("raise: %+v", r.Result)
+	}
+	other := runIn(t, b, w, "s2", "c1", "x", time.Minute)
+	never := runIn(t, b, w, "s2", "c9", "x", time.Minute)
+	if !other.Unknown || other.Result.Message != strings.Replace(never.Result.Message, "c9", "c1", 1) || other.Result.Stdout != "" {
+		t.Fatalf("another scope: %+v, want it told as a context that never was: %+v", other.Result, never.Result)
+	}
+	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextReset, Scope: "s1", ID: "c1"}); r.Result.Status != wire.StatusOK {
+		t.Fatalf("reset: %+v", r.Result)
+	}
+	if r := runIn(t, b, w, "s1", "c1", "'x' in dir()", time.Minute); r.Result.Stdout != "False\n" {
+		t.Fatalf("after reset: %+v", r.Result)
+	}
+	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextClose, Scope: "s1", ID: "c1"}); r.Result.Status != wire.StatusOK {
+		t.Fatalf("close: %+v", r.Result)
+	}
+	if r := runIn(t, b, w, "s1", "c1", "1", time.Minute); r.Ended != "closed" || r.Result.Status != wire.StatusError {
+		t.Fatalf("after close: %+v (ended %q)", r.Result, r.Ended)
+	}
+}
+
+// A cell that ignores its KeyboardInterrupt is killed after the grace: the
+// context ends, and that call and the next say so.
+func TestWorkerContextKilledAfterGrace(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-b", 0, 0)
+	b := fx.broker
+	mustCreate(t, b, w, "s1", "c1")
+	code := "import time\nwhile True:\n    try:\n        time.sleep(30)\n    except KeyboardInterrupt:\n        pass\n"
+	r := runIn(t, b, w, "s1", "c1", code, 200*time.Millisecond)
+	if r.Result.Status != wire.StatusTimeout || r.Ended == "" || !strings.Contains(r.Result.Message, "variables are lost") {
+		t.Fatalf("ignored interrupt: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if r2 := runIn(t, b, w, "s1", "c1", "1", time.Minute); r2.Ended != r.Ended {
+		t.Fatalf("next call: %+v (ended %q), want ended %q", r2.Result, r2.Ended, r.Ended)
+	}
+}
+
+// The worker holds at most MaxContexts: the least recently used makes room
+// and its next call is told; one idle past ContextIdle ends, and is told.
+func TestWorkerContextEvictionAndIdle(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-c", 2, time.Hour)
+	b := fx.broker
+	mustCreate(t, b, w, "s1", "old")
+	mustCreate(t, b, w, "s1", "mid")
+	runIn(t, b, w, "s1", "old", "1", time.Minute) // now mid is the least recently used
+	mustCreate(t, b, w, "s1", "new")
+	if r := runIn(t, b, w, "s1", "mid", "1", time.Minute); !strings.Contains(r.Ended, "evicted") || !strings.Contains(r.Result.Message, "evicted") {
+		t.Fatalf("evicted context: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if r := runIn(t, b, w, "s1", "old", "1", time.Minute); r.Result.Status != wire.StatusOK {
+		t.Fatalf("kept context: %+v", r.Result)
+	}
+
+	w2 := startContextWorker(t, fx, "ctx-d", 0, 50*time.Millisecond)
+	mustCreate(t, b, w2, "s1", "c1")
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		r := runIn(t, b, w2, "s1", "c1", "1", time.Minute)
+		if strings.Contains(r.Ended, "idle") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an idle context did not end: %+v", r.Result)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// A worker that is gone answers nothing: the request fails with
+// ErrNoResponder, which the frontend turns into "lost".
+func TestWorkerContextGoneWithWorker(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-e", 0, 0)
+	mustCreate(t, fx.broker, w, "s1", "c1")
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "c1", Code: "1"})
+	_, err := fx.broker.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data)
+	if !errors.Is(err, broker.ErrNoResponder) {
+		t.Fatalf("request to a stopped worker: %v, want ErrNoResponder", err)
+	}
+}
