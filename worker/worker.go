@@ -49,8 +49,10 @@ type Worker struct {
 	load       atomic.Int64 // jobs running
 	started    time.Time    // when Start began, for the presence record
 	targeted   *broker.Consumer
-	workspaces scopeLocks   // one restore or snapshot of a session's directory at a time (workspaces.go)
-	contexts   *contextHost // the sessions' live interpreters (contexts.go)
+	workspaces scopeLocks // one restore or snapshot of a session's directory at a time (workspaces.go)
+
+	// contexts are the sessions' live interpreters (contexts.go).
+	contexts *contextHost
 
 	// The sandbox, when the worker has one (setupSandbox): bubblewrap, the
 	// sessions' uids, the job cgroups (nil without cgroups).
@@ -153,6 +155,9 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.stopBeat, w.beatDone = cancel, make(chan struct{})
 	go w.heartbeatLoop(beatCtx)
 
+	if err := w.startContexts(); err != nil {
+		return fmt.Errorf("worker: contexts: %w", err)
+	}
 	c, err := w.broker.Consume(ctx, w.cfg.Pool, w.cfg.Concurrency, w.handle)
 	if err != nil {
 		return fmt.Errorf("worker: consume: %w", err)
@@ -173,9 +178,6 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	w.mu.Unlock()
 	if tc != nil {
 		_ = w.heartbeat(ctx) // advertise Targeted
-	}
-	if err := w.startContexts(); err != nil {
-		return fmt.Errorf("worker: contexts: %w", err)
 	}
 	w.health.started.Store(true)
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
