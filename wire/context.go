@@ -54,24 +54,30 @@ type ContextRequest struct {
 // shape of a job's (its JobID names the call), so that what a result can
 // carry a context's call carries too; for the other ops it says how they
 // went (Status, Message). Ended, when set, says the context no longer exists
-// after this request and why (its interpreter was killed or died, or it had
-// ended before: idle, evicted, closed); Unknown says this worker never had
-// it, in this scope, as far as it remembers.
+// after this request and why (its interpreter was killed or died during
+// the call, or it had ended before: idle, evicted, closed; then EndedBefore
+// is set too, and nothing ran); Unknown says this worker never had it, in
+// this scope, as far as it remembers.
 type ContextReply struct {
-	V       int     `json:"v"`
-	Result  *Result `json:"result"`
-	Ended   string  `json:"ended,omitempty"`
-	Unknown bool    `json:"unknown,omitempty"`
+	V           int     `json:"v"`
+	Result      *Result `json:"result"`
+	Ended       string  `json:"ended,omitempty"`
+	EndedBefore bool    `json:"ended_before,omitempty"`
+	Unknown     bool    `json:"unknown,omitempty"`
 }
 
 // ContextRecord is the state store's record of a context
 // (statestore.Keys.Contexts, a hash of the scope with a field per context):
-// which worker holds it, since when, in which environment.
+// which worker holds it, since when, in which environment. The frontend
+// writes it when the context is created and deletes it when it is closed or
+// found lost; the worker sets Ended when it ends the context on its own
+// (idle, evicted, the worker stopping), so that its next call is told why.
 type ContextRecord struct {
 	V         int       `json:"v"`
 	Worker    string    `json:"worker"`
 	EnvID     string    `json:"env_id"`
 	CreatedAt time.Time `json:"created_at"`
+	Ended     string    `json:"ended,omitempty"`
 }
 
 // ContextSubject is the subject on which worker of pool serves its

@@ -117,7 +117,7 @@ func (w *Worker) stopContexts() {
 	close(h.janitorStop)
 	<-h.janitorDone
 	for _, c := range all {
-		h.end(c, "the worker that held it stopped")
+		h.endOnItsOwn(c, "the worker that held it stopped")
 	}
 	h.calls.Wait()
 }
@@ -140,7 +140,7 @@ func (h *contextHost) handle(data []byte) []byte {
 	case closed:
 		// Its contexts are ended or about to be: as good as lost.
 		reply.Result = h.result(&req, wire.StatusInternal, "the worker is stopping")
-		reply.Ended = "the worker that held it stopped"
+		reply.Ended, reply.EndedBefore = "the worker that held it stopped", true
 	default:
 		reply = h.serve(&req)
 		reply.V = wire.Version
@@ -193,7 +193,7 @@ func (h *contextHost) take(req *wire.ContextRequest) (*liveContext, *wire.Contex
 		e, ok := h.ended[key]
 		h.mu.Unlock()
 		if ok {
-			return nil, &wire.ContextReply{Result: h.result(req, wire.StatusError, "context "+req.ID+" ended: "+e.why), Ended: e.why}
+			return nil, &wire.ContextReply{Result: h.result(req, wire.StatusError, "context "+req.ID+" ended: "+e.why), Ended: e.why, EndedBefore: true}
 		}
 		return nil, &wire.ContextReply{Result: h.result(req, wire.StatusRejected, "no context "+req.ID+" on this worker"), Unknown: true}
 	}
@@ -232,6 +232,23 @@ func (h *contextHost) end(c *liveContext, why string) {
 	}
 	h.mu.Unlock()
 	c.close(h.w.log)
+}
+
+// endOnItsOwn ends c when no call of it asked for it (idle, evicted, the
+// worker stopping): its record in the state store says why, for its next
+// call and for list_contexts.
+func (h *contextHost) endOnItsOwn(c *liveContext, why string) {
+	h.end(c, why)
+	rec, _ := json.Marshal(wire.ContextRecord{V: wire.Version, Worker: h.w.cfg.ID, EnvID: c.envID, CreatedAt: c.created, Ended: why})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	key := h.w.cfg.Keys.Contexts(c.scope)
+	if _, err := h.w.store.HGet(ctx, key, c.id); err != nil {
+		return // the frontend forgot it, or never recorded it
+	}
+	if err := h.w.store.HSet(ctx, key, c.id, rec); err != nil {
+		h.w.log.Warn("record a context's end", "context", c.id, "scope", c.scope, "err", err)
+	}
 }
 
 func (h *contextHost) rememberLocked(key, why string) {
@@ -336,7 +353,7 @@ func (h *contextHost) reserve(c *liveContext) string {
 	h.mu.Unlock()
 	if victim != nil {
 		h.w.log.Info("context evicted", "context", victim.id, "scope", victim.scope)
-		h.end(victim, fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used", h.w.cfg.MaxContexts))
+		h.endOnItsOwn(victim, fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used", h.w.cfg.MaxContexts))
 		victim.mu.Unlock()
 	}
 	c.mu.Lock()
@@ -503,7 +520,7 @@ func (h *contextHost) janitor() {
 			h.mu.Unlock()
 			if still {
 				h.w.log.Info("context idle; ending it", "context", c.id, "scope", c.scope)
-				h.end(c, fmt.Sprintf("it was idle for %s, the longest a context waits for its next call", idle))
+				h.endOnItsOwn(c, fmt.Sprintf("it was idle for %s, the longest a context waits for its next call", idle))
 			}
 			c.mu.Unlock()
 		}
