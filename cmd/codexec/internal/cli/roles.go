@@ -121,6 +121,9 @@ type workerFlags struct {
 	preload     string
 	maxZygotes  int
 	zygoteIdle  time.Duration
+	// contexts
+	maxContexts int
+	contextIdle time.Duration
 	// environments
 	envBudget    int64
 	managers     string
@@ -164,6 +167,8 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
 	f.Int(&wf.maxZygotes, "max-zygotes", "CODEXEC_MAX_ZYGOTES", runner.DefaultMaxZygotes, "most warm interpreters alive at once (the least recently used idle one makes room)")
 	f.Duration(&wf.zygoteIdle, "zygote-idle", "CODEXEC_ZYGOTE_IDLE", runner.DefaultZygoteIdle, "stop a warm interpreter that ran no job for this long")
+	f.Int(&wf.maxContexts, "max-contexts", "CODEXEC_MAX_CONTEXTS", worker.DefaultMaxContexts, "most contexts (live interpreters of sessions) a worker holds; the least recently used idle one makes room, and its next call is told")
+	f.Duration(&wf.contextIdle, "context-idle", "CODEXEC_CONTEXT_IDLE", worker.DefaultContextIdle, "end a context that ran nothing for this long (its next call is told)")
 	f.Bytes(&wf.envBudget, "env-budget", "CODEXEC_ENV_BUDGET", envcache.DefaultBudgetBytes, "disk the cache of built environments may use (least recently used evicted past it)")
 	f.String(&wf.managers, "managers", "CODEXEC_MANAGERS", "venv,uv,conda", "comma-separated environment managers offered (those missing on the machine are left out)")
 	f.String(&wf.pythons, "pythons", "CODEXEC_PYTHONS", "", "comma-separated Python versions offered for environments, e.g. 3.11,3.12 (default: those found among 3.8 to 3.14)")
@@ -253,6 +258,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		Concurrency: wf.concurrency, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
 		EnvPassthrough: pass, Logger: log,
 		ExecMode: wf.execMode, Preload: preload, MaxZygotes: wf.maxZygotes, ZygoteIdle: wf.zygoteIdle,
+		MaxContexts: wf.maxContexts, ContextIdle: wf.contextIdle,
 		EnvBudget: wf.envBudget, Managers: commaList(wf.managers), Pythons: commaList(wf.pythons),
 		Index: envcache.IndexConfig{
 			IndexURL: strings.TrimSpace(wf.indexURL), ExtraIndexURLs: commaList(wf.extraIndex),
