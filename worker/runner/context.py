@@ -20,6 +20,12 @@
 # to stderr as in a script; stdout and stderr are the pipes the worker reads,
 # and every byte a cell wrote is in them before its "done" goes out.
 #
+# An interrupt is the one request that comes while a cell runs: the socket
+# is O_ASYNC, owned by the main thread, so its arrival raises SIGIO there;
+# the handler takes it off the socket and raises SIGINT, whose handler (the
+# default one, KeyboardInterrupt, unless the cell set its own) stops the
+# cell. Between cells SIGIO is ignored and the main thread reads the socket.
+#
 # Nothing here is trusted by the worker beyond what the cell's own output
 # is: the cell's code runs in this process and could write any datagram on
 # the socket. How the context ended (killed, its process died) the worker
@@ -27,11 +33,13 @@
 
 import ast
 import builtins
+import fcntl
 import json
 import linecache
 import os
 import signal
 import socket
+import struct
 import sys
 import threading
 import traceback
@@ -45,68 +53,72 @@ def _send(sock, obj):
     sock.send(json.dumps(obj, separators=(',', ':')).encode())
 
 
+# fcntl(2) commands and constants (Linux): a signal to one thread on input.
+_F_SETSIG = 10
+_F_SETOWN_EX = 15
+_F_OWNER_TID = 0
+
+
 class _Channel:
-    """The socket, read by a thread of its own: an interrupt must reach the
-    main thread while a cell runs there."""
+    """The socket. The main thread reads it between cells; while a cell
+    runs, input on it raises SIGIO in the main thread (O_ASYNC, owned by that
+    thread), whose handler takes an interrupt for the cell off the socket
+    and raises SIGINT: no second thread, no wakeup of one on a call's path."""
 
     def __init__(self, sock):
         self.sock = sock
-        self.cond = threading.Condition()
-        self.requests = []
-        self.closed = False
         self.running = 0  # the seq of the cell that runs, 0 between cells
-        self.interrupted = 0  # the seq of the last cell asked to stop
-        self.main = threading.main_thread().ident
+        fd = sock.fileno()
+        fcntl.fcntl(fd, _F_SETOWN_EX, struct.pack('ii', _F_OWNER_TID, threading.get_native_id()))
+        fcntl.fcntl(fd, _F_SETSIG, signal.SIGIO)
+        fcntl.fcntl(fd, fcntl.F_SETFL, fcntl.fcntl(fd, fcntl.F_GETFL) | os.O_ASYNC)
+        signal.signal(signal.SIGIO, signal.SIG_IGN)
 
-    def read_loop(self):
+    def get(self):
+        """The next request: bytes (a piece of source) or a dict; None at
+        the end of the channel."""
         while True:
             try:
                 msg = self.sock.recv(_MAX_MSG)
-            except InterruptedError:
-                continue
             except OSError:
-                msg = b''
+                return None
             if not msg:
-                with self.cond:
-                    self.closed = True
-                    self.cond.notify()
-                return
+                return None
             if msg[:1] == b'C':
-                self.put(msg)
-                continue
+                return msg
             try:
                 req = json.loads(msg)
             except ValueError:
                 continue
-            if not isinstance(req, dict):
-                continue
-            if req.get('op') == 'interrupt':
-                self.interrupt(req.get('seq'))
-            else:
-                self.put(req)
+            if isinstance(req, dict) and req.get('op') != 'interrupt':
+                return req  # an interrupt between cells came too late: dropped
 
-    def put(self, item):
-        with self.cond:
-            self.requests.append(item)
-            self.cond.notify()
+    def start(self, seq):
+        self.running = seq
+        signal.signal(signal.SIGIO, self.on_input)
+        self.on_input(signal.SIGIO, None)  # an interrupt that came before the handler
 
-    def interrupt(self, seq):
-        # Set first, then look: the main thread sets running, then looks at
-        # interrupted (start_cell), so one of the two sees the other.
-        self.interrupted = seq
-        if self.running == seq and seq:
+    def stop(self):
+        signal.signal(signal.SIGIO, signal.SIG_IGN)
+        self.running = 0
+
+    def on_input(self, signum, frame):
+        while self.running:
             try:
-                signal.pthread_kill(self.main, signal.SIGINT)
+                msg = self.sock.recv(_MAX_MSG, socket.MSG_DONTWAIT | socket.MSG_PEEK)
             except OSError:
-                pass
-
-    def get(self):
-        with self.cond:
-            while not self.requests and not self.closed:
-                self.cond.wait()
-            if self.requests:
-                return self.requests.pop(0)
-            return None
+                return
+            if not msg:
+                return
+            try:
+                req = json.loads(msg) if msg[:1] == b'{' else None
+            except ValueError:
+                req = None
+            if not isinstance(req, dict) or req.get('op') != 'interrupt':
+                return  # not for this cell: the main thread reads it after
+            self.sock.recv(_MAX_MSG, socket.MSG_DONTWAIT)
+            if req.get('seq') == self.running:
+                signal.raise_signal(signal.SIGINT)
 
 
 def _ignore(signum, frame):
@@ -152,13 +164,11 @@ class _Context:
             try:
                 code = self.compile(seq, src.decode('utf-8', 'replace'))
                 signal.signal(signal.SIGINT, self.user_sigint)
-                self.chan.running = seq
-                if self.chan.interrupted == seq:
-                    raise KeyboardInterrupt
+                self.chan.start(seq)
                 for c in code:
                     exec(c, self.ns)
             finally:
-                self.chan.running = 0
+                self.chan.stop()
                 h = signal.getsignal(signal.SIGINT)
                 signal.signal(signal.SIGINT, _ignore)
                 if h is not _ignore and h is not None:
@@ -226,9 +236,7 @@ def _main():
         os.close(null)
     except OSError:
         pass
-    chan = _Channel(sock)
-    threading.Thread(target=chan.read_loop, name='codexec-context', daemon=True).start()
-    ctx = _Context(chan)
+    ctx = _Context(_Channel(sock))
     ctx.serve()
 
 

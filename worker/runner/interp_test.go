@@ -134,3 +134,27 @@ func BenchmarkInterpCell(b *testing.B) {
 		}
 	}
 }
+
+// A context waits for its calls most of its life: meanwhile its zygote
+// prepares a spare for the next job, as an idle zygote does. (It once
+// counted a context as a running job, and prepared none while one lived.)
+func TestInterpLeavesZygoteIdle(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	z := startZygote(t, ZygoteConfig{Env: ChildEnv(nil, "", "", nil, nil), Preload: testPreload})
+	it, err := z.StartInterp(context.Background(), b.spec(t, string(ContextSource)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer it.Close()
+	if _, err := it.Exec(context.Background(), CellSpec{Code: "x = 1"}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for len(children(t, z.Info().PID)) < 2 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the zygote has %d child(ren) while a context waits: no spare was prepared", len(children(t, z.Info().PID)))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
