@@ -73,7 +73,8 @@ type liveContext struct {
 	uid    int
 	set    limits.Set
 	jl     *jobLimits
-	free   func() // what the context holds besides its interpreter: script, environment, disk
+	disk   *sessionDisk // the session's file system; nil: its disk limit is measured
+	free   func()       // what the context holds besides its interpreter: script, environment, disk
 
 	lastUsed time.Time // under contextHost.mu
 	busy     bool      // under contextHost.mu: a request runs in it
@@ -411,7 +412,7 @@ func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire
 	if err != nil {
 		return fail(wire.StatusInternal, err.Error())
 	}
-	c.jl, c.cwd, c.uid, c.set = jl, cwd, uid, set
+	c.jl, c.cwd, c.uid, c.set, c.disk = jl, cwd, uid, set, disk
 	it, err := w.pool.StartInterp(ctx, spec)
 	if err != nil {
 		return fail(wire.StatusInternal, "start the context's interpreter: "+err.Error())
@@ -444,9 +445,17 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		log.Warn("the session's files could not be restored; the call runs on this worker's copy", "err", err)
 	}
 	base := c.jl.usage()
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	if c.disk == nil && c.set.Disk > 0 {
+		// As for a job: measured while the call runs; a session file
+		// system holds the limit itself.
+		go watchDisk(jctx, cancel, c.cwd, c.set.Disk, diskWatchInterval)
+	}
 	res.StartedAt = time.Now().UTC()
-	out, err := c.interp.Exec(ctx, runner.CellSpec{Code: req.Code, Timeout: timeout, OutputLimit: limit})
+	out, err := c.interp.Exec(jctx, runner.CellSpec{Code: req.Code, Timeout: timeout, OutputLimit: limit})
 	res.FinishedAt = time.Now().UTC()
+	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
 	w.saveWorkspace(ctx, ws, res.JobID, c.cwd, log)
 	res.ExitCode, res.Signal = out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
@@ -473,6 +482,9 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		reply.Ended = why
 		h.end(c, why)
 		log.Info("context ended", "why", why)
+	case diskStopped:
+		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
+		res.Message = fmt.Sprintf("disk limit reached (%d MiB used by the working directory): KeyboardInterrupt stopped the code; the context and its variables are kept", c.set.Disk>>20)
 	case err != nil:
 		res.Status, res.ExitCode, res.Message = wire.StatusInternal, -1, "run in the context: "+err.Error()
 	case out.TimedOut:

@@ -196,10 +196,16 @@ class _Context:
 
 
 def _describe(e):
-    if isinstance(e, SystemExit):
-        return 'SystemExit(%r)' % (e.code,)
-    msg = str(e)
-    return type(e).__name__ + (': ' + msg if msg else '')
+    """'Type: message', at most 1000 characters (the traceback has it all)."""
+    try:
+        if isinstance(e, SystemExit):
+            text = 'SystemExit(%r)' % (e.code,)
+        else:
+            msg = str(e)
+            text = type(e).__name__ + (': ' + msg if msg else '')
+    except BaseException:
+        text = type(e).__name__
+    return text if len(text) <= 1000 else text[:997] + '...'
 
 
 def _print_exception(e):

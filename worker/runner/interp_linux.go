@@ -330,6 +330,10 @@ func (it *Interp) Exec(ctx context.Context, c CellSpec) (CellOutcome, error) {
 	}
 }
 
+// maxDone is the largest "done" read; context.py keeps its error text well
+// under it.
+const maxDone = 64 << 10
+
 type cellDone struct {
 	Op          string `json:"op"`
 	Seq         int    `json:"seq"`
@@ -342,7 +346,7 @@ type cellDone struct {
 // the interpreter is gone).
 func (it *Interp) readDone(seq int) (cellDone, bool, error) {
 	var d cellDone
-	buf := make([]byte, 4096)
+	buf := make([]byte, maxDone)
 	n, err := unix.Read(it.sock, buf)
 	if err == unix.EAGAIN || err == unix.EINTR {
 		return d, false, nil

@@ -158,3 +158,14 @@ func TestInterpLeavesZygoteIdle(t *testing.T) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// An exception with a long message ends its cell like any other: the
+// "done" that names it stays readable.
+func TestInterpLongError(t *testing.T) {
+	t.Parallel()
+	it := startInterp(t)
+	out := cell(t, it, "raise ValueError('x' * 100000)", 0)
+	if out.ExitCode != 1 || !strings.HasPrefix(out.Error, "ValueError: xxx") || len(out.Error) > 1000 {
+		t.Fatalf("exit %d, error of %d bytes", out.ExitCode, len(out.Error))
+	}
+}
