@@ -44,6 +44,10 @@ const maxEndedContexts = 4096
 type contextHost struct {
 	w    *Worker
 	stop func() // ends the subscription
+	// ctx is every request's: cancelled when the worker stops, which
+	// interrupts the cells that run (and kills those that go on).
+	ctx    context.Context
+	cancel context.CancelFunc
 
 	mu     sync.Mutex
 	live   map[string]*liveContext // by contextKey
@@ -87,8 +91,10 @@ func contextKey(scope, id string) string { return scope + "/" + id }
 func (w *Worker) startContexts() error {
 	h := &contextHost{w: w, live: map[string]*liveContext{}, ended: map[string]endedContext{},
 		janitorStop: make(chan struct{}), janitorDone: make(chan struct{})}
+	h.ctx, h.cancel = context.WithCancel(context.Background())
 	stop, err := w.broker.ServeContexts(w.cfg.Pool, w.cfg.ID, h.handle)
 	if err != nil {
+		h.cancel()
 		return err
 	}
 	h.stop = stop
@@ -115,10 +121,13 @@ func (w *Worker) stopContexts() {
 	if already {
 		return
 	}
+	h.cancel() // the cells that run are interrupted, or killed after the grace
 	close(h.janitorStop)
 	<-h.janitorDone
 	for _, c := range all {
+		c.mu.Lock() // its request, if one runs, is over
 		h.endOnItsOwn(c, "the worker that held it stopped")
+		c.mu.Unlock()
 	}
 	h.calls.Wait()
 }
@@ -154,7 +163,7 @@ func (h *contextHost) serve(req *wire.ContextRequest) *wire.ContextReply {
 	if !wire.ValidScope(req.Scope) || !wire.ValidContextID(req.ID) {
 		return &wire.ContextReply{Result: h.result(req, wire.StatusRejected, "invalid session scope or context id")}
 	}
-	ctx := context.Background()
+	ctx := h.ctx
 	log := h.w.log.With("context", req.ID, "scope", req.Scope, "op", req.Op)
 	switch req.Op {
 	case wire.ContextCreate:
@@ -482,6 +491,10 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		reply.Ended = why
 		h.end(c, why)
 		log.Info("context ended", "why", why)
+	case h.ctx.Err() != nil:
+		why := "the worker that held it stopped"
+		res.Status, res.ExitCode, res.Message = wire.StatusInternal, -1, "context "+c.id+" ended: "+why+"; its variables are lost"
+		reply.Ended = why
 	case diskStopped:
 		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
 		res.Message = fmt.Sprintf("disk limit reached (%d MiB used by the working directory): KeyboardInterrupt stopped the code; the context and its variables are kept", c.set.Disk>>20)

@@ -176,3 +176,31 @@ func TestWorkerContextGoneWithWorker(t *testing.T) {
 		t.Fatalf("request to a stopped worker: %v, want ErrNoResponder", err)
 	}
 }
+
+// A worker that stops while a cell runs interrupts it, ends the context
+// and tells the call so; its Stop does not wait for the cell's timeout.
+func TestWorkerContextStopMidCall(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-f", 0, 0)
+	mustCreate(t, fx.broker, w, "s1", "c1")
+	replies := make(chan *wire.ContextReply, 1)
+	go func() {
+		data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "c1",
+			Code: "import time\ntime.sleep(300)", TimeoutMS: 600_000})
+		out, err := fx.broker.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data)
+		var r wire.ContextReply
+		if err != nil || json.Unmarshal(out, &r) != nil || r.Result == nil {
+			t.Errorf("the running call: %v %q", err, out)
+			replies <- nil
+			return
+		}
+		replies <- &r
+	}()
+	time.Sleep(time.Second) // the cell is running (a wait, not a measure)
+	if err := w.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if r := <-replies; r != nil && r.Ended != "the worker that held it stopped" {
+		t.Fatalf("the running call: %+v (ended %q)", r.Result, r.Ended)
+	}
+}
