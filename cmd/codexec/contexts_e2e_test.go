@@ -5,6 +5,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/codexec/codexec/frontend"
 	"github.com/mark3labs/mcp-go/client"
@@ -127,5 +128,44 @@ func TestClusterContextLostWithWorker(t *testing.T) {
 	}
 	if er := runIn(t, a, "data", "'rows' in dir()", 0); er.Stdout != "False\n" {
 		t.Fatalf("new context: %+v", er)
+	}
+}
+
+// A worker that holds --max-contexts ends the least recently used idle
+// context to make room, and one idle past --context-idle ends: either way
+// list_contexts shows it lost and its next call says why, once.
+func TestDevContextEndedByWorker(t *testing.T) {
+	t.Parallel()
+	c, _ := devStdio(t, t.TempDir(), "CODEXEC_MAX_CONTEXTS=1", "CODEXEC_CONTEXT_IDLE=3s")
+	createContext(t, c, map[string]any{"name": "a"})
+	runIn(t, c, "a", "v = 1", 0)
+	createContext(t, c, map[string]any{"name": "b"})
+	_, list := callAs[frontend.ContextList](t, c, "list_contexts", map[string]any{})
+	states := map[string]string{}
+	for _, e := range list.Contexts {
+		states[e.ContextID] = e.State + " " + e.Ended
+	}
+	if !strings.HasPrefix(states["a"], "lost evicted") || states["b"] != "live " {
+		t.Fatalf("list_contexts after b made room: %v", states)
+	}
+	if er := runIn(t, c, "a", "v", 0); er.Status != "lost" || !strings.Contains(er.Message, "least recently used") {
+		t.Fatalf("the evicted context's call: %+v", er)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		_, list = callAs[frontend.ContextList](t, c, "list_contexts", map[string]any{})
+		if len(list.Contexts) == 1 && list.Contexts[0].State == "lost" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the idle context did not end: %+v", list.Contexts)
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	if er := runIn(t, c, "b", "1", 0); er.Status != "lost" || !strings.Contains(er.Message, "idle") {
+		t.Fatalf("the idle context's call: %+v", er)
+	}
+	if er := runIn(t, c, "b", "1", 0); !strings.Contains(er.Message, "unknown context") {
+		t.Fatalf("the call after: %+v", er)
 	}
 }
