@@ -1,0 +1,48 @@
+package frontend
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
+)
+
+// A context whose worker is gone (nobody serves its subject) is lost: the
+// call says so, names the worker, and forgets it, so the next call finds an
+// unknown name. A record the worker marked ended is lost with its reason. A
+// name that is not a context name is unknown, as a name no session has.
+func TestRunInContextLost(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	put := func(id string, rec wire.ContextRecord) {
+		data, _ := json.Marshal(rec)
+		if err := jb.f.store.HSet(t.Context(), jb.f.cfg.Keys.Contexts("local"), id, data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(id string) ExecResult {
+		_, er := callTool[ExecResult](t, jb.c, "run_in_context", map[string]any{"context_id": id, "code": "x"})
+		return er
+	}
+	put("c1", wire.ContextRecord{V: wire.Version, Worker: "w-gone", EnvID: "default", CreatedAt: time.Now()})
+	if er := run("c1"); er.Status != "lost" || !strings.Contains(er.Message, "context c1 was lost: worker w-gone") {
+		t.Fatalf("worker gone: %+v", er)
+	}
+	if _, err := jb.f.store.HGet(t.Context(), jb.f.cfg.Keys.Contexts("local"), "c1"); err != statestore.ErrNotFound {
+		t.Fatalf("the lost context's record: %v, want it gone", err)
+	}
+	if er := run("c1"); er.Status != "rejected" || !strings.Contains(er.Message, `unknown context "c1"`) {
+		t.Fatalf("after lost: %+v", er)
+	}
+	put("c2", wire.ContextRecord{V: wire.Version, Worker: "w-gone", Ended: "it was idle for 30m0s"})
+	if er := run("c2"); er.Status != "lost" || !strings.Contains(er.Message, "it ended: it was idle for 30m0s") {
+		t.Fatalf("ended: %+v", er)
+	}
+	bad, never := run("../c1"), run("c9")
+	if bad.Status != "rejected" || bad.Message != strings.Replace(never.Message, "c9", "../c1", 1) {
+		t.Fatalf("a bad name: %+v; an unknown one: %+v", bad, never)
+	}
+}
