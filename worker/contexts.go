@@ -449,6 +449,17 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 	}
 	res := h.result(req, wire.StatusOK, "")
 	res.EnvID = c.envID
+	select {
+	case <-c.interp.Ended():
+		// Its process died between calls (a thread of its own, a limit):
+		// nothing runs in its place.
+		_, err := c.interp.Exec(ctx, runner.CellSpec{})
+		why := strings.TrimPrefix(err.Error(), runner.ErrInterpEnded.Error()+": ")
+		h.end(c, why)
+		res.Status, res.Message = wire.StatusError, "context "+c.id+" ended: "+why
+		return &wire.ContextReply{Result: res, Ended: why, EndedBefore: true}
+	default:
+	}
 	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.set.Disk, log)
 	if err != nil {
 		log.Warn("the session's files could not be restored; the call runs on this worker's copy", "err", err)

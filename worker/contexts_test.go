@@ -204,3 +204,19 @@ func TestWorkerContextStopMidCall(t *testing.T) {
 		t.Fatalf("the running call: %+v (ended %q)", r.Result, r.Ended)
 	}
 }
+
+// A context whose process died between calls is lost, and the next call
+// says so before anything runs.
+func TestWorkerContextDiedBetweenCalls(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-g", 0, 0)
+	b := fx.broker
+	mustCreate(t, b, w, "s1", "c1")
+	runIn(t, b, w, "s1", "c1", "import os, signal, threading, time\n"+
+		"threading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), signal.SIGKILL))).start()", time.Minute)
+	time.Sleep(time.Second) // the thread has killed its process (a wait, not a measure)
+	r := runIn(t, b, w, "s1", "c1", "print('ran')", time.Minute)
+	if !r.EndedBefore || !strings.Contains(r.Ended, "killed") || r.Result.Stdout != "" {
+		t.Fatalf("after the process died: %+v (ended %q, before %v)", r.Result, r.Ended, r.EndedBefore)
+	}
+}
