@@ -250,12 +250,25 @@ func (f *Frontend) runInContext(ctx context.Context, req mcp.CallToolRequest, sc
 		TimeoutMS: timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit}
 	reply, err := f.askHolder(ctx, rec, creq, timeout+contextAnswerSlack)
 	if err != nil {
+		if ctx.Err() != nil {
+			// The caller went away (cancelled, or its HTTP request closed):
+			// stop the code, as its timeout would.
+			f.interruptContext(ctx, rec.Worker, scope, id)
+		}
 		return nil, err
 	}
 	if reply.Ended != "" {
 		f.forgetContext(ctx, scope, id)
 	}
 	return toolResult(reply.Result, ""), nil
+}
+
+// interruptContext asks the context's worker to stop the code it runs now.
+func (f *Frontend) interruptContext(ctx context.Context, worker, scope, id string) {
+	req := &wire.ContextRequest{Op: wire.ContextInterrupt, ID: id, Scope: scope}
+	if _, err := f.askContext(context.WithoutCancel(ctx), worker, req, 5*time.Second); err != nil {
+		f.log.Warn("interrupt a context's call", "context", id, "scope", scope, "err", err)
+	}
 }
 
 func (f *Frontend) resetContext(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {

@@ -23,6 +23,9 @@ const (
 	ContextRun    ContextOp = "run"    // run code in it
 	ContextReset  ContextOp = "reset"  // replace its interpreter by a fresh one (variables gone)
 	ContextClose  ContextOp = "close"  // end it
+	// ContextInterrupt stops the code a run of the context runs now, as
+	// its timeout would (the caller went away); it answers at once.
+	ContextInterrupt ContextOp = "interrupt"
 )
 
 // ContextRequest is a frontend's request to the worker that holds (or is to

@@ -82,6 +82,8 @@ type liveContext struct {
 
 	lastUsed time.Time // under contextHost.mu
 	busy     bool      // under contextHost.mu: a request runs in it
+	// stopCall, under contextHost.mu, cancels the run in progress.
+	stopCall context.CancelCauseFunc
 }
 
 func contextKey(scope, id string) string { return scope + "/" + id }
@@ -168,6 +170,8 @@ func (h *contextHost) serve(req *wire.ContextRequest) *wire.ContextReply {
 	switch req.Op {
 	case wire.ContextCreate:
 		return h.create(ctx, req, log)
+	case wire.ContextInterrupt:
+		return h.interrupt(req)
 	case wire.ContextRun, wire.ContextReset, wire.ContextClose:
 	default:
 		return &wire.ContextReply{Result: h.result(req, wire.StatusRejected, fmt.Sprintf("unknown context operation %q", req.Op))}
@@ -242,6 +246,22 @@ func (h *contextHost) end(c *liveContext, why string) {
 	}
 	h.mu.Unlock()
 	c.close(h.w.log)
+}
+
+// errCallInterrupted is the cause of a run stopped by an interrupt request.
+var errCallInterrupted = errors.New("interrupted by the caller")
+
+// interrupt stops the run in progress of req's context, if there is one.
+func (h *contextHost) interrupt(req *wire.ContextRequest) *wire.ContextReply {
+	h.mu.Lock()
+	c := h.live[contextKey(req.Scope, req.ID)]
+	stop := func(error) {}
+	if c != nil && c.stopCall != nil {
+		stop = c.stopCall
+	}
+	h.mu.Unlock()
+	stop(errCallInterrupted)
+	return &wire.ContextReply{Result: h.result(req, wire.StatusOK, "interrupted")}
 }
 
 // endOnItsOwn ends c when no call of it asked for it (idle, evicted, the
@@ -467,6 +487,14 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 	base := c.jl.usage()
 	jctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
+	h.mu.Lock()
+	c.stopCall = cancel
+	h.mu.Unlock()
+	defer func() {
+		h.mu.Lock()
+		c.stopCall = nil
+		h.mu.Unlock()
+	}()
 	if c.disk == nil && c.set.Disk > 0 {
 		// As for a job: measured while the call runs; a session file
 		// system holds the limit itself.
@@ -506,6 +534,9 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		why := "the worker that held it stopped"
 		res.Status, res.ExitCode, res.Message = wire.StatusInternal, -1, "context "+c.id+" ended: "+why+"; its variables are lost"
 		reply.Ended = why
+	case errors.Is(context.Cause(jctx), errCallInterrupted):
+		res.Status, res.ExitCode = wire.StatusError, -1
+		res.Message = "cancelled by the caller: KeyboardInterrupt stopped the code; the context and its variables are kept"
 	case diskStopped:
 		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
 		res.Message = fmt.Sprintf("disk limit reached (%d MiB used by the working directory): KeyboardInterrupt stopped the code; the context and its variables are kept", c.set.Disk>>20)

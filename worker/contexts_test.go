@@ -220,3 +220,38 @@ func TestWorkerContextDiedBetweenCalls(t *testing.T) {
 		t.Fatalf("after the process died: %+v (ended %q, before %v)", r.Result, r.Ended, r.EndedBefore)
 	}
 }
+
+// An interrupt request (the caller went away) stops the code that runs, as
+// its timeout would, and the context goes on.
+func TestWorkerContextInterrupt(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-h", 0, 0)
+	b := fx.broker
+	mustCreate(t, b, w, "s1", "c1")
+	runIn(t, b, w, "s1", "c1", "kept = 7", time.Minute)
+	replies := make(chan *wire.ContextReply, 1)
+	go func() {
+		data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "c1",
+			Code: "import time\ntime.sleep(300)", TimeoutMS: 600_000})
+		out, err := b.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data)
+		var r wire.ContextReply
+		if err != nil || json.Unmarshal(out, &r) != nil || r.Result == nil {
+			t.Errorf("the running call: %v %q", err, out)
+		}
+		replies <- &r
+	}()
+	var r *wire.ContextReply
+	for r == nil {
+		ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextInterrupt, Scope: "s1", ID: "c1"})
+		select {
+		case r = <-replies:
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+	if r.Result == nil || r.Ended != "" || !strings.Contains(r.Result.Message, "cancelled by the caller") || !strings.Contains(r.Result.Stderr, "KeyboardInterrupt") {
+		t.Fatalf("the interrupted call: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if r := runIn(t, b, w, "s1", "c1", "kept", time.Minute); r.Result.Stdout != "7\n" {
+		t.Fatalf("after the interrupt: %+v", r.Result)
+	}
+}
