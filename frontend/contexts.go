@@ -206,6 +206,9 @@ func (f *Frontend) contextWorker(ctx context.Context, scope string, env *envspec
 	}
 	adverts = slices.DeleteFunc(slices.Clone(adverts), func(a envspec.Advert) bool { return slices.Contains(gone, a.WorkerID) })
 	if len(adverts) == 0 {
+		return "", internal("no live worker of pool %q answered: try again", f.cfg.Pool)
+	}
+	if len(adverts) == 0 {
 		return "", internal("no worker of pool %q is known to be alive (the state store was unreachable): try again", f.cfg.Pool)
 	}
 	if w := f.workspaceHolder(ctx, &wire.Job{Kind: wire.KindExecute, Scope: scope, Env: env, EnvID: envID}, adverts); w != "" {
