@@ -110,21 +110,22 @@ func TestWorkerContext(t *testing.T) {
 	if r := runIn(t, b, w, "s1", "c1", "1", time.Minute); r.Ended != "closed" || r.Result.Status != wire.StatusError {
 		t.Fatalf("after close: %+v (ended %q)", r.Result, r.Ended)
 	}
+	// On the same worker (a worker's start is most of a test's time):
+	t.Run("killed after the grace", func(t *testing.T) { contextKilledAfterGrace(t, b, w) })
+	t.Run("died between calls", func(t *testing.T) { contextDiedBetweenCalls(t, b, w) })
+	t.Run("interrupt", func(t *testing.T) { contextInterrupt(t, b, w) })
 }
 
 // A cell that ignores its KeyboardInterrupt is killed after the grace: the
 // context ends, and that call and the next say so.
-func TestWorkerContextKilledAfterGrace(t *testing.T) {
-	fx := newLifecycleFixture(t)
-	w := startContextWorker(t, fx, "ctx-b", 0, 0)
-	b := fx.broker
-	mustCreate(t, b, w, "s1", "c1")
+func contextKilledAfterGrace(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "grace")
 	code := "import time\nwhile True:\n    try:\n        time.sleep(30)\n    except KeyboardInterrupt:\n        pass\n"
-	r := runIn(t, b, w, "s1", "c1", code, 200*time.Millisecond)
+	r := runIn(t, b, w, "s1", "grace", code, 200*time.Millisecond)
 	if r.Result.Status != wire.StatusTimeout || r.Ended == "" || !strings.Contains(r.Result.Message, "variables are lost") {
 		t.Fatalf("ignored interrupt: %+v (ended %q)", r.Result, r.Ended)
 	}
-	if r2 := runIn(t, b, w, "s1", "c1", "1", time.Minute); r2.Ended != r.Ended {
+	if r2 := runIn(t, b, w, "s1", "grace", "1", time.Minute); r2.Ended != r.Ended {
 		t.Fatalf("next call: %+v (ended %q), want ended %q", r2.Result, r2.Ended, r.Ended)
 	}
 }
@@ -161,24 +162,9 @@ func TestWorkerContextEvictionAndIdle(t *testing.T) {
 	}
 }
 
-// A worker that is gone answers nothing: the request fails with
-// ErrNoResponder, which the frontend turns into "lost".
-func TestWorkerContextGoneWithWorker(t *testing.T) {
-	fx := newLifecycleFixture(t)
-	w := startContextWorker(t, fx, "ctx-e", 0, 0)
-	mustCreate(t, fx.broker, w, "s1", "c1")
-	if err := w.Stop(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "c1", Code: "1"})
-	_, err := fx.broker.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data)
-	if !errors.Is(err, broker.ErrNoResponder) {
-		t.Fatalf("request to a stopped worker: %v, want ErrNoResponder", err)
-	}
-}
-
 // A worker that stops while a cell runs interrupts it, ends the context
 // and tells the call so; its Stop does not wait for the cell's timeout.
+// Then nothing answers on its subject.
 func TestWorkerContextStopMidCall(t *testing.T) {
 	fx := newLifecycleFixture(t)
 	w := startContextWorker(t, fx, "ctx-f", 0, 0)
@@ -203,19 +189,22 @@ func TestWorkerContextStopMidCall(t *testing.T) {
 	if r := <-replies; r != nil && r.Ended != "the worker that held it stopped" {
 		t.Fatalf("the running call: %+v (ended %q)", r.Result, r.Ended)
 	}
+	// A worker that is gone answers nothing: the request fails with
+	// ErrNoResponder, which the frontend turns into "lost".
+	data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "c1", Code: "1"})
+	if _, err := fx.broker.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data); !errors.Is(err, broker.ErrNoResponder) {
+		t.Fatalf("request to a stopped worker: %v, want ErrNoResponder", err)
+	}
 }
 
 // A context whose process died between calls is lost, and the next call
 // says so before anything runs.
-func TestWorkerContextDiedBetweenCalls(t *testing.T) {
-	fx := newLifecycleFixture(t)
-	w := startContextWorker(t, fx, "ctx-g", 0, 0)
-	b := fx.broker
-	mustCreate(t, b, w, "s1", "c1")
-	runIn(t, b, w, "s1", "c1", "import os, signal, threading, time\n"+
+func contextDiedBetweenCalls(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "died")
+	runIn(t, b, w, "s1", "died", "import os, signal, threading, time\n"+
 		"threading.Thread(target=lambda: (time.sleep(0.2), os.kill(os.getpid(), signal.SIGKILL))).start()", time.Minute)
 	time.Sleep(time.Second) // the thread has killed its process (a wait, not a measure)
-	r := runIn(t, b, w, "s1", "c1", "print('ran')", time.Minute)
+	r := runIn(t, b, w, "s1", "died", "print('ran')", time.Minute)
 	if !r.EndedBefore || !strings.Contains(r.Ended, "killed") || r.Result.Stdout != "" {
 		t.Fatalf("after the process died: %+v (ended %q, before %v)", r.Result, r.Ended, r.EndedBefore)
 	}
@@ -223,15 +212,12 @@ func TestWorkerContextDiedBetweenCalls(t *testing.T) {
 
 // An interrupt request (the caller went away) stops the code that runs, as
 // its timeout would, and the context goes on.
-func TestWorkerContextInterrupt(t *testing.T) {
-	fx := newLifecycleFixture(t)
-	w := startContextWorker(t, fx, "ctx-h", 0, 0)
-	b := fx.broker
-	mustCreate(t, b, w, "s1", "c1")
-	runIn(t, b, w, "s1", "c1", "kept = 7", time.Minute)
+func contextInterrupt(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "intr")
+	runIn(t, b, w, "s1", "intr", "kept = 7", time.Minute)
 	replies := make(chan *wire.ContextReply, 1)
 	go func() {
-		data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "c1",
+		data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "intr",
 			Code: "import time\ntime.sleep(300)", TimeoutMS: 600_000})
 		out, err := b.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data)
 		var r wire.ContextReply
@@ -242,7 +228,7 @@ func TestWorkerContextInterrupt(t *testing.T) {
 	}()
 	var r *wire.ContextReply
 	for r == nil {
-		ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextInterrupt, Scope: "s1", ID: "c1"})
+		ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextInterrupt, Scope: "s1", ID: "intr"})
 		select {
 		case r = <-replies:
 		case <-time.After(200 * time.Millisecond):
@@ -251,7 +237,7 @@ func TestWorkerContextInterrupt(t *testing.T) {
 	if r.Result == nil || r.Ended != "" || !strings.Contains(r.Result.Message, "cancelled by the caller") || !strings.Contains(r.Result.Stderr, "KeyboardInterrupt") {
 		t.Fatalf("the interrupted call: %+v (ended %q)", r.Result, r.Ended)
 	}
-	if r := runIn(t, b, w, "s1", "c1", "kept", time.Minute); r.Result.Stdout != "7\n" {
+	if r := runIn(t, b, w, "s1", "intr", "kept", time.Minute); r.Result.Stdout != "7\n" {
 		t.Fatalf("after the interrupt: %+v", r.Result)
 	}
 }
