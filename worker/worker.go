@@ -48,7 +48,7 @@ type Worker struct {
 	started    time.Time    // when Start began, for the presence record
 	targeted   *broker.Consumer
 	batch      *broker.Consumer // batch jobs, in idle slots (batch.go)
-	workspaces scopeLocks // one restore or snapshot of a session's directory at a time (workspaces.go)
+	workspaces scopeLocks       // one restore or snapshot of a session's directory at a time (workspaces.go)
 
 	// The sandbox, when the worker has one (setupSandbox): bubblewrap, the
 	// sessions' uids, the job cgroups (nil without cgroups).
