@@ -9,10 +9,16 @@ import (
 	"github.com/codexec/codexec/worker/runner"
 )
 
-// Batch jobs (wire/batch.go) come from a consumer of their own that takes
-// one only while fewer jobs run on this worker than its concurrency: they
-// fill the slots interactive jobs leave idle, and an interactive job, whose
-// consumer keeps its own slots, never waits behind them for one.
+// Batch jobs (wire/batch.go) come from a consumer of their own that runs at
+// most Config.BatchConcurrency of them, and takes one only while fewer jobs
+// run on this worker than its concurrency: they fill slots interactive jobs
+// leave idle, and an interactive job, whose consumer keeps its own slots,
+// never waits behind them for a slot, and behind few of them for the
+// worker's interpreters.
+
+// AllSlots as Config.BatchConcurrency gives batch jobs every slot: for a
+// worker that runs nothing else (codexec batch on one machine).
+const AllSlots = -1
 
 // batchIdlePoll is how often a batch consumer waiting for an idle slot
 // looks at the worker's load.
@@ -21,7 +27,7 @@ const batchIdlePoll = 10 * time.Millisecond
 // startBatch starts consuming the pool's batch jobs. A failure is logged:
 // the worker runs interactive jobs without it.
 func (w *Worker) startBatch(ctx context.Context) {
-	c, err := w.broker.ConsumeBatch(ctx, w.cfg.Pool, w.cfg.Concurrency, w.batchIdle, w.handle)
+	c, err := w.broker.ConsumeBatch(ctx, w.cfg.Pool, w.cfg.BatchConcurrency, w.batchIdle, w.handle)
 	if err != nil {
 		w.log.Warn("no batch consumer: this worker runs no batch jobs", "err", err)
 		return

@@ -117,6 +117,12 @@ func runCmd(ctx context.Context, args []string, opts Options, stdout, stderr io.
 		}
 	}
 	spec.Input = in
+	if _, err := in.script(); err != nil {
+		return flagenv.UsageError{Err: err}
+	}
+	if _, err := in.count(); err != nil {
+		return flagenv.UsageError{Err: err}
+	}
 	spec.ID, spec.Created = newID(), time.Now().UTC()
 	st, err := create(out, spec)
 	if err != nil {

@@ -14,8 +14,8 @@ import (
 // the input or the results.
 
 const (
-	pollMin = 100 * time.Millisecond
-	pollMax = time.Second
+	pollMin = 250 * time.Millisecond
+	pollMax = 2 * time.Second
 	// callFailures is how many calls in a row may fail before the run
 	// gives up (to be resumed later).
 	callFailures = 10

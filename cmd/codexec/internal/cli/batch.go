@@ -78,6 +78,9 @@ func embeddedBatch(ctx context.Context, dataDir string) (c *client.Client, stop 
 	stops = append(stops, b.Close)
 	wcfg := wf.config(dataDir, wire.DefaultPool, &ff, log.With("component", "worker"))
 	wcfg.LocalWorkspaces = true
+	if wf.batchSlots == 0 {
+		wcfg.BatchConcurrency = worker.AllSlots // nothing else runs here
+	}
 	w, err := worker.New(wcfg, b, st)
 	if err != nil {
 		return nil, nil, err
