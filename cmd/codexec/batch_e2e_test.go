@@ -352,3 +352,47 @@ func TestBatchWorkerKilled(t *testing.T) {
 		}
 	}
 }
+
+// `codexec batch cancel ID` from another terminal, while the batch runs on
+// this machine: the client stops submitting, the jobs queued and not
+// started end cancelled, none of them runs, and the batch reads cancelled.
+func TestBatchCancel(t *testing.T) {
+	t.Parallel()
+	tmp := t.TempDir()
+	writeFiles(t, tmp, map[string]string{"sleep.py": "import time\ntime.sleep(1)\nprint('ran')\n",
+		"rows.jsonl": strings.Repeat("{}\n", 40)})
+	out := filepath.Join(tmp, "out")
+	env := batchEnv(t, filepath.Join(tmp, "data"), "CODEXEC_CONCURRENCY=2")
+	p := startProc(t, env, os.Args[0], "batch", "--script", filepath.Join(tmp, "sleep.py"),
+		"--params", filepath.Join(tmp, "rows.jsonl"), "--out", out, "--parallel", "8")
+	id := p.waitFor(t, regexp.MustCompile(`batch (\w+): 40 jobs`), 3*time.Minute)
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(20 * time.Millisecond) {
+		if data, _ := os.ReadFile(filepath.Join(out, "results.jsonl")); len(data) > 0 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no result:\n%s", p.Out.String())
+		}
+	}
+	if text, rc := runBatchCmd(t, env, "cancel", id); rc != 0 {
+		t.Fatalf("cancel: exit %d:\n%s", rc, text)
+	}
+	select {
+	case <-p.Exited():
+	case <-time.After(3 * time.Minute):
+		t.Fatalf("the batch did not end after it was cancelled:\n%s", p.Out.String())
+	}
+	counts := map[string]int{}
+	for _, l := range readResults(t, out) {
+		counts[l.Status]++
+		if l.Status == "cancelled" && readFile(t, filepath.Join(out, "jobs", l.Name, "stdout")) != "" {
+			t.Errorf("row %d ran although cancelled", l.Row)
+		}
+	}
+	if counts["cancelled"] == 0 || counts["ok"]+counts["cancelled"] >= 40 || counts["ok"]+counts["cancelled"] != len(readResults(t, out)) {
+		t.Errorf("statuses %v: want some ok, some cancelled, and rows never submitted", counts)
+	}
+	if text, _ := runBatchCmd(t, env, "status", id); !strings.Contains(text, "(cancelled)") {
+		t.Errorf("status after cancel:\n%s", text)
+	}
+}

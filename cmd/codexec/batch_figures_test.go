@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,7 +17,8 @@ import (
 )
 
 // BenchmarkBatchFigures measures the batch figures of docs/batch.md in one
-// run, on one machine: codexec dev over HTTP, interactive print(1) calls
+// run, on one machine, with batch jobs given two of a worker's eight slots
+// (the default) and all eight: codexec dev over HTTP, interactive print(1) calls
 // on an idle system, then `codexec batch --url` running
 // $CODEXEC_BATCH_FIGURE_JOBS (default 1000) short scripts through the same
 // frontend while the same calls go on, then the batch's wall time, rate,
@@ -31,8 +33,17 @@ func BenchmarkBatchFigures(b *testing.B) {
 	if v, err := strconv.Atoi(os.Getenv("CODEXEC_BATCH_FIGURE_JOBS")); err == nil && v > 0 {
 		jobs = v
 	}
+	// The worker's eight slots: batch jobs in two of them (the default,
+	// a quarter), then in all eight.
+	for _, slots := range []int{2, 8} {
+		b.Run(fmt.Sprintf("batch-slots=%d", slots), func(b *testing.B) { batchFigures(b, jobs, slots) })
+	}
+}
+
+func batchFigures(b *testing.B, jobs, slots int) {
 	tmp := b.TempDir()
-	server := startProc(b, codexecEnv("CODEXEC_DATA_DIR="+filepath.Join(tmp, "server"), "CODEXEC_VENV="+venvFor(b)), os.Args[0],
+	server := startProc(b, codexecEnv("CODEXEC_DATA_DIR="+filepath.Join(tmp, "server"), "CODEXEC_VENV="+venvFor(b),
+		"CODEXEC_CONCURRENCY=8", fmt.Sprintf("CODEXEC_BATCH_CONCURRENCY=%d", slots)), os.Args[0],
 		"dev", "--http", "127.0.0.1:0")
 	url := server.waitFor(b, urlRe, 2*time.Minute)
 	c := httpClient(b, url)
