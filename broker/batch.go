@@ -126,9 +126,9 @@ func recordExists(err error) bool {
 }
 
 // batchCancelKey is the results-bucket key that marks the batch whose jobs
-// run in scope as cancelled (keys of job ids have no dots, and records
-// start with "job.").
-func batchCancelKey(scope string) string { return "cancel." + scope }
+// run in scope as cancelled (keys of job ids have no dots, records start
+// with "job." and jobs' cancel marks with "cancel.").
+func batchCancelKey(scope string) string { return "batchcancel." + scope }
 
 // CancelBatch marks the batch whose jobs run in scope as cancelled: a
 // worker that receives one of its jobs afterwards does not start it

@@ -33,7 +33,7 @@
 //   - Key-value bucket wire.ResultsBucket ("codexec-results"): one key per
 //     job id for its result and one "job.<id>" for its record (JobRecord,
 //     written by the frontend before the job is published), and one
-//     "cancel.<scope>" per cancelled batch (CancelBatch), history 1, TTL
+//     "batchcancel.<scope>" per cancelled batch (CancelBatch), history 1, TTL
 //     Config.Retention, file storage. Results are
 //     written create-only, so the first result of a job wins even if a
 //     redelivered job runs twice, and a client can fetch a result long after

@@ -125,8 +125,9 @@ func (f *Frontend) registerBatchTools(s *server.MCPServer, stdio bool) {
 		mcp.WithReadOnlyHintAnnotation(true),
 	), handler(stdio, f.getJobResults, batchFailure))
 	s.AddTool(mcp.NewTool("cancel_batch",
-		mcp.WithDescription("Cancel a batch: its jobs that no worker has started yet are not started (status cancelled)."),
+		mcp.WithDescription("Cancel a batch: its jobs that no worker has started yet are not started, and those of job_ids that run are stopped (status cancelled)."),
 		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id")),
+		mcp.WithArray("job_ids", mcp.WithStringItems(), mcp.Description(fmt.Sprintf("up to %d jobs of the batch to stop if they run (the client's unfinished ones)", MaxBatchJobs))),
 		mcp.WithOutputSchema[BatchResult](),
 		mcp.WithDestructiveHintAnnotation(true),
 	), handler(stdio, f.cancelBatch, batchFailure))
@@ -324,12 +325,9 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 	if err != nil {
 		return nil, err
 	}
-	ids, err := stringList(req.GetArguments(), "job_ids", true)
+	ids, err := jobIDList(req.GetArguments(), true)
 	if err != nil {
 		return nil, err
-	}
-	if len(ids) > MaxBatchJobs {
-		return nil, rejected("%d job ids in one call; the limit is %d", len(ids), MaxBatchJobs)
 	}
 	out := make([]BatchJobResult, len(ids))
 	sem := make(chan struct{}, 16)
@@ -385,9 +383,57 @@ func (f *Frontend) cancelBatch(ctx context.Context, req mcp.CallToolRequest, sco
 	if err != nil {
 		return nil, err
 	}
+	ids, err := jobIDList(req.GetArguments(), false)
+	if err != nil {
+		return nil, err
+	}
 	if err := f.broker.CancelBatch(ctx, bscope); err != nil {
 		return nil, internal("cancelling batch %s failed: %v; try again", id, err)
 	}
+	stopped := 0
+	for _, jid := range ids {
+		if f.batchJobOf(ctx, bscope, jid) {
+			if err := f.broker.CancelJob(ctx, jid); err != nil {
+				return nil, internal("cancelling job %s of batch %s failed: %v; try again", jid, id, err)
+			}
+			stopped++
+		}
+	}
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK),
-		Message: "batch " + id + " cancelled: its jobs that no worker has started will not start"}), nil
+		Message: fmt.Sprintf("batch %s cancelled: its jobs that no worker has started will not start, and %d of its jobs were told to stop if they run", id, stopped)}), nil
+}
+
+// jobIDList reads job_ids: at most MaxBatchJobs strings.
+func jobIDList(args map[string]any, required bool) ([]string, error) {
+	v, present := args["job_ids"]
+	if !present || v == nil {
+		if required {
+			return nil, rejected("missing required argument 'job_ids' (a list of job ids)")
+		}
+		return nil, nil
+	}
+	items, ok := v.([]any)
+	if !ok {
+		return nil, rejected("argument 'job_ids' must be a list of job ids")
+	}
+	if len(items) > MaxBatchJobs {
+		return nil, rejected("%d job ids in one call; the limit is %d", len(items), MaxBatchJobs)
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		if ids[i], ok = it.(string); !ok {
+			return nil, rejected("item %d of 'job_ids' is not a string", i+1)
+		}
+	}
+	return ids, nil
+}
+
+// batchJobOf says whether job id is one of the batch of scope bscope (its
+// record says so), so that cancel_batch never cancels another's job.
+func (f *Frontend) batchJobOf(ctx context.Context, bscope, id string) bool {
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return false
+	}
+	rec, err := f.broker.GetJobRecord(ctx, id)
+	return err == nil && rec.Scope == bscope
 }

@@ -3,6 +3,7 @@ package frontend
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // submit_jobs refuses bad input with a sentence and queues nothing; a row
@@ -48,5 +49,23 @@ func TestBatchTools(t *testing.T) {
 	_, other := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id + "x", "job_ids": []any{first.Jobs[0].JobID}})
 	if len(other.Jobs) != 1 || other.Jobs[0].Status != "unknown" {
 		t.Errorf("the job asked of another batch: %+v, want unknown", other)
+	}
+	many := make([]any, MaxBatchJobs)
+	for i := range many {
+		many[i] = first.Jobs[0].JobID
+	}
+	if res, all := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": many}); res.IsError || len(all.Jobs) != MaxBatchJobs {
+		t.Errorf("%d ids in one call: isError=%v %s", MaxBatchJobs, res.IsError, all.Message)
+	}
+
+	// cancel_batch stops the jobs named that are the batch's, and no other.
+	foreign := putRecord(t, jb.b, "local", time.Now().Add(time.Minute))
+	if res, br := callTool[BatchResult](t, jb.c, "cancel_batch", map[string]any{"batch_id": id, "job_ids": []any{first.Jobs[0].JobID, foreign}}); res.IsError {
+		t.Fatalf("cancel_batch: %+v", br)
+	}
+	for jid, want := range map[string]bool{first.Jobs[0].JobID: true, foreign: false} {
+		if got, err := jb.b.JobCancelled(t.Context(), jid); err != nil || got != want {
+			t.Errorf("job %s cancelled: %v %v, want %v", jid, got, err, want)
+		}
 	}
 }

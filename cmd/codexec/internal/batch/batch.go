@@ -311,10 +311,16 @@ func cancelCmd(ctx context.Context, args []string, opts Options, stdout, stderr 
 		return err
 	}
 	defer c.stop()
-	if err := c.cancel(ctx, st.spec.ID); err != nil {
+	var ids []string
+	for row, sub := range st.sent {
+		if !st.done[row] {
+			ids = append(ids, sub.JobID)
+		}
+	}
+	if err := c.cancel(ctx, st.spec.ID, ids); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "batch %s cancelled: jobs no worker has started will not start\n", st.spec.ID)
+	fmt.Fprintf(stdout, "batch %s cancelled: jobs no worker has started will not start, running ones are stopped\n", st.spec.ID)
 	return nil
 }
 

@@ -168,8 +168,15 @@ func (c *conn) results(ctx context.Context, id string, ids []string) ([]jobAnswe
 	return out.Jobs, nil
 }
 
-// cancel cancels batch id.
-func (c *conn) cancel(ctx context.Context, id string) error {
-	_, err := c.call(ctx, "cancel_batch", map[string]any{"batch_id": id})
-	return err
+// cancel cancels batch id and stops its jobs ids (its unfinished ones) if
+// they run.
+func (c *conn) cancel(ctx context.Context, id string, ids []string) error {
+	for first := true; first || len(ids) > 0; first = false {
+		chunk := ids[:min(len(ids), maxPerCall)]
+		ids = ids[len(chunk):]
+		if _, err := c.call(ctx, "cancel_batch", map[string]any{"batch_id": id, "job_ids": chunk}); err != nil {
+			return err
+		}
+	}
+	return nil
 }

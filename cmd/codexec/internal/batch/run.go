@@ -94,7 +94,11 @@ func (r *runner) checkCancel(ctx context.Context) error {
 	if r.cancel || !r.st.cancelled() {
 		return nil
 	}
-	if err := r.conn.cancel(ctx, r.st.spec.ID); err != nil {
+	ids := make([]string, 0, len(r.flights))
+	for id := range r.flights {
+		ids = append(ids, id)
+	}
+	if err := r.conn.cancel(ctx, r.st.spec.ID, ids); err != nil {
 		return err
 	}
 	r.cancel, r.again, r.eof = true, nil, true
