@@ -207,6 +207,8 @@ type Consumer struct {
 	log     *slog.Logger
 	ackWait time.Duration
 	sem     chan struct{} // one token per running handler
+	// idle, when set, blocks until a job may be fetched (ConsumeBatch).
+	idle func(context.Context) bool
 
 	baseCtx   context.Context // parent of handler contexts; never cancelled
 	loopCtx   context.Context // cancelled to stop fetching
@@ -303,6 +305,10 @@ func (c *Consumer) loop() {
 		select {
 		case c.sem <- struct{}{}:
 		case <-c.loopCtx.Done():
+			return
+		}
+		if c.idle != nil && !c.idle(c.loopCtx) {
+			<-c.sem
 			return
 		}
 		msg, err := c.fetch()

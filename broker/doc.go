@@ -26,10 +26,14 @@
 //     the pool (pull consumers balance by who asks). Explicit acks, AckWait
 //     and MaxDeliver from Config. Consume creates or updates it, so the last
 //     worker to start sets AckWait and MaxDeliver; give the workers of a
-//     pool the same values.
+//     pool the same values. Batch jobs (SubmitJobs) wait on the pool's
+//     "codexec.jobs.<pool>.batch" for a consumer of their own,
+//     wire.BatchConsumerName(pool), that ConsumeBatch pulls from only in idle
+//     slots (batch.go).
 //   - Key-value bucket wire.ResultsBucket ("codexec-results"): one key per
 //     job id for its result and one "job.<id>" for its record (JobRecord,
-//     written by the frontend before the job is published), history 1, TTL
+//     written by the frontend before the job is published), and one
+//     "batchcancel.<scope>" per cancelled batch (CancelBatch), history 1, TTL
 //     Config.Retention, file storage. Results are
 //     written create-only, so the first result of a job wins even if a
 //     redelivered job runs twice, and a client can fetch a result long after

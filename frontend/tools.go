@@ -63,6 +63,7 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 	f.registerFileTools(s, stdio)
 	f.registerEnvTools(s, stdio)
 	f.registerContextTools(s, stdio)
+	f.registerBatchTools(s, stdio)
 }
 
 func (f *Frontend) executeCode(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {

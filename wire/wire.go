@@ -113,6 +113,12 @@ type Job struct {
 	// GPU, when set, asks for GPUs: the frontend sends the job to a
 	// worker that has them, which runs it once it holds them alone.
 	GPU *envspec.GPURequest `json:"gpu,omitempty"`
+	// Batch, when set, names the batch run the job belongs to (wire/batch.go):
+	// it is queued on BatchSubject and its scope is the batch's own.
+	Batch string `json:"batch,omitempty"`
+	// Params is a batch job's parameter row, a JSON object given to the
+	// script in the environment variable ParamsEnv.
+	Params json.RawMessage `json:"params,omitempty"`
 }
 
 // Limits are the resource limits a call asks for, in the units of the

@@ -45,6 +45,10 @@ type Config struct {
 	// not hold a CPU's place, but no more than the host's memory holds jobs
 	// at their default memory limit, and never fewer than the CPUs.
 	Concurrency int
+	// BatchConcurrency is how many batch jobs run at once, in the slots
+	// interactive jobs leave idle (batch.go). Default: a quarter of
+	// Concurrency, at least 1; AllSlots: Concurrency.
+	BatchConcurrency int
 	// MaxTimeout caps any job's wall-clock limit. Default
 	// wire.DefaultMaxTimeout (10 minutes), as the frontends'.
 	MaxTimeout time.Duration
@@ -278,6 +282,12 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.Concurrency <= 0 {
 		c.Concurrency = defaultConcurrency(runtime.NumCPU(), hostMemory(), c.Limits.Memory)
+	}
+	switch {
+	case c.BatchConcurrency == AllSlots || c.BatchConcurrency > c.Concurrency:
+		c.BatchConcurrency = c.Concurrency
+	case c.BatchConcurrency <= 0:
+		c.BatchConcurrency = max(1, c.Concurrency/4)
 	}
 	if c.Sandbox == "" {
 		c.Sandbox = SandboxAuto

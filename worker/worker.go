@@ -49,7 +49,8 @@ type Worker struct {
 	load       atomic.Int64 // jobs running
 	started    time.Time    // when Start began, for the presence record
 	targeted   *broker.Consumer
-	workspaces scopeLocks // one restore or snapshot of a session's directory at a time (workspaces.go)
+	batch      *broker.Consumer // batch jobs, in idle slots (batch.go)
+	workspaces scopeLocks       // one restore or snapshot of a session's directory at a time (workspaces.go)
 
 	// contexts are the sessions' live interpreters (contexts.go).
 	contexts *contextHost
@@ -179,6 +180,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if tc != nil {
 		_ = w.heartbeat(ctx) // advertise Targeted
 	}
+	w.startBatch(ctx)
 	w.health.started.Store(true)
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
 	return nil
@@ -268,6 +270,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	defer close(w.stopDone)
 	w.stopHeartbeat()
 	w.leave(ctx)
+	waitBatch := w.stopBatch(ctx)
 	var err error
 	if tc != nil {
 		go func() { _ = tc.Stop(ctx) }()
@@ -287,6 +290,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		case <-time.After(5 * time.Second):
 		}
 	}
+	waitBatch()
 	w.stopContexts()
 	w.release()
 	return err
@@ -559,6 +563,8 @@ func (w *Worker) run(ctx context.Context, job *wire.Job, attempt int, log *slog.
 		return w.result(job, attempt, wire.StatusRejected, "invalid session scope")
 	case !job.Deadline.IsZero() && time.Now().After(job.Deadline):
 		return w.result(job, attempt, wire.StatusExpired, "the job's deadline passed before a worker could start it")
+	case w.batchCancelled(ctx, job, log):
+		return w.result(job, attempt, wire.StatusCancelled, "the job's batch was cancelled before a worker started it")
 	}
 	return h(w, ctx, job, attempt, log)
 }
@@ -629,6 +635,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		return refused
 	}
 	spec.Timeout, spec.OutputLimit = timeout, limit
+	withParams(&spec, job)
 	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid, disk)
 	if err != nil {
 		telemetry.SandboxFailed("limits")

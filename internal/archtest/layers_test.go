@@ -60,6 +60,8 @@ var layers = map[string]int{
 	// 6: the benchmark, and the status view of a cluster.
 	"cmd/codexec/internal/bench":  6,
 	"cmd/codexec/internal/status": 6,
+	// 6: the batch client.
+	"cmd/codexec/internal/batch": 6,
 
 	// 7: the command line; 8: the binary.
 	"cmd/codexec/internal/cli": 7,

@@ -32,6 +32,8 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		err = runWorker(ctx, args[1:], stderr)
 	case "bench":
 		err = bench.Main(ctx, args[1:], stdout, stderr)
+	case "batch":
+		err = runBatch(ctx, args[1:], stdout, stderr)
 	case "export":
 		err = runExport(ctx, args[1:], stdout, stderr)
 	case "status":
@@ -74,6 +76,7 @@ Usage:
   codexec frontend [flags]   the MCP frontend of a cluster (needs NATS with JetStream, and Redis)
   codexec worker [flags]     a worker of a cluster (needs NATS with JetStream, and Redis)
   codexec bench [flags]      measure execute_code latency and throughput through real MCP clients
+  codexec batch [flags]      run a directory of scripts, or a script per row of a parameter file; batch status|results|cancel ID
   codexec export [flags]     write sessions' code files and recorded runs as plain files (--out DIR)
   codexec status [flags]     the cluster at a glance: workers, queues, jobs per second (--watch, --json)
   codexec token [flags]      print a new API token and its line for the --auth-tokens file

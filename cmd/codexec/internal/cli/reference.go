@@ -19,7 +19,7 @@ import (
 
 // referenceCommands are the subcommands whose flags the reference lists, in
 // the order it lists them.
-var referenceCommands = []string{"dev", "frontend", "worker", "export", "status", "bench"}
+var referenceCommands = []string{"dev", "frontend", "worker", "export", "status", "bench", "batch"}
 
 const (
 	referenceBegin = "<!-- BEGIN GENERATED: flags of every command; regenerate with `go test ./cmd/codexec/internal/cli -run TestConfigurationReference -update` -->"

@@ -116,6 +116,7 @@ type workerFlags struct {
 	venv        string
 	scriptsDir  string
 	concurrency int
+	batchSlots  int
 	envPass     string
 	execMode    string
 	preload     string
@@ -162,6 +163,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.String(&wf.venv, "venv", "CODEXEC_VENV", "", "use this existing venv as the default environment instead of building one")
 	f.String(&wf.scriptsDir, "scripts-dir", "CODEXEC_SCRIPTS_DIR", "", "where each job's script is kept while it runs (default DATA_DIR/scripts)")
 	f.Int(&wf.concurrency, "concurrency", "CODEXEC_CONCURRENCY", 0, "jobs run at once (default: 4 per CPU, no more than the host's memory holds at the default memory limit, never fewer than the CPUs)")
+	f.Int(&wf.batchSlots, "batch-concurrency", "CODEXEC_BATCH_CONCURRENCY", 0, "batch jobs (codexec batch) run at once, only while fewer jobs than --concurrency run (default: a quarter of --concurrency, at least 1)")
 	f.String(&wf.envPass, "env-pass", "CODEXEC_ENV_PASSTHROUGH", "", "comma-separated names of the worker's environment variables that jobs may see")
 	f.String(&wf.execMode, "exec-mode", "CODEXEC_EXEC_MODE", worker.ExecZygote, "zygote: fork each job from a warm interpreter that has done its imports; spawn: a fresh interpreter per job")
 	f.String(&wf.preload, "preload", "CODEXEC_PRELOAD", strings.Join(runner.DefaultPreload, ","), "comma-separated modules a warm interpreter imports before forking jobs (none: nothing)")
@@ -255,7 +257,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 	}
 	return worker.Config{
 		ID: wf.id, Pool: pool, DataDir: dataDir, ScriptsDir: wf.scriptsDir, Python: wf.python, VenvPath: wf.venv,
-		Concurrency: wf.concurrency, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
+		Concurrency: wf.concurrency, BatchConcurrency: wf.batchSlots, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
 		EnvPassthrough: pass, Logger: log,
 		ExecMode: wf.execMode, Preload: preload, MaxZygotes: wf.maxZygotes, ZygoteIdle: wf.zygoteIdle,
 		MaxContexts: wf.maxContexts, ContextIdle: wf.contextIdle,

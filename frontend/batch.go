@@ -1,0 +1,439 @@
+package frontend
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/oklog/ulid/v2"
+)
+
+// The batch tools: submit_jobs, get_job_results and cancel_batch, what
+// `codexec batch` runs a batch through. A batch is named by a batch_id the
+// client chooses (a long random string); its jobs run in a scope of their
+// own, derived from the caller's principal (not its MCP session, so that
+// the batch can be followed from another terminal or a later day) and the
+// batch id: the jobs of one batch share a working directory on each
+// worker, and no session or other principal's batch reads them.
+//
+// A job's id is derived from the batch's scope, its row and its attempt,
+// so that a client resubmitting a row (it was killed before it knew the
+// row was queued) sends the same id, and broker.SubmitJobs queues it once.
+// Batch jobs go to the pool's batch subject, which workers take only in
+// idle slots (worker/batch.go), and skip the fair gate and the runs
+// history: they never queue ahead of an interactive job.
+
+// MaxBatchJobs is how many jobs one submit_jobs or get_job_results call
+// may carry.
+const MaxBatchJobs = 256
+
+// batchQueueWait is how long a batch job may wait in the queue before no
+// worker starts it (its deadline, beyond its timeout). `codexec batch`
+// keeps few jobs queued at a time, so this is a bound for a pool that
+// stays busy, not a wait any job should see.
+const batchQueueWait = 15 * time.Minute
+
+// batchIDRe accepts batch ids: long enough to be unguessable when random.
+var batchIDRe = regexp.MustCompile(`^[A-Za-z0-9_-]{16,64}$`)
+
+// BatchJobResult is one job of submit_jobs' or get_job_results' answer.
+type BatchJobResult struct {
+	Row     int64  `json:"row" jsonschema_description:"the row the job was submitted for"`
+	Attempt int64  `json:"attempt"`
+	JobID   string `json:"job_id"`
+	// Status is queued or submitted_before (submit_jobs), running or a
+	// job's final status (get_job_results), unknown (no such job), or
+	// rejected/internal when the job could not be submitted.
+	Status     string  `json:"status"`
+	ExitCode   int     `json:"exit_code"`
+	Stdout     string  `json:"stdout,omitempty"`
+	Stderr     string  `json:"stderr,omitempty"`
+	DurationMS float64 `json:"duration_ms,omitempty"`
+	WorkerID   string  `json:"worker_id,omitempty"`
+	Limit      string  `json:"limit,omitempty"`
+	Message    string  `json:"message,omitempty"`
+}
+
+// BatchResult is the structured content of the batch tools.
+type BatchResult struct {
+	Status  string           `json:"status"`
+	Jobs    []BatchJobResult `json:"jobs"`
+	Message string           `json:"message,omitempty"`
+}
+
+func batchToolResult(r BatchResult) *mcp.CallToolResult {
+	if r.Jobs == nil {
+		r.Jobs = []BatchJobResult{}
+	}
+	text := r.Message
+	if text == "" {
+		text = fmt.Sprintf("%d jobs", len(r.Jobs))
+	}
+	out := mcp.NewToolResultStructured(r, statusLine(r.Status, text))
+	out.IsError = r.Status != string(wire.StatusOK)
+	return out
+}
+
+// batchFailure renders a failure of a batch tool.
+func batchFailure(err error) *mcp.CallToolResult {
+	te := asToolError(err)
+	return batchToolResult(BatchResult{Status: string(te.Status), Message: te.Message})
+}
+
+func (f *Frontend) registerBatchTools(s *server.MCPServer, stdio bool) {
+	s.AddTool(mcp.NewTool("submit_jobs",
+		mcp.WithDescription(fmt.Sprintf("Queue up to %d jobs of a batch run at once (the batch command-line client uses this). "+
+			"Each job is a row: its code (or the shared code) runs with the row's params as JSON in the environment variable %s. "+
+			"Batch jobs run only on idle worker slots. Returns each job's id; submitting a row and attempt again queues nothing.",
+			MaxBatchJobs, wire.ParamsEnv)),
+		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id: 16 to 64 letters, digits, '-' or '_', random")),
+		mcp.WithString("code", mcp.Description("Python source shared by the jobs that carry none of their own")),
+		mcp.WithArray("jobs", mcp.Required(), mcp.Items(map[string]any{
+			"type": "object",
+			"properties": map[string]any{
+				"row":      map[string]any{"type": "integer", "minimum": 0},
+				"attempt":  map[string]any{"type": "integer", "minimum": 0},
+				"code":     map[string]any{"type": "string"},
+				"filename": map[string]any{"type": "string"},
+				"params":   map[string]any{"type": "object"},
+			},
+			"required": []string{"row"},
+		}), mcp.Description("the jobs: row number, attempt (0 first), optional code, filename and params")),
+		mcp.WithString("python_version", mcp.Description("Python version of the batch's environment, e.g. 3.12")),
+		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of the batch's environment")),
+		f.runOptionsNoSchema(),
+		mcp.WithOutputSchema[BatchResult](),
+	), handler(stdio, f.submitJobs, batchFailure))
+	s.AddTool(mcp.NewTool("get_job_results",
+		mcp.WithDescription(fmt.Sprintf("Fetch the status and output of up to %d jobs of a batch by job id: running while queued or running.", MaxBatchJobs)),
+		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id")),
+		mcp.WithArray("job_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("job ids submit_jobs returned")),
+		mcp.WithOutputSchema[BatchResult](),
+		mcp.WithReadOnlyHintAnnotation(true),
+	), handler(stdio, f.getJobResults, batchFailure))
+	s.AddTool(mcp.NewTool("cancel_batch",
+		mcp.WithDescription("Cancel a batch: its jobs that no worker has started yet are not started, and those of job_ids that run are stopped (status cancelled)."),
+		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id")),
+		mcp.WithArray("job_ids", mcp.WithStringItems(), mcp.Description(fmt.Sprintf("up to %d jobs of the batch to stop if they run (the client's unfinished ones)", MaxBatchJobs))),
+		mcp.WithOutputSchema[BatchResult](),
+		mcp.WithDestructiveHintAnnotation(true),
+	), handler(stdio, f.cancelBatch, batchFailure))
+}
+
+// runOptionsNoSchema are timeout_seconds and limits, as runOptions has them.
+func (f *Frontend) runOptionsNoSchema() mcp.ToolOption {
+	timeout := mcp.WithNumber("timeout_seconds", mcp.Description(fmt.Sprintf(
+		"Wall-clock limit of each job in seconds (default %g, at most %g)", f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds())))
+	limits := limitsOption()
+	return func(t *mcp.Tool) {
+		timeout(t)
+		limits(t)
+	}
+}
+
+// batchScope is the scope the jobs of batch id run in, for the caller of
+// ctx: its principal (tenant and principal when authenticated; the
+// Authorization header, hashed, of an unauthenticated request that has
+// one; the one local principal on stdio) and the batch id, hashed.
+func batchScope(ctx context.Context, stdio bool, id string) string {
+	who := "anonymous"
+	switch {
+	case stdio:
+		who = "stdio"
+	case ctx.Value(identityKey{}) != nil:
+		who, _ = ctx.Value(identityKey{}).(string)
+	default:
+		if p, ok := ctx.Value(principalKey{}).(string); ok {
+			who = p
+		}
+	}
+	return "b-" + digest(who+"\x00batch\x00"+id)
+}
+
+// batchArgs reads batch_id and derives the batch's scope.
+func batchArgs(ctx context.Context, req mcp.CallToolRequest, scope string) (id, bscope string, err error) {
+	id, _ = req.GetArguments()["batch_id"].(string)
+	if !batchIDRe.MatchString(id) {
+		return "", "", rejected("argument 'batch_id' must be 16 to 64 letters, digits, '-' or '_'")
+	}
+	return id, batchScope(ctx, scope == StdioScope, id), nil
+}
+
+// batchJobID is the id of attempt of row in the batch of scope bscope.
+func batchJobID(bscope string, row, attempt int64) string {
+	sum := sha256.Sum256([]byte(bscope + "\x00" + strconv.FormatInt(row, 10) + "\x00" + strconv.FormatInt(attempt, 10)))
+	var id ulid.ULID
+	copy(id[:], sum[:16])
+	return id.String()
+}
+
+// batchRow is one job of a submit_jobs call.
+type batchRow struct {
+	Row      *int64          `json:"row"`
+	Attempt  int64           `json:"attempt"`
+	Code     string          `json:"code"`
+	Filename string          `json:"filename"`
+	Params   json.RawMessage `json:"params"`
+}
+
+func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	id, bscope, err := batchArgs(ctx, req, scope)
+	if err != nil {
+		return nil, err
+	}
+	args := req.GetArguments()
+	rows, err := batchRows(args)
+	if err != nil {
+		return nil, err
+	}
+	shared, err := optionalString(args, "code")
+	if err != nil {
+		return nil, err
+	}
+	run, err := f.runArgs(args)
+	if err != nil {
+		return nil, err
+	}
+	env, err := f.batchEnv(args)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BatchJobResult, len(rows))
+	var jobs []*wire.Job
+	var at []int
+	now := time.Now().UTC()
+	for i, r := range rows {
+		out[i] = BatchJobResult{Row: *r.Row, Attempt: r.Attempt, JobID: batchJobID(bscope, *r.Row, r.Attempt), ExitCode: -1}
+		job, err := f.batchJob(ctx, id, bscope, shared, r, run, env, now)
+		if err != nil {
+			te := asToolError(err)
+			out[i].Status, out[i].Message = string(te.Status), te.Message
+			continue
+		}
+		job.ID = out[i].JobID
+		jobs, at = append(jobs, job), append(at, i)
+	}
+	for k, err := range f.broker.SubmitJobs(ctx, jobs) {
+		o := &out[at[k]]
+		switch {
+		case err == nil:
+			o.Status = "queued"
+		case errors.Is(err, broker.ErrJobSubmitted):
+			o.Status = "submitted_before"
+		case errors.Is(err, wire.ErrPayloadTooLarge):
+			o.Status, o.Message = string(wire.StatusRejected), "code is too large to send"
+		default:
+			o.Status, o.Message = string(wire.StatusInternal), fmt.Sprintf("not queued (%v); submit this row and attempt again", err)
+		}
+	}
+	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil
+}
+
+// batchRows reads the jobs argument.
+func batchRows(args map[string]any) ([]batchRow, error) {
+	raw, ok := args["jobs"].([]any)
+	if !ok || len(raw) == 0 {
+		return nil, rejected("argument 'jobs' must be a non-empty array of jobs")
+	}
+	if len(raw) > MaxBatchJobs {
+		return nil, rejected("%d jobs in one call; the limit is %d", len(raw), MaxBatchJobs)
+	}
+	data, err := json.Marshal(raw)
+	if err != nil {
+		return nil, rejected("argument 'jobs': %v", err)
+	}
+	var rows []batchRow
+	if err := json.Unmarshal(data, &rows); err != nil {
+		return nil, rejected("argument 'jobs': each job is an object with row (an integer), attempt, code, filename and params (an object): %v", err)
+	}
+	for i, r := range rows {
+		if r.Row == nil || *r.Row < 0 || r.Attempt < 0 {
+			return nil, rejected("job %d of 'jobs': row (at least 0) is required, attempt is at least 0", i)
+		}
+		if len(r.Params) > 0 && (r.Params[0] != '{' || len(r.Params) > wire.MaxParamsBytes) {
+			return nil, rejected("job %d of 'jobs': params must be an object of at most %d bytes", i, wire.MaxParamsBytes)
+		}
+	}
+	return rows, nil
+}
+
+// batchEnv reads python_version and packages: nil without either.
+func (f *Frontend) batchEnv(args map[string]any) (*envspec.Spec, error) {
+	python, err := optionalString(args, "python_version")
+	if err != nil {
+		return nil, err
+	}
+	pkgs, err := stringList(args, "packages", false)
+	if err != nil {
+		return nil, err
+	}
+	if python == "" && len(pkgs) == 0 {
+		return nil, nil
+	}
+	if err := f.parsePackages(pkgs); err != nil {
+		return nil, err
+	}
+	spec, err := envspec.Spec{Manager: envspec.ManagerUV, Python: python, Packages: pkgs}.Normalize()
+	if err != nil {
+		return nil, rejected("%s", strings.TrimPrefix(err.Error(), envspec.ErrBadSpec.Error()+": "))
+	}
+	return &spec, nil
+}
+
+// batchJob is row r of batch id as a job (without its id).
+func (f *Frontend) batchJob(ctx context.Context, id, bscope, shared string, r batchRow, run runArgs, env *envspec.Spec, now time.Time) (*wire.Job, error) {
+	code := r.Code
+	if code == "" {
+		code = shared
+	}
+	switch {
+	case strings.TrimSpace(code) == "":
+		return nil, rejected("no code: neither the job nor the call has any")
+	case len(code) > f.cfg.MaxCodeBytes:
+		return nil, rejected("code is %d bytes; the limit is %d bytes", len(code), f.cfg.MaxCodeBytes)
+	}
+	job := &wire.Job{
+		Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: bscope, Batch: id, Code: code,
+		Filename: wire.CleanFilename(r.Filename), TimeoutMS: run.timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit,
+		EnqueuedAt: now, Deadline: now.Add(run.timeout + batchQueueWait), Limits: run.limits, Params: r.Params,
+	}
+	if env != nil {
+		job.Env, job.EnvID = env, env.ID()
+		job.Deadline = job.Deadline.Add(f.cfg.InstallTimeout)
+	}
+	if id, ok := auth.FromContext(ctx); ok {
+		job.Tenant = id.Tenant
+	}
+	return job, nil
+}
+
+func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	_, bscope, err := batchArgs(ctx, req, scope)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := jobIDList(req.GetArguments(), true)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]BatchJobResult, len(ids))
+	sem := make(chan struct{}, 16)
+	var wg sync.WaitGroup
+	for i, jid := range ids {
+		wg.Go(func() {
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			out[i] = f.batchJobResult(ctx, bscope, jid)
+		})
+	}
+	wg.Wait()
+	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil
+}
+
+// batchJobResult is the state of job id of the batch of scope bscope: its
+// result, running, expired, or unknown (no such job of this batch).
+func (f *Frontend) batchJobResult(ctx context.Context, bscope, id string) BatchJobResult {
+	out := BatchJobResult{JobID: id, ExitCode: -1, Status: "unknown"}
+	if _, err := ulid.ParseStrict(id); err != nil {
+		out.Message = "not a job id"
+		return out
+	}
+	res, err := f.broker.GetResult(ctx, id)
+	switch {
+	case err == nil && res.Scope == bscope:
+		return BatchJobResult{
+			JobID: id, Status: string(res.Status), ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
+			DurationMS: res.DurationMS, WorkerID: res.WorkerID, Limit: res.Limit, Message: res.Message,
+		}
+	case err == nil:
+		return out
+	case !errors.Is(err, wire.ErrResultNotFound):
+		out.Status, out.Message = string(wire.StatusInternal), fmt.Sprintf("reading the result failed: %v; ask again", err)
+		return out
+	}
+	rec, err := f.broker.GetJobRecord(ctx, id)
+	switch {
+	case errors.Is(err, broker.ErrNoJobRecord):
+	case err != nil:
+		out.Status, out.Message = string(wire.StatusInternal), fmt.Sprintf("reading the job's record failed: %v; ask again", err)
+	case rec.Scope != bscope:
+	case time.Now().Before(settledBy(rec)):
+		out.Status = string(statusRunning)
+	default:
+		out.Status, out.Message = string(wire.StatusExpired), "no worker ran the job before its deadline"
+	}
+	return out
+}
+
+func (f *Frontend) cancelBatch(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	id, bscope, err := batchArgs(ctx, req, scope)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := jobIDList(req.GetArguments(), false)
+	if err != nil {
+		return nil, err
+	}
+	if err := f.broker.CancelBatch(ctx, bscope); err != nil {
+		return nil, internal("cancelling batch %s failed: %v; try again", id, err)
+	}
+	stopped := 0
+	for _, jid := range ids {
+		if f.batchJobOf(ctx, bscope, jid) {
+			if err := f.broker.CancelJob(ctx, jid); err != nil {
+				return nil, internal("cancelling job %s of batch %s failed: %v; try again", jid, id, err)
+			}
+			stopped++
+		}
+	}
+	return batchToolResult(BatchResult{Status: string(wire.StatusOK),
+		Message: fmt.Sprintf("batch %s cancelled: its jobs that no worker has started will not start, and %d of its jobs were told to stop if they run", id, stopped)}), nil
+}
+
+// jobIDList reads job_ids: at most MaxBatchJobs strings.
+func jobIDList(args map[string]any, required bool) ([]string, error) {
+	v, present := args["job_ids"]
+	if !present || v == nil {
+		if required {
+			return nil, rejected("missing required argument 'job_ids' (a list of job ids)")
+		}
+		return nil, nil
+	}
+	items, ok := v.([]any)
+	if !ok {
+		return nil, rejected("argument 'job_ids' must be a list of job ids")
+	}
+	if len(items) > MaxBatchJobs {
+		return nil, rejected("%d job ids in one call; the limit is %d", len(items), MaxBatchJobs)
+	}
+	ids := make([]string, len(items))
+	for i, it := range items {
+		if ids[i], ok = it.(string); !ok {
+			return nil, rejected("item %d of 'job_ids' is not a string", i+1)
+		}
+	}
+	return ids, nil
+}
+
+// batchJobOf says whether job id is one of the batch of scope bscope (its
+// record says so), so that cancel_batch never cancels another's job.
+func (f *Frontend) batchJobOf(ctx context.Context, bscope, id string) bool {
+	if _, err := ulid.ParseStrict(id); err != nil {
+		return false
+	}
+	rec, err := f.broker.GetJobRecord(ctx, id)
+	return err == nil && rec.Scope == bscope
+}

@@ -1,0 +1,71 @@
+package frontend
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// submit_jobs refuses bad input with a sentence and queues nothing; a row
+// submitted twice gets the same job id and is queued once; get_job_results
+// says running for a queued job and unknown for an id of another batch.
+func TestBatchTools(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	const id = "test-batch-0123456789"
+	for name, tc := range map[string]struct {
+		args map[string]any
+		want string
+	}{
+		"short id":      {map[string]any{"batch_id": "short", "code": "print(1)", "jobs": []any{map[string]any{"row": 0}}}, "16 to 64"},
+		"no jobs":       {map[string]any{"batch_id": id, "code": "print(1)", "jobs": []any{}}, "non-empty array"},
+		"too many":      {map[string]any{"batch_id": id, "code": "print(1)", "jobs": make([]any, MaxBatchJobs+1)}, "the limit is 256"},
+		"no row":        {map[string]any{"batch_id": id, "code": "print(1)", "jobs": []any{map[string]any{"attempt": 0}}}, "row"},
+		"params array":  {map[string]any{"batch_id": id, "code": "print(1)", "jobs": []any{map[string]any{"row": 0, "params": []any{1}}}}, "params"},
+		"bad package":   {map[string]any{"batch_id": id, "code": "print(1)", "packages": []any{"--index-url=x"}, "jobs": []any{map[string]any{"row": 0}}}, ""},
+		"long timeout":  {map[string]any{"batch_id": id, "code": "print(1)", "timeout_seconds": 1e9, "jobs": []any{map[string]any{"row": 0}}}, "timeout_seconds"},
+		"bad limit key": {map[string]any{"batch_id": id, "code": "print(1)", "limits": map[string]any{"nope": 1}, "jobs": []any{map[string]any{"row": 0}}}, "nope"},
+	} {
+		res, br := callTool[BatchResult](t, jb.c, "submit_jobs", tc.args)
+		if !res.IsError || br.Status != "rejected" || !strings.Contains(br.Message, tc.want) {
+			t.Errorf("%s: isError=%v %+v, want rejected saying %q", name, res.IsError, br, tc.want)
+		}
+	}
+
+	args := map[string]any{"batch_id": id, "code": "print(1)", "jobs": []any{
+		map[string]any{"row": 0, "params": map[string]any{"x": 1}}, map[string]any{"row": 1, "code": "   "}}}
+	_, first := callTool[BatchResult](t, jb.c, "submit_jobs", args)
+	if len(first.Jobs) != 2 || first.Jobs[0].Status != "queued" || first.Jobs[1].Status != "rejected" {
+		t.Fatalf("first submission: %+v", first)
+	}
+	_, again := callTool[BatchResult](t, jb.c, "submit_jobs", args)
+	if again.Jobs[0].Status != "submitted_before" || again.Jobs[0].JobID != first.Jobs[0].JobID {
+		t.Errorf("the same row again: %+v, want submitted_before under id %s", again.Jobs[0], first.Jobs[0].JobID)
+	}
+	_, got := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": []any{first.Jobs[0].JobID}})
+	if len(got.Jobs) != 1 || got.Jobs[0].Status != "running" {
+		t.Errorf("a queued job: %+v, want running", got)
+	}
+	_, other := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id + "x", "job_ids": []any{first.Jobs[0].JobID}})
+	if len(other.Jobs) != 1 || other.Jobs[0].Status != "unknown" {
+		t.Errorf("the job asked of another batch: %+v, want unknown", other)
+	}
+	many := make([]any, MaxBatchJobs)
+	for i := range many {
+		many[i] = first.Jobs[0].JobID
+	}
+	if res, all := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": many}); res.IsError || len(all.Jobs) != MaxBatchJobs {
+		t.Errorf("%d ids in one call: isError=%v %s", MaxBatchJobs, res.IsError, all.Message)
+	}
+
+	// cancel_batch stops the jobs named that are the batch's, and no other.
+	foreign := putRecord(t, jb.b, "local", time.Now().Add(time.Minute))
+	if res, br := callTool[BatchResult](t, jb.c, "cancel_batch", map[string]any{"batch_id": id, "job_ids": []any{first.Jobs[0].JobID, foreign}}); res.IsError {
+		t.Fatalf("cancel_batch: %+v", br)
+	}
+	for jid, want := range map[string]bool{first.Jobs[0].JobID: true, foreign: false} {
+		if got, err := jb.b.JobCancelled(t.Context(), jid); err != nil || got != want {
+			t.Errorf("job %s cancelled: %v %v, want %v", jid, got, err, want)
+		}
+	}
+}

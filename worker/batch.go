@@ -1,0 +1,92 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"time"
+
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/runner"
+)
+
+// Batch jobs (wire/batch.go) come from a consumer of their own that runs at
+// most Config.BatchConcurrency of them, and takes one only while fewer jobs
+// run on this worker than its concurrency: they fill slots interactive jobs
+// leave idle, and an interactive job, whose consumer keeps its own slots,
+// never waits behind them for a slot, and behind few of them for the
+// worker's interpreters.
+
+// AllSlots as Config.BatchConcurrency gives batch jobs every slot: for a
+// worker that runs nothing else (codexec batch on one machine).
+const AllSlots = -1
+
+// batchIdlePoll is how often a batch consumer waiting for an idle slot
+// looks at the worker's load.
+const batchIdlePoll = 10 * time.Millisecond
+
+// startBatch starts consuming the pool's batch jobs. A failure is logged:
+// the worker runs interactive jobs without it.
+func (w *Worker) startBatch(ctx context.Context) {
+	c, err := w.broker.ConsumeBatch(ctx, w.cfg.Pool, w.cfg.BatchConcurrency, w.batchIdle, w.handle)
+	if err != nil {
+		w.log.Warn("no batch consumer: this worker runs no batch jobs", "err", err)
+		return
+	}
+	w.mu.Lock()
+	w.batch = c
+	w.mu.Unlock()
+}
+
+// batchIdle blocks until fewer jobs run here than the worker's concurrency;
+// false when ctx ends first.
+func (w *Worker) batchIdle(ctx context.Context) bool {
+	t := time.NewTicker(batchIdlePoll)
+	defer t.Stop()
+	for w.load.Load() >= int64(w.cfg.Concurrency) {
+		select {
+		case <-ctx.Done():
+			return false
+		case <-t.C:
+		}
+	}
+	return true
+}
+
+// stopBatch starts stopping the batch consumer, if any, beside the pool's
+// (as Stop stops the pool's), and returns what waits for its jobs.
+func (w *Worker) stopBatch(ctx context.Context) (wait func()) {
+	w.mu.Lock()
+	c := w.batch
+	w.mu.Unlock()
+	if c == nil {
+		return func() {}
+	}
+	go func() { _ = c.Stop(ctx) }()
+	return func() {
+		select {
+		case <-c.Done():
+		case <-time.After(5 * time.Second):
+		}
+	}
+}
+
+// batchCancelled says that job belongs to a batch cancelled before it
+// started. A mark that cannot be read counts as none: the job runs.
+func (w *Worker) batchCancelled(ctx context.Context, job *wire.Job, log *slog.Logger) bool {
+	if job.Batch == "" {
+		return false
+	}
+	cancelled, err := w.broker.BatchCancelled(ctx, job.Scope)
+	if err != nil {
+		log.Warn("batch cancel mark unreadable; running the job", "err", err)
+	}
+	return cancelled
+}
+
+// withParams gives a batch job's parameter row to its script in the
+// environment variable wire.ParamsEnv.
+func withParams(spec *runner.Spec, job *wire.Job) {
+	if len(job.Params) > 0 {
+		spec.Env = append(spec.Env, wire.ParamsEnv+"="+string(job.Params))
+	}
+}
