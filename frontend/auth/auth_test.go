@@ -88,8 +88,13 @@ func tamper(token string) string {
 
 // A key published after the key set was fetched (rotation) is found by
 // fetching the set again when a token names it.
+//
+// The issuer answers after 20 ms, as one across a network does: the refetch
+// must not be cut by the limiter's wait bound (it was, at 1 ms, and a
+// rotated key was then never found).
 func TestJWTKeyRotation(t *testing.T) {
 	is := authtest.NewIssuer(t)
+	is.Latency = 20 * time.Millisecond
 	j := newJWT(t, is)
 	before := is.Fetches()
 	is.Rotate(t, "k2")

@@ -57,6 +57,10 @@ type JWT struct {
 	parser *jwt.Parser
 }
 
+// unknownKIDFetchMax bounds the refetch of the key set that a token naming
+// an unknown key causes.
+const unknownKIDFetchMax = 10 * time.Second
+
 // NewJWT fetches the issuer's key set (through discovery unless JWKSURL is
 // given) and returns the authenticator. The key set is refreshed until ctx
 // ends.
@@ -79,7 +83,13 @@ func NewJWT(ctx context.Context, cfg JWTConfig) (*JWT, error) {
 		NoErrorReturnFirstHTTPReq: &noErr,
 		RefreshInterval:           cfg.RefreshInterval,
 		RefreshUnknownKID:         rate.NewLimiter(rate.Every(cfg.UnknownKIDEvery), 1),
-		RateLimitWaitMax:          time.Millisecond, // never hold a request waiting for the limit
+		// RateLimitWaitMax bounds both the wait for the limiter and the
+		// refetch itself (jwkset runs the refresh under the same
+		// deadline): it must cover an issuer's round trip. A limiter
+		// whose next fetch is further away than this fails at once
+		// (rate.Limiter.Wait), so with UnknownKIDEvery past it a request
+		// never waits for the limit.
+		RateLimitWaitMax: unknownKIDFetchMax,
 		RefreshErrorHandlerFunc: func(u string) func(context.Context, error) {
 			return func(ctx context.Context, err error) { log.Warn("JWKS refresh failed", "url", u, "err", err) }
 		},

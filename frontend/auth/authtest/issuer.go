@@ -30,6 +30,9 @@ type Issuer struct {
 	mu   sync.Mutex
 	keys map[string]*ecdsa.PrivateKey // kid → key, published
 	jwks int                          // key set fetches
+	// Latency delays every answer of the key set, as a remote issuer's
+	// network would. Set it before the issuer is used.
+	Latency time.Duration
 }
 
 // NewIssuer starts an issuer publishing one key, "k1".
@@ -49,6 +52,7 @@ func NewIssuer(t testing.TB) *Issuer {
 }
 
 func (is *Issuer) serveKeys(w http.ResponseWriter, r *http.Request) {
+	time.Sleep(is.Latency)
 	is.mu.Lock()
 	defer is.mu.Unlock()
 	is.jwks++
