@@ -246,6 +246,13 @@ func TestClusterRedisOutage(t *testing.T) {
 	// Past the presence records' life (three 2 s heartbeats).
 	time.Sleep(8*time.Second - time.Since(down))
 	cl.redis.Restart(t)
+	// Back for the frontend once its Redis client has reconnected (it
+	// retries a refused dial after a pause): its readiness says when.
+	base := strings.TrimSuffix(url, "/mcp")
+	pollUntil(t, 30*time.Second, "the frontend ready again after Redis came back", func() bool {
+		code, _ := status(t, base, "/readyz")
+		return code == 200
+	})
 	if res, er := call(t, c, "execute_code", hello); res.IsError || er.Stdout != "hello\n" {
 		t.Fatalf("Redis back: %+v", er)
 	}
