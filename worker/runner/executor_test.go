@@ -5,12 +5,16 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
 	"errors"
 	"fmt"
+	"hash"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -309,32 +313,84 @@ func TestOutputLimit(t *testing.T) {
 	forEachExecutor(t, func(t *testing.T, ex Executor) {
 		b := setup(t)
 		// 50 MiB to stdout and 3 MiB to stderr, in chunks, both starting
-		// with a recognisable prefix.
+		// with a recognisable prefix and ending with a line of their own.
 		s := b.spec(t, `
 import sys
 chunk = b'0123456789abcdef' * 4096
 for _ in range(50 * 16):
     sys.stdout.buffer.write(chunk)
+sys.stdout.write('the end of stdout\n')
 sys.stdout.flush()
 for _ in range(3 * 16):
     sys.stderr.buffer.write(chunk[::-1])
+sys.stderr.write('ValueError: the end of stderr\n')
 `)
 		s.OutputLimit = 1000
+		spilled := map[string]*hashWriter{}
+		var mu sync.Mutex // the two streams spill from goroutines of their own
+		s.Spill = func(stream string) io.Writer {
+			mu.Lock()
+			defer mu.Unlock()
+			spilled[stream] = &hashWriter{h: sha256.New()}
+			return spilled[stream]
+		}
 		out := runWith(t, ex, s)
 		if out.ExitCode != 0 {
 			t.Fatalf("exit code %d, stderr %q", out.ExitCode, out.Stderr)
 		}
 		pattern := strings.Repeat("0123456789abcdef", 100)
 		reversed := strings.Repeat("fedcba9876543210", 100)
-		if got := string(out.Stdout); got != pattern[:1000] || !out.StdoutTruncated || out.StdoutBytes != 50<<20 {
-			t.Errorf("stdout: kept %d bytes (prefix ok: %v), truncated %v, counted %d; want 1000, true, %d",
-				len(got), got == pattern[:1000], out.StdoutTruncated, out.StdoutBytes, 50<<20)
+		checkHeadTail(t, "stdout", out.Stdout, out.StdoutCut, out.StdoutTruncated, out.StdoutBytes, pattern[:500], "the end of stdout\n", 50<<20+18)
+		checkHeadTail(t, "stderr", out.Stderr, out.StderrCut, out.StderrTruncated, out.StderrBytes, reversed[:500], "ValueError: the end of stderr\n", 3<<20+30)
+		for stream, want := range map[string]int64{"stdout": out.StdoutBytes, "stderr": out.StderrBytes} {
+			got := spilled[stream]
+			if got == nil {
+				t.Errorf("%s: never spilled", stream)
+				continue
+			}
+			if got.n != want {
+				t.Errorf("%s: %d bytes spilled, want all %d", stream, got.n, want)
+			}
 		}
-		if got := string(out.Stderr); got != reversed[:1000] || !out.StderrTruncated || out.StderrBytes != 3<<20 {
-			t.Errorf("stderr: kept %d bytes (prefix ok: %v), truncated %v, counted %d; want 1000, true, %d",
-				len(got), got == reversed[:1000], out.StderrTruncated, out.StderrBytes, 3<<20)
+		if out.StdoutSpilled != out.StdoutBytes || out.StderrSpilled != out.StderrBytes {
+			t.Errorf("spilled counted %d and %d, want %d and %d", out.StdoutSpilled, out.StderrSpilled, out.StdoutBytes, out.StderrBytes)
+		}
+		wantSum := sha256.New()
+		chunk := []byte(strings.Repeat("0123456789abcdef", 4096))
+		for range 50 * 16 {
+			wantSum.Write(chunk)
+		}
+		wantSum.Write([]byte("the end of stdout\n"))
+		if got := spilled["stdout"]; got != nil && !bytes.Equal(got.h.Sum(nil), wantSum.Sum(nil)) {
+			t.Errorf("stdout spilled is not the stream byte for byte")
 		}
 	})
+}
+
+// checkHeadTail checks a stream cut to 1000 bytes: its first 500, its last
+// 500, the cut between them.
+func checkHeadTail(t *testing.T, stream string, kept []byte, cut int, truncated bool, total int64, head, end string, wantTotal int64) {
+	t.Helper()
+	if len(kept) != 1000 || cut != 500 || !truncated || total != wantTotal {
+		t.Errorf("%s: kept %d bytes cut at %d, truncated %v, counted %d; want 1000, 500, true, %d", stream, len(kept), cut, truncated, total, wantTotal)
+		return
+	}
+	if string(kept[:cut]) != head {
+		t.Errorf("%s: first 500 bytes %q, want the stream's first", stream, kept[:40])
+	}
+	if !strings.HasSuffix(string(kept), end) {
+		t.Errorf("%s: kept bytes end %q, want the stream's last line %q", stream, kept[len(kept)-40:], end)
+	}
+}
+
+type hashWriter struct {
+	h hash.Hash
+	n int64
+}
+
+func (w *hashWriter) Write(p []byte) (int, error) {
+	w.n += int64(len(p))
+	return w.h.Write(p)
 }
 
 func TestOutputLimitPerStream(t *testing.T) {
@@ -359,7 +415,7 @@ func TestDefaultOutputLimit(t *testing.T) {
 	forEachExecutor(t, func(t *testing.T, ex Executor) {
 		b := setup(t)
 		out := runWith(t, ex, b.spec(t, "import sys\nsys.stdout.write('y' * (1024 * 1024 + 10))\n"))
-		if len(out.Stdout) != DefaultOutputLimit || !out.StdoutTruncated || out.StdoutBytes != DefaultOutputLimit+10 {
+		if len(out.Stdout) != DefaultOutputLimit || !out.StdoutTruncated || out.StdoutBytes != DefaultOutputLimit+10 || out.StdoutCut != DefaultOutputLimit/2 {
 			t.Errorf("stdout: %d bytes, truncated %v, counted %d", len(out.Stdout), out.StdoutTruncated, out.StdoutBytes)
 		}
 	})

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"time"
@@ -36,9 +37,15 @@ type Spec struct {
 	// when it passes the whole process group is killed. Zero or negative
 	// means no limit.
 	Timeout time.Duration
-	// OutputLimit caps the bytes kept from stdout and from stderr, each.
+	// OutputLimit caps the bytes kept from stdout and from stderr, each:
+	// the first half and the last half of a longer stream.
 	// Zero or negative means DefaultOutputLimit.
 	OutputLimit int64
+	// Spill, when set, is called with "stdout" or "stderr" the first time
+	// that stream passes OutputLimit; the writer it returns (nil: none)
+	// receives the whole stream from its first byte, until a write to it
+	// fails. The caller closes it once Run has returned.
+	Spill func(stream string) io.Writer
 	// Rlimits are resource limits of the child (setrlimit(2)); the rest
 	// are the worker's own. A zygote's child sets them before any job code
 	// runs; Run sets them with prlimit(2) right after the interpreter
@@ -125,12 +132,17 @@ type Outcome struct {
 	Signal string
 	// TimedOut says Spec.Timeout passed and Run killed the process group.
 	TimedOut bool
-	// Stdout and Stderr hold at most OutputLimit bytes each: the first ones
-	// the process wrote.
+	// Stdout and Stderr hold at most OutputLimit bytes each: the first
+	// and the last ones the process wrote.
 	Stdout, Stderr []byte
 	// StdoutTruncated and StderrTruncated say bytes past OutputLimit were
-	// discarded.
+	// discarded; they were at offset StdoutCut (StderrCut) of Stdout
+	// (Stderr), between the first bytes and the last.
 	StdoutTruncated, StderrTruncated bool
+	StdoutCut, StderrCut             int
+	// StdoutSpilled and StderrSpilled count the bytes Spec.Spill's writers
+	// took: the stream's whole length unless a write to one failed.
+	StdoutSpilled, StderrSpilled int64
 	// StdoutBytes and StderrBytes count everything the process wrote, kept
 	// or not.
 	StdoutBytes, StderrBytes int64
@@ -163,8 +175,7 @@ func Run(ctx context.Context, s Spec) (Outcome, error) {
 	if limit <= 0 {
 		limit = DefaultOutputLimit
 	}
-	stdout := &cappedBuffer{limit: limit}
-	stderr := &cappedBuffer{limit: limit}
+	stdout, stderr := s.keepers(limit)
 	env := s.Env
 	if env == nil {
 		env = []string{} // nil would make os/exec inherit the worker's environment
@@ -244,9 +255,7 @@ func Run(ctx context.Context, s Spec) (Outcome, error) {
 	// and exec.ErrWaitDelay only says an escaped process held a pipe open.
 	out.ExitCode, out.Signal = exitStatus(cmd.ProcessState)
 
-	out.Stdout, out.Stderr = stdout.Bytes(), stderr.Bytes()
-	out.StdoutBytes, out.StderrBytes = stdout.Total(), stderr.Total()
-	out.StdoutTruncated, out.StderrTruncated = stdout.Truncated(), stderr.Truncated()
+	out.fillOutput(stdout, stderr)
 	return out, ctxErr
 }
 

@@ -363,7 +363,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		return Outcome{}, err
 	}
 
-	stdout, stderr := &cappedBuffer{limit: limit}, &cappedBuffer{limit: limit}
+	stdout, stderr := s.keepers(limit)
 	outR, outW, err := outputPipe()
 	if err != nil {
 		forget()
@@ -521,11 +521,9 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	return out, ctxErr
 }
 
-func (z *Zygote) fillOutput(out *Outcome, stdout, stderr *cappedBuffer, drain func()) {
+func (z *Zygote) fillOutput(out *Outcome, stdout, stderr *headTail, drain func()) {
 	drain()
-	out.Stdout, out.Stderr = stdout.Bytes(), stderr.Bytes()
-	out.StdoutBytes, out.StderrBytes = stdout.Total(), stderr.Total()
-	out.StdoutTruncated, out.StderrTruncated = stdout.Truncated(), stderr.Truncated()
+	out.fillOutput(stdout, stderr)
 }
 
 // Jobs returns how many jobs the zygote has run to completion.
