@@ -29,6 +29,8 @@ type ExecResult struct {
 	StderrTruncated bool    `json:"stderr_truncated"`
 	StdoutBytes     int64   `json:"stdout_bytes" jsonschema_description:"bytes the process wrote to stdout, including any cut off"`
 	StderrBytes     int64   `json:"stderr_bytes" jsonschema_description:"bytes the process wrote to stderr, including any cut off"`
+	StdoutFile      string  `json:"stdout_file,omitempty" jsonschema_description:"when stdout was cut: the file of the working directory that holds all of it"`
+	StderrFile      string  `json:"stderr_file,omitempty" jsonschema_description:"when stderr was cut: the file of the working directory that holds all of it"`
 	DurationMS      float64 `json:"duration_ms"`
 	WorkerID        string  `json:"worker_id"`
 	EnvID           string  `json:"env_id"`
@@ -385,6 +387,7 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		Stdout: r.Stdout, Stderr: r.Stderr,
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
+		StdoutFile: r.StdoutFile, StderrFile: r.StderrFile,
 		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
 		Filename: filename, Signal: r.Signal, Limit: r.Limit, Message: r.Message,
 		GPU: gpuResult(r.GPU),

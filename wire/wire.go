@@ -190,6 +190,12 @@ type Result struct {
 	StderrTruncated bool  `json:"stderr_truncated"`
 	StdoutBytes     int64 `json:"stdout_bytes"`
 	StderrBytes     int64 `json:"stderr_bytes"`
+	// StdoutFile and StderrFile name, relative to the session's working
+	// directory, the file that holds the whole stream of a truncated one
+	// (Stdout then keeps its first and last bytes around a line that says
+	// what was dropped); empty when it was not truncated or not kept.
+	StdoutFile string `json:"stdout_file,omitempty"`
+	StderrFile string `json:"stderr_file,omitempty"`
 	// DurationMS is the wall-clock run time of the process.
 	DurationMS float64 `json:"duration_ms"`
 	WorkerID   string  `json:"worker_id"`

@@ -655,8 +655,10 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	if disk == nil {
 		go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
 	}
+	outputFiles := keepOutputFiles(&spec, job.ID, cwd, uid, set.Disk, log)
 	started := time.Now().UTC()
 	out, err := w.runJob(jctx, spec, gj)
+	files := outputFiles()
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
 	if ctx.Err() == nil && diskStopped {
 		err = nil // the disk watch stopped it; not a failure of the run
@@ -686,7 +688,9 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		log.Error("zygote died mid-job", "err", err)
 	}
 	res.ExitCode, res.Signal = out.ExitCode, out.Signal
-	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
+	res.Stdout = cutOutput("stdout", out.Stdout, out.StdoutCut, out.StdoutBytes, out.StdoutSpilled, files["stdout"])
+	res.Stderr = cutOutput("stderr", out.Stderr, out.StderrCut, out.StderrBytes, out.StderrSpilled, files["stderr"])
+	res.StdoutFile, res.StderrFile = files["stdout"], files["stderr"]
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000
