@@ -29,8 +29,6 @@ type ExecResult struct {
 	StderrTruncated bool    `json:"stderr_truncated"`
 	StdoutBytes     int64   `json:"stdout_bytes" jsonschema_description:"bytes the process wrote to stdout, including any cut off"`
 	StderrBytes     int64   `json:"stderr_bytes" jsonschema_description:"bytes the process wrote to stderr, including any cut off"`
-	StdoutFile      string  `json:"stdout_file,omitempty" jsonschema_description:"when stdout was cut: the file of the working directory that holds all of it"`
-	StderrFile      string  `json:"stderr_file,omitempty" jsonschema_description:"when stderr was cut: the file of the working directory that holds all of it"`
 	DurationMS      float64 `json:"duration_ms"`
 	WorkerID        string  `json:"worker_id"`
 	EnvID           string  `json:"env_id"`
@@ -41,6 +39,8 @@ type ExecResult struct {
 
 	// GPU is set for a call that asked for GPUs.
 	GPU *GPUResult `json:"gpu,omitempty" jsonschema_description:"the GPUs the job ran on"`
+	OutputFiles
+	Pictures
 }
 
 func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
@@ -387,11 +387,12 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		Stdout: r.Stdout, Stderr: r.Stderr,
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
 		StdoutBytes: r.StdoutBytes, StderrBytes: r.StderrBytes,
-		StdoutFile: r.StdoutFile, StderrFile: r.StderrFile,
+		OutputFiles: outputFilesOf(r), Pictures: picturesOf(r),
 		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
 		Filename: filename, Signal: r.Signal, Limit: r.Limit, Message: r.Message,
 		GPU: gpuResult(r.GPU),
 	}, b.String())
 	out.IsError = r.Status.Failed() && r.Status != statusRunning
+	addPictures(out, r)
 	return out
 }

@@ -196,6 +196,10 @@ type Result struct {
 	// what was dropped); empty when it was not truncated or not kept.
 	StdoutFile string `json:"stdout_file,omitempty"`
 	StderrFile string `json:"stderr_file,omitempty"`
+	// Images are the pictures the job displayed (PNG), in order, within
+	// the worker's limits; Notes say, one line each, what was left out.
+	Images []Image  `json:"images,omitempty"`
+	Notes  []string `json:"notes,omitempty"`
 	// DurationMS is the wall-clock run time of the process.
 	DurationMS float64 `json:"duration_ms"`
 	WorkerID   string  `json:"worker_id"`
@@ -222,6 +226,12 @@ type Result struct {
 	Tenant     string `json:"tenant,omitempty"`
 	Principal  string `json:"principal,omitempty"`
 	CodeSHA256 string `json:"code_sha256,omitempty"`
+}
+
+// Image is a picture a job displayed.
+type Image struct {
+	MIMEType string `json:"mime_type"`
+	Data     []byte `json:"data"` // base64 in JSON
 }
 
 // DefaultMaxTimeout is the largest wall-clock limit of a job (TimeoutMS)

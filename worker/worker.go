@@ -656,9 +656,11 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		go watchDisk(jctx, cancel, cwd, set.Disk, diskWatchInterval)
 	}
 	outputFiles := keepOutputFiles(&spec, job.ID, cwd, uid, set.Disk, log)
+	pictures := showPictures(&spec, job.ID, cwd, log)
 	started := time.Now().UTC()
 	out, err := w.runJob(jctx, spec, gj)
 	files := outputFiles()
+	images, notes := pictures()
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
 	if ctx.Err() == nil && diskStopped {
 		err = nil // the disk watch stopped it; not a failure of the run
@@ -691,6 +693,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.Stdout = cutOutput("stdout", out.Stdout, out.StdoutCut, out.StdoutBytes, out.StdoutSpilled, files["stdout"])
 	res.Stderr = cutOutput("stderr", out.Stderr, out.StderrCut, out.StderrBytes, out.StderrSpilled, files["stderr"])
 	res.StdoutFile, res.StderrFile = files["stdout"], files["stderr"]
+	res.Images, res.Notes = images, notes
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000

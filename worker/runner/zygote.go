@@ -17,6 +17,12 @@ import (
 //go:embed zygote.py
 var zygoteSource []byte
 
+// richoutSource is the rich-output module each zygote compiles (the
+// config's "richout"): display(), and matplotlib figures as pictures.
+//
+//go:embed richout.py
+var richoutSource string
+
 // zygoteBootstrap is the zygote's -c argument.
 const zygoteBootstrap = "import socket;_ctl=socket.socket(fileno=3);" +
 	"exec(compile(_ctl.recv(1<<20),'<codexec-zygote>','exec'))"

@@ -87,6 +87,10 @@ try:
 except ImportError:
     _SourceFileLoader = None
 
+# Rich output (richout.py, the config's "richout"): compiled once by _main,
+# called around each job's code.
+_richout = None
+
 
 def _send(sock, obj):
     sock.send(json.dumps(obj, separators=(',', ':')).encode())
@@ -551,6 +555,8 @@ def _spare_main(z, sock):
         job_sock.close()
         req = json.loads(msg)
         _setup_job(req, fds)
+        if _richout is not None:
+            _richout.job_start()
         code, interrupted = _run_main(req['script'])
         if interrupted:
             # Like CPython: an uncaught KeyboardInterrupt ends the process by
@@ -1184,6 +1190,8 @@ def _run_main(path):
         _print_uncaught(e)
         exitcode = 1
         interrupted = isinstance(e, KeyboardInterrupt)
+    if _richout is not None:
+        _richout.job_end()
     return _shutdown(d, exitcode), interrupted
 
 
@@ -1265,9 +1273,19 @@ def _shutdown(d, exitcode):
     return exitcode
 
 
+def _load_richout(source):
+    """richout.py's source as a module of its own, or None without one."""
+    global _richout
+    if source:
+        m = type(sys)('_codexec_richout')
+        exec(compile(source, '<codexec-richout>', 'exec'), m.__dict__)
+        _richout = m
+
+
 def _main():
     ctl = _ctl  # noqa: F821 (the bootstrap's socket on fd 3)
     cfg = json.loads(sys.argv[1])
+    _load_richout(cfg.get('richout'))
     # `python -c` puts the current directory first on sys.path; a job's
     # script directory takes that place in each child.
     if sys.path and sys.path[0] == '':

@@ -67,7 +67,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	zc := zygoteConfig{Preload: nonNil(cfg.Preload)}
+	zc := zygoteConfig{Preload: nonNil(cfg.Preload), Richout: richoutSource}
 	var mounts []sandbox.Mount
 	if sb := cfg.Sandbox; sb != nil {
 		zc.Sandbox = &zygoteSandboxCfg{
