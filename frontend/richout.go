@@ -8,6 +8,13 @@ import (
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
+// addRichContent adds to an execution's result what is not text: the
+// pictures it displayed, links to the files it wrote.
+func addRichContent(out *mcp.CallToolResult, r *wire.Result) {
+	addPictures(out, r)
+	addFileLinks(out, r)
+}
+
 // addPictures puts the pictures a job displayed into its tool result, as
 // MCP image content after the text, and the worker's notes on what it left
 // out as a line of text before them.

@@ -63,6 +63,7 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 	), handler(stdio, f.getJobResult, execFailure))
 
 	f.registerFileTools(s, stdio)
+	f.registerWorkspaceFiles(s, stdio)
 	f.registerEnvTools(s, stdio)
 	f.registerContextTools(s, stdio)
 	f.registerBatchTools(s, stdio)
@@ -393,6 +394,6 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		GPU: gpuResult(r.GPU),
 	}, b.String())
 	out.IsError = r.Status.Failed() && r.Status != statusRunning
-	addPictures(out, r)
+	addRichContent(out, r)
 	return out
 }

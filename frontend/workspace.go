@@ -13,7 +13,8 @@ import (
 // job's session, when job should be sent there; otherwise "", and
 // placement decides. The holder (the worker that ran the session's last
 // job, see worker/workspaces.go) must be alive and consume its own
-// subject, and the job must be an execution or an install (an inspection
+// subject, and the job must be an execution, an install or a read or
+// write of a file of the session's (an inspection
 // reads an environment, not the session's files). For a job with an
 // environment, the cheaper move wins: the holder when it holds the
 // environment, or when no worker does and it can build it; a worker that
@@ -23,7 +24,7 @@ import (
 // (watchTarget), and the worker that then runs the job restores the
 // session's last snapshot.
 func (f *Frontend) workspaceHolder(ctx context.Context, job *wire.Job, adverts []envspec.Advert) string {
-	if job.Kind != wire.KindExecute && job.Kind != wire.KindInstall {
+	if job.Kind != wire.KindExecute && job.Kind != wire.KindInstall && job.Kind != wire.KindFiles {
 		return ""
 	}
 	data, err := f.store.Get(ctx, f.cfg.Keys.Workspace(job.Scope))

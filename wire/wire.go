@@ -119,6 +119,8 @@ type Job struct {
 	// Params is a batch job's parameter row, a JSON object given to the
 	// script in the environment variable ParamsEnv.
 	Params json.RawMessage `json:"params,omitempty"`
+	// File is what a files job (KindFiles) does.
+	File *FileOp `json:"file,omitempty"`
 }
 
 // Limits are the resource limits a call asks for, in the units of the
@@ -200,6 +202,9 @@ type Result struct {
 	// the worker's limits; Notes say, one line each, what was left out.
 	Images []Image  `json:"images,omitempty"`
 	Notes  []string `json:"notes,omitempty"`
+	// Files are the files of the working directory an execution made or
+	// changed (slash-separated, relative to it), at most MaxChangedFiles.
+	Files []string `json:"files,omitempty"`
 	// DurationMS is the wall-clock run time of the process.
 	DurationMS float64 `json:"duration_ms"`
 	WorkerID   string  `json:"worker_id"`

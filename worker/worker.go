@@ -551,6 +551,7 @@ var handlers = map[wire.JobKind]jobHandler{
 	wire.KindExecute: (*Worker).runExecute,
 	wire.KindInstall: (*Worker).runInstall,
 	wire.KindInspect: (*Worker).runInspect,
+	wire.KindFiles:   (*Worker).runFiles,
 }
 
 // run checks what every job needs, then hands the job to its kind's handler.
@@ -694,6 +695,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.Stderr = cutOutput("stderr", out.Stderr, out.StderrCut, out.StderrBytes, out.StderrSpilled, files["stderr"])
 	res.StdoutFile, res.StderrFile = files["stdout"], files["stderr"]
 	res.Images, res.Notes = images, notes
+	res.Files = changedFiles(cwd, started)
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000

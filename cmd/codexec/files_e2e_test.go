@@ -1,0 +1,197 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/codexec/codexec/frontend"
+)
+
+// readResource reads uri through resources/read: its bytes, the file's
+// size (_meta.size), or the error.
+func readResource(t *testing.T, c *client.Client, uri string) ([]byte, int64, error) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = uri
+	res, err := c.ReadResource(ctx, req)
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(res.Contents) != 1 {
+		t.Fatalf("%s: %d contents", uri, len(res.Contents))
+	}
+	var meta map[string]any
+	var data []byte
+	switch c := res.Contents[0].(type) {
+	case mcp.TextResourceContents:
+		data, meta = []byte(c.Text), c.Meta
+	case mcp.BlobResourceContents:
+		if data, err = base64.StdEncoding.DecodeString(c.Blob); err != nil {
+			t.Fatal(err)
+		}
+		meta = c.Meta
+	default:
+		t.Fatalf("%s: contents %T", uri, c)
+	}
+	size, _ := meta["size"].(float64)
+	return data, int64(size), nil
+}
+
+// readWhole reads uri in pieces of 4 MiB until _meta.size.
+func readWhole(t *testing.T, c *client.Client, uri string) []byte {
+	t.Helper()
+	var all []byte
+	for {
+		piece, size, err := readResource(t, c, fmt.Sprintf("%s?offset=%d", uri, len(all)))
+		if err != nil {
+			t.Fatalf("%s at %d: %v", uri, len(all), err)
+		}
+		all = append(all, piece...)
+		if int64(len(all)) >= size || len(piece) == 0 {
+			return all
+		}
+	}
+}
+
+func resourceLinks(res *mcp.CallToolResult) map[string]string {
+	links := map[string]string{}
+	for _, c := range res.Content {
+		if l, ok := c.(mcp.ResourceLink); ok {
+			links[l.Name] = l.URI
+		}
+	}
+	return links
+}
+
+func upload(t *testing.T, c *client.Client, args map[string]any) (*mcp.CallToolResult, frontend.UploadResult) {
+	t.Helper()
+	return callAs[frontend.UploadResult](t, c, "upload_file", args)
+}
+
+// Files in and out through an MCP client over HTTP: a text file and a
+// 5 MiB binary uploaded, read by a job, which writes files of its own;
+// its result links them, and resources/read returns each byte for byte,
+// the large one in pieces. Paths that leave the working directory, and
+// links a job made to leave it, are refused; another session's file reads
+// as missing, in the same words as a file never written.
+func TestDevWorkspaceFiles(t *testing.T) {
+	t.Parallel()
+	env := codexecEnv("CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t))
+	p := startProc(t, env, os.Args[0], "dev", "--http", "127.0.0.1:0")
+	url := p.waitFor(t, urlRe, time.Minute)
+	c := httpClient(t, url)
+
+	text := "héllo, wörld\nline 2\n"
+	blob := make([]byte, 5<<20+123)
+	rand.Read(blob)
+	if res, up := upload(t, c, map[string]any{"path": "data/in.txt", "content": text}); res.IsError || up.Size != int64(len(text)) {
+		t.Fatalf("upload text: %s", e2eText(res))
+	}
+	res, up := upload(t, c, map[string]any{"path": "data/blob.bin", "content": base64.StdEncoding.EncodeToString(blob), "encoding": "base64"})
+	if res.IsError || up.URI != "codexec://workspace/data/blob.bin" {
+		t.Fatalf("upload binary: %s", e2eText(res))
+	}
+	code := `
+import os
+text = open("data/in.txt", encoding="utf-8").read()
+blob = open("data/blob.bin", "rb").read()
+os.makedirs("out", exist_ok=True)
+open("out/upper.txt", "w", encoding="utf-8").write(text.upper())
+open("out/reversed.bin", "wb").write(blob[::-1])
+print(len(text), len(blob))
+`
+	res, er := call(t, c, "execute_code", map[string]any{"code": code})
+	if res.IsError || er.Stdout != fmt.Sprintf("%d %d\n", len([]rune(text)), len(blob)) {
+		t.Fatalf("the job did not read the uploads: %s", e2eText(res))
+	}
+	links := resourceLinks(res)
+	if links["upper.txt"] != "codexec://workspace/out/upper.txt" || links["reversed.bin"] != "codexec://workspace/out/reversed.bin" || len(links) != 2 {
+		t.Fatalf("resource links %v; want the two files the job wrote", links)
+	}
+	if got, _, err := readResource(t, c, links["upper.txt"]); err != nil || string(got) != strings.ToUpper(text) {
+		t.Fatalf("upper.txt read back %q, %v", got, err)
+	}
+	reversed := bytes.Clone(blob)
+	for i, j := 0, len(reversed)-1; i < j; i, j = i+1, j-1 {
+		reversed[i], reversed[j] = reversed[j], reversed[i]
+	}
+	if got := readWhole(t, c, links["reversed.bin"]); !bytes.Equal(got, reversed) {
+		t.Fatalf("reversed.bin read back: %d bytes, not the job's %d byte for byte", len(got), len(reversed))
+	}
+	if got := readWhole(t, c, up.URI); !bytes.Equal(got, blob) {
+		t.Fatalf("the upload read back: %d bytes, not %d byte for byte", len(got), len(blob))
+	}
+	if got, size, err := readResource(t, c, up.URI+"?offset=100&length=7"); err != nil || !bytes.Equal(got, blob[100:107]) || size != int64(len(blob)) {
+		t.Fatalf("a piece: %v %d %v", got, size, err)
+	}
+
+	// Out of the working directory, by name or by link.
+	outside := t.TempDir()
+	secret := filepath.Join(outside, "secret.txt")
+	if err := os.WriteFile(secret, []byte("not yours"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(outside, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, er := call(t, c, "execute_code", map[string]any{"code": fmt.Sprintf(
+		"import os\nos.symlink(%q, 'link.txt')\nos.symlink(%q, 'linkdir')\n", secret, outside)}); er.Status != "ok" {
+		t.Fatalf("make links: %+v", er)
+	}
+	for _, bad := range []string{"../x.txt", "/etc/passwd", "a/../../x", "./a", "a//b", ""} {
+		if res, up := upload(t, c, map[string]any{"path": bad, "content": "x"}); !res.IsError || up.Status != "rejected" {
+			t.Errorf("upload to %q: %s", bad, e2eText(res))
+		}
+	}
+	for _, bad := range []string{"link.txt", "linkdir/secret.txt", "linkdir/new.txt"} {
+		if res, _ := upload(t, c, map[string]any{"path": bad, "content": "overwritten"}); !res.IsError {
+			t.Errorf("upload through the link %q: %s", bad, e2eText(res))
+		}
+	}
+	if got, _ := os.ReadFile(secret); string(got) != "not yours" {
+		t.Fatalf("a write went through a link: %q", got)
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new.txt")); err == nil {
+		t.Fatal("a write went through a link to a directory")
+	}
+	_, _, missing := readResource(t, c, "codexec://workspace/never-written.txt")
+	if missing == nil {
+		t.Fatal("a missing file read without error")
+	}
+	for _, bad := range []string{"codexec://workspace/link.txt", "codexec://workspace/linkdir/secret.txt",
+		"codexec://workspace/..%2Fetc%2Fpasswd", "codexec://workspace/%2E%2E/etc/passwd", "codexec://workspace//etc/passwd",
+		"codexec://workspace/data", "codexec://other/data/in.txt", "file:///etc/passwd"} {
+		if got, _, err := readResource(t, c, bad); err == nil {
+			t.Errorf("read %s: %q", bad, clip(string(got), 80))
+		}
+	}
+	for _, same := range []string{"codexec://workspace/link.txt", "codexec://workspace/linkdir/secret.txt"} {
+		_, _, err := readResource(t, c, same)
+		if err == nil || strings.ReplaceAll(err.Error(), strings.TrimPrefix(same, "codexec://workspace/"), "P") !=
+			strings.ReplaceAll(missing.Error(), "never-written.txt", "P") {
+			t.Errorf("read %s: %v; want the words of a missing file (%v)", same, err, missing)
+		}
+	}
+
+	// Another session of the same server: the first one's files are missing.
+	other := httpClient(t, url)
+	_, _, err := readResource(t, other, up.URI)
+	if err == nil || strings.ReplaceAll(err.Error(), "data/blob.bin", "P") != strings.ReplaceAll(missing.Error(), "never-written.txt", "P") {
+		t.Fatalf("another session read %s: %v; want the words of a missing file (%v)", up.URI, err, missing)
+	}
+}
+
+func e2eText(res *mcp.CallToolResult) string { return clip(text(res), 2000) }

@@ -1,0 +1,208 @@
+package frontend
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"mime"
+	"net/url"
+	"path"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/mark3labs/mcp-go/server"
+	"github.com/oklog/ulid/v2"
+)
+
+// Files of the session's working directory, in and out: upload_file writes
+// one, an execution's result links those it made or changed, and
+// resources/read of a codexec://workspace/<path> URI reads one, whole or
+// in pieces (?offset=&length=). Each is a files job (wire.KindFiles) sent
+// to the worker that holds the directory, which resolves the path below it
+// without following links. The URI names no session: the caller's own is
+// read, so another session's file is as missing as a file never written.
+
+// workspaceURIPrefix starts every URI of a workspace file.
+const workspaceURIPrefix = "codexec://workspace/"
+
+// maxUploadBytes is the largest file upload_file writes (the worker holds
+// the same bound).
+const maxUploadBytes = 16 << 20
+
+// filesTimeout bounds a files job once a worker has it.
+const filesTimeout = 30 * time.Second
+
+// UploadResult is the structured content of upload_file.
+type UploadResult struct {
+	Status  string `json:"status" jsonschema_description:"ok, or why nothing was written: rejected, limit, error, internal"`
+	Path    string `json:"path,omitempty" jsonschema_description:"the file, relative to the working directory"`
+	URI     string `json:"uri,omitempty" jsonschema_description:"the file's resource URI, for resources/read"`
+	Size    int64  `json:"size" jsonschema_description:"bytes written"`
+	JobID   string `json:"job_id,omitempty"`
+	Message string `json:"message"`
+}
+
+func (f *Frontend) registerWorkspaceFiles(s *server.MCPServer, stdio bool) {
+	s.AddTool(mcp.NewTool("upload_file",
+		mcp.WithDescription("Write a file into this session's working directory, where execute_code's code finds it (open('data/in.csv')). "+
+			"Text as is, or binary as base64 (encoding='base64'); an existing file is replaced, missing directories are made. "+
+			fmt.Sprintf("At most %d MiB per file, within the session's disk limit. ", maxUploadBytes>>20)+
+			"Read files back with resources/read of "+workspaceURIPrefix+"<path> (add ?offset=&length= for a piece of a large one)."),
+		mcp.WithString("path", mcp.Required(), mcp.Description("Where to write it, relative to the working directory (no '..', not absolute)")),
+		mcp.WithString("content", mcp.Required(), mcp.Description("The file's content: text, or base64 with encoding='base64'")),
+		mcp.WithString("encoding", mcp.Enum("text", "base64"), mcp.Description("How content is given; default text")),
+		mcp.WithOutputSchema[UploadResult](),
+		mcp.WithDestructiveHintAnnotation(true),
+		mcp.WithOpenWorldHintAnnotation(false),
+	), handler(stdio, f.uploadFile, uploadFailure))
+
+	s.AddResourceTemplate(mcp.NewResourceTemplate(workspaceURIPrefix+"{+path}", "workspace file",
+		mcp.WithTemplateDescription("A file of this session's working directory: what upload_file wrote, what a job wrote (execute_code's result links them). "+
+			fmt.Sprintf("A read returns at most %d MiB; ?offset=N&length=M reads a piece, and _meta.size says how large the file is.", wire.MaxFileRead>>20)),
+	), f.readWorkspaceFile(stdio))
+}
+
+func (f *Frontend) uploadFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+	args := req.GetArguments()
+	rel, _ := args["path"].(string)
+	content, ok := args["content"].(string)
+	if !ok {
+		return nil, rejected("argument 'content' is required: the file's text, or base64 with encoding='base64'")
+	}
+	if err := wire.CheckWorkspacePath(rel); err != nil {
+		return nil, rejected("path %q: %v", rel, err)
+	}
+	var data []byte
+	switch enc, _ := args["encoding"].(string); enc {
+	case "", "text":
+		data = []byte(content)
+	case "base64":
+		var err error
+		if data, err = base64.StdEncoding.DecodeString(content); err != nil {
+			return nil, rejected("content is not valid base64: %v", err)
+		}
+	default:
+		return nil, rejected("encoding %q: give text or base64", enc)
+	}
+	if len(data) > maxUploadBytes {
+		return nil, failure(wire.StatusLimit, "the file is %d bytes, more than the %d MiB a file may have", len(data), maxUploadBytes>>20)
+	}
+	res, err := f.filesJob(ctx, scope, &wire.FileOp{Op: wire.FileWrite, Path: rel}, base64.StdEncoding.EncodeToString(data))
+	if err != nil {
+		return nil, err
+	}
+	uri := workspaceURI(rel)
+	out := mcp.NewToolResultStructured(UploadResult{Status: "ok", Path: rel, URI: uri, Size: int64(len(data)), JobID: res.JobID, Message: res.Message},
+		fmt.Sprintf("wrote %d bytes to %s (%s)", len(data), rel, uri))
+	return out, nil
+}
+
+// uploadFailure renders a failed upload.
+func uploadFailure(err error) *mcp.CallToolResult {
+	te := asToolError(err)
+	out := mcp.NewToolResultStructured(UploadResult{Status: string(te.Status), JobID: te.JobID, Message: te.Message},
+		fmt.Sprintf("[%s: %s]", te.Status, te.Message))
+	out.IsError = true
+	return out
+}
+
+// filesJob runs a files job for scope and returns its result, a failed
+// one as an error.
+func (f *Frontend) filesJob(ctx context.Context, scope string, op *wire.FileOp, code string) (*wire.Result, error) {
+	now := time.Now().UTC()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindFiles, Pool: f.cfg.Pool, Scope: scope, File: op, Code: code,
+		TimeoutMS: filesTimeout.Milliseconds(), EnqueuedAt: now, Deadline: now.Add(filesTimeout + f.cfg.QueueWait),
+	}
+	res, err := f.dispatchAndAwait(ctx, job)
+	if err != nil {
+		te := asToolError(err)
+		te.JobID = job.ID
+		return nil, te
+	}
+	if res.Status.Failed() {
+		return nil, &toolError{Status: res.Status, JobID: job.ID, Message: res.Message}
+	}
+	return res, nil
+}
+
+// readWorkspaceFile answers resources/read of a workspace URI.
+func (f *Frontend) readWorkspaceFile(stdio bool) server.ResourceTemplateHandlerFunc {
+	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
+		op, err := parseWorkspaceURI(req.Params.URI)
+		if err != nil {
+			return nil, err
+		}
+		res, err := f.filesJob(ctx, scopeFrom(ctx, stdio), op, "")
+		if err != nil {
+			return nil, errors.New(asToolError(err).Message)
+		}
+		var data wire.FileData
+		if err := json.Unmarshal(res.Data, &data); err != nil {
+			return nil, fmt.Errorf("the worker's answer for job %s is unreadable: %v", res.JobID, err)
+		}
+		return []mcp.ResourceContents{fileContents(req.Params.URI, data)}, nil
+	}
+}
+
+// fileContents is a read's answer: text when the bytes are UTF-8 without
+// NUL, else a blob; _meta says where in the file they are.
+func fileContents(uri string, d wire.FileData) mcp.ResourceContents {
+	meta := map[string]any{"size": d.Size, "offset": d.Offset, "length": len(d.Data)}
+	mt := mime.TypeByExtension(path.Ext(d.Path))
+	if utf8.Valid(d.Data) && !strings.ContainsRune(string(d.Data), 0) {
+		if mt == "" {
+			mt = "text/plain"
+		}
+		return mcp.TextResourceContents{URI: uri, MIMEType: mt, Text: string(d.Data), Meta: meta}
+	}
+	if mt == "" {
+		mt = "application/octet-stream"
+	}
+	return mcp.BlobResourceContents{URI: uri, MIMEType: mt, Blob: base64.StdEncoding.EncodeToString(d.Data), Meta: meta}
+}
+
+// parseWorkspaceURI reads a workspace URI: its path (checked as
+// CheckWorkspacePath checks any) and its offset and length.
+func parseWorkspaceURI(raw string) (*wire.FileOp, error) {
+	u, err := url.Parse(raw)
+	if err != nil || u.Scheme != "codexec" || u.Host != "workspace" || u.User != nil || u.Fragment != "" {
+		return nil, fmt.Errorf("%q is not a workspace URI (%s<path>)", raw, workspaceURIPrefix)
+	}
+	rel := strings.TrimPrefix(u.Path, "/")
+	if err := wire.CheckWorkspacePath(rel); err != nil {
+		return nil, fmt.Errorf("%q: %v", raw, err)
+	}
+	op := &wire.FileOp{Op: wire.FileRead, Path: rel}
+	q := u.Query()
+	for name, dst := range map[string]*int64{"offset": &op.Offset, "length": &op.Length} {
+		if v := q.Get(name); v != "" {
+			n, err := strconv.ParseInt(v, 10, 64)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("%q: %s must be a number of bytes, not %q", raw, name, v)
+			}
+			*dst = n
+		}
+	}
+	return op, nil
+}
+
+// workspaceURI is the URI of the file rel of the working directory.
+func workspaceURI(rel string) string {
+	return (&url.URL{Scheme: "codexec", Host: "workspace", Path: "/" + rel}).String()
+}
+
+// addFileLinks links, in an execution's result, the files it made or
+// changed.
+func addFileLinks(out *mcp.CallToolResult, r *wire.Result) {
+	for _, rel := range r.Files {
+		mt := mime.TypeByExtension(path.Ext(rel))
+		out.Content = append(out.Content, mcp.NewResourceLink(workspaceURI(rel), path.Base(rel), "a file the job wrote: "+rel, mt))
+	}
+}

@@ -1,0 +1,243 @@
+package worker
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/codexec/codexec/wire"
+	"github.com/codexec/codexec/worker/limits"
+	"golang.org/x/sys/unix"
+)
+
+// maxUpload is the largest file a files job writes.
+const maxUpload = 16 << 20
+
+// errNoFile is what a read of a file that is not there, or not a regular
+// file of the working directory, says: the same words whatever the
+// reason, so that nothing tells a missing file from a link or another
+// session's name.
+var errNoFile = errors.New("no such file in the working directory")
+
+// runFiles reads or writes one file of the session's working directory,
+// in its session as an execution would (the directory restored when
+// another worker saved it last, saved after a write). The path is checked
+// again here, and resolved below the directory without following links.
+func (w *Worker) runFiles(ctx context.Context, job *wire.Job, attempt int, log *slog.Logger) *wire.Result {
+	op := job.File
+	if op == nil || (op.Op != wire.FileRead && op.Op != wire.FileWrite) {
+		return w.result(job, attempt, wire.StatusRejected, "a files job needs a read or a write")
+	}
+	if err := wire.CheckWorkspacePath(op.Path); err != nil {
+		return w.result(job, attempt, wire.StatusRejected, err.Error())
+	}
+	set, err := limits.Resolve(w.cfg.Limits, w.cfg.MaxLimits, job.Limits)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusRejected, err.Error())
+	}
+	cwd, _, uid, disk, err := w.sessionDirs(ctx, job.Scope)
+	if err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
+	}
+	defer w.sessionFS.release(disk)
+	if err := disk.setLimit(set.Disk); err != nil {
+		return w.result(job, attempt, wire.StatusInternal, "set the disk limit: "+err.Error())
+	}
+	ws, err := w.restoreWorkspace(ctx, job.Scope, cwd, uid, set.Disk, log)
+	if err != nil {
+		return w.restoreFailure(job, attempt, set.Disk, err)
+	}
+	started := time.Now().UTC()
+	var data wire.FileData
+	if op.Op == wire.FileRead {
+		data, err = readBeneath(cwd, op.Path, op.Offset, op.Length)
+	} else {
+		data, err = w.writeUpload(cwd, op.Path, job.Code, uid, set.Disk, disk)
+		if err == nil {
+			w.saveWorkspace(ctx, ws, job.ID, cwd, log)
+		}
+	}
+	if err != nil {
+		res := w.result(job, attempt, wire.StatusError, fmt.Sprintf("%s %s: %v", op.Op, op.Path, err))
+		if errors.Is(err, errDiskFull) {
+			res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
+		}
+		return res
+	}
+	res := w.result(job, attempt, wire.StatusOK, fmt.Sprintf("%s %s: %d bytes", op.Op, op.Path, max(len(data.Data), int(data.Size))))
+	res.ExitCode, res.StartedAt = 0, started
+	res.Data, _ = json.Marshal(data)
+	return res
+}
+
+var errDiskFull = errors.New("the working directory's disk limit leaves no room for it")
+
+// writeUpload writes the base64 content b64 to rel below cwd, making the
+// directories on its way (the session's uid owns what is made).
+func (w *Worker) writeUpload(cwd, rel, b64 string, uid int, limit int64, disk *sessionDisk) (wire.FileData, error) {
+	content, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil {
+		return wire.FileData{}, fmt.Errorf("the content is not base64: %w", err)
+	}
+	if len(content) > maxUpload {
+		return wire.FileData{}, fmt.Errorf("%d bytes, more than the %d a file may have", len(content), maxUpload)
+	}
+	if disk == nil && limit > 0 && DiskUsage(cwd)+int64(len(content)) > limit {
+		return wire.FileData{}, errDiskFull
+	}
+	f, err := openBeneath(cwd, rel, uid, unix.O_WRONLY|unix.O_CREAT|unix.O_NONBLOCK)
+	if err != nil {
+		return wire.FileData{}, err
+	}
+	defer f.Close()
+	if err := f.Truncate(0); err != nil {
+		return wire.FileData{}, err
+	}
+	if _, err := f.Write(content); err != nil {
+		if errors.Is(err, unix.ENOSPC) {
+			err = errDiskFull
+		}
+		_ = f.Truncate(0)
+		return wire.FileData{}, err
+	}
+	return wire.FileData{Path: rel, Size: int64(len(content))}, f.Close()
+}
+
+// readBeneath reads length bytes (0: MaxFileRead) from offset of the
+// regular file rel below cwd.
+func readBeneath(cwd, rel string, offset, length int64) (wire.FileData, error) {
+	if offset < 0 || length < 0 {
+		return wire.FileData{}, errors.New("offset and length must not be negative")
+	}
+	if length == 0 || length > wire.MaxFileRead {
+		length = wire.MaxFileRead
+	}
+	f, err := openBeneath(cwd, rel, -1, unix.O_RDONLY|unix.O_NONBLOCK)
+	if err != nil {
+		return wire.FileData{}, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return wire.FileData{}, err
+	}
+	data := wire.FileData{Path: rel, Size: fi.Size(), Offset: offset}
+	if offset >= fi.Size() {
+		return data, nil
+	}
+	buf := make([]byte, min(length, fi.Size()-offset))
+	n, err := f.ReadAt(buf, offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return wire.FileData{}, err
+	}
+	data.Data = buf[:n]
+	return data, nil
+}
+
+// openBeneath opens the regular file rel below cwd with flags, never
+// following a link, and refuses a file with other hard links (a write
+// through one would reach a file elsewhere). uid >= 0 makes the missing
+// directories on the way, as the session's; otherwise a missing one is
+// errNoFile. Any failure to find a regular file there is errNoFile.
+func openBeneath(cwd, rel string, uid int, flags int) (*os.File, error) {
+	dir, err := unix.Open(cwd, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	dirs, name := splitDirs(rel)
+	for _, p := range dirs {
+		var next int
+		if uid >= 0 {
+			next, err = mkdirBeneath(dir, p, uid)
+		} else {
+			next, err = openDirBeneath(dir, p)
+		}
+		unix.Close(dir)
+		if err != nil {
+			return nil, errNoFile
+		}
+		dir = next
+	}
+	defer unix.Close(dir)
+	how := &unix.OpenHow{Flags: uint64(flags | unix.O_CLOEXEC), Resolve: beneath}
+	if flags&unix.O_CREAT != 0 {
+		how.Mode = 0o600 // openat2 refuses a mode without O_CREAT
+	}
+	fd, err := unix.Openat2(dir, name, how)
+	if err != nil {
+		return nil, errNoFile
+	}
+	f := os.NewFile(uintptr(fd), rel)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Nlink > 1 {
+		f.Close()
+		return nil, errNoFile
+	}
+	if uid >= 0 && int(st.Uid) != uid {
+		if err := unix.Fchown(fd, uid, gidOf(uid)); err != nil && !errors.Is(err, unix.EPERM) {
+			f.Close()
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// changedFiles lists the regular files below cwd changed since since
+// (what an execution wrote), slash-separated, sorted, at most
+// wire.MaxChangedFiles, leaving out codexec's own directory (.codexec).
+// The walk stops after maxWalk entries: a directory of many files pays
+// a bounded cost per job, and the list may then miss some.
+func changedFiles(cwd string, since time.Time) []string {
+	var out []string
+	seen := 0
+	_ = filepath.WalkDir(cwd, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return nil
+		}
+		if seen++; seen > maxWalk {
+			return filepath.SkipAll
+		}
+		rel, _ := filepath.Rel(cwd, p)
+		rel = filepath.ToSlash(rel)
+		if d.IsDir() {
+			if rel == ".codexec" {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !d.Type().IsRegular() || wire.CheckWorkspacePath(rel) != nil {
+			return nil
+		}
+		if fi, err := d.Info(); err == nil && !changedAt(fi).Before(since) {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	slices.Sort(out)
+	if len(out) > wire.MaxChangedFiles {
+		out = out[:wire.MaxChangedFiles]
+	}
+	return out
+}
+
+// changedAt is when fi's inode last changed (its ctime, which the job
+// cannot set back, unlike its modification time).
+func changedAt(fi fs.FileInfo) time.Time {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		return time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	}
+	return fi.ModTime()
+}
+
+// maxWalk bounds the entries changedFiles looks at.
+const maxWalk = 4096

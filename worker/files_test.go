@@ -1,0 +1,81 @@
+package worker
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Reads and writes of a working directory's files resolve below it and
+// follow no link: a link (to a file or a directory) and a file with a
+// second hard link elsewhere are as missing, and nothing outside changes.
+func TestFilesStayBeneath(t *testing.T) {
+	t.Parallel()
+	cwd, outside := t.TempDir(), t.TempDir()
+	secret := filepath.Join(outside, "secret")
+	if err := os.WriteFile(secret, []byte("secret"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.Symlink(secret, filepath.Join(cwd, "link")))
+	must(os.Symlink(outside, filepath.Join(cwd, "dirlink")))
+	hardTarget := filepath.Join(outside, "hard")
+	must(os.WriteFile(hardTarget, []byte("secret"), 0o644))
+	must(os.Link(hardTarget, filepath.Join(cwd, "hard")))
+	must(unix.Mkfifo(filepath.Join(cwd, "fifo"), 0o600))
+	w := &Worker{}
+	uid := os.Getuid()
+	for _, name := range []string{"link", "dirlink/secret", "dirlink/new", "hard", "fifo"} {
+		if _, err := readBeneath(cwd, name, 0, 0); !errors.Is(err, errNoFile) {
+			t.Errorf("read %s: %v, want errNoFile", name, err)
+		}
+		if _, err := w.writeUpload(cwd, name, "eA==", uid, 0, nil); !errors.Is(err, errNoFile) {
+			t.Errorf("write %s: %v, want errNoFile", name, err)
+		}
+	}
+	for _, f := range []string{secret, hardTarget} {
+		if got, _ := os.ReadFile(f); string(got) != "secret" {
+			t.Fatalf("the file outside changed: %q", got)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(outside, "new")); err == nil {
+		t.Fatal("a file was made through a link")
+	}
+
+	since := time.Now()
+	if d, err := w.writeUpload(cwd, "a/b/c.bin", "AAECAw==", uid, 0, nil); err != nil || d.Size != 4 {
+		t.Fatalf("write a/b/c.bin: %+v %v", d, err)
+	}
+	d, err := readBeneath(cwd, "a/b/c.bin", 1, 2)
+	if err != nil || !bytes.Equal(d.Data, []byte{1, 2}) || d.Size != 4 || d.Offset != 1 {
+		t.Fatalf("read a piece: %+v %v", d, err)
+	}
+	if d, err := readBeneath(cwd, "a/b/c.bin", 9, 0); err != nil || len(d.Data) != 0 || d.Size != 4 {
+		t.Fatalf("read past the end: %+v %v", d, err)
+	}
+	if got := changedFiles(cwd, since); len(got) != 1 || got[0] != "a/b/c.bin" {
+		t.Fatalf("changed files %q, want the one written since", got)
+	}
+}
+
+// An upload past the measured disk limit is refused before it is written.
+func TestUploadWithinDiskLimit(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	if _, err := (&Worker{}).writeUpload(cwd, "big", "eHh4eHh4eHh4eA==", os.Getuid(), 8, nil); !errors.Is(err, errDiskFull) {
+		t.Fatalf("write past the limit: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(cwd, "big")); err == nil {
+		t.Fatal("written anyway")
+	}
+}
