@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -195,3 +196,55 @@ print(len(text), len(blob))
 }
 
 func e2eText(res *mcp.CallToolResult) string { return clip(text(res), 2000) }
+
+// In a cluster a session's files are read where they are: on the worker
+// that holds its working directory, which wrote them; after that worker is
+// killed, on the one that restores the directory's snapshot.
+func TestClusterWorkspaceFiles(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 2)
+	c := httpClient(t, cl.mcpURL)
+	data := make([]byte, 300<<10)
+	rand.Read(data)
+	if res, _ := upload(t, c, map[string]any{"path": "in.bin", "content": base64.StdEncoding.EncodeToString(data), "encoding": "base64"}); res.IsError {
+		t.Fatalf("upload: %s", e2eText(res))
+	}
+	res, er := call(t, c, "execute_code", map[string]any{"code": "open('out.bin', 'wb').write(open('in.bin', 'rb').read()[::-1])"})
+	if res.IsError {
+		t.Fatalf("write: %s", e2eText(res))
+	}
+	holder := er.WorkerID
+	reversed := bytes.Clone(data)
+	for i, j := 0, len(reversed)-1; i < j; i, j = i+1, j-1 {
+		reversed[i], reversed[j] = reversed[j], reversed[i]
+	}
+	filesJobsOn := func() map[string]int {
+		on := map[string]int{}
+		for i, w := range cl.workers {
+			for _, line := range strings.Split(w.Out.String(), "\n") {
+				if strings.Contains(line, `msg="job started"`) && strings.Contains(line, "kind=files") {
+					on[fmt.Sprintf("w%d", i+1)]++
+				}
+			}
+		}
+		return on
+	}
+	before := filesJobsOn()
+	for range 10 {
+		if got, _, err := readResource(t, c, "codexec://workspace/out.bin"); err != nil || !bytes.Equal(got, reversed) {
+			t.Fatalf("read out.bin: %d bytes, %v", len(got), err)
+		}
+	}
+	after := filesJobsOn()
+	if after[holder]-before[holder] != 10 {
+		t.Errorf("reads ran on %v (before %v); want all 10 on %s, which holds the files", after, before, holder)
+	}
+	var idx int
+	if _, err := fmt.Sscanf(holder, "w%d", &idx); err != nil {
+		t.Fatalf("the write ran on %q", holder)
+	}
+	cl.workers[idx-1].signal(syscall.SIGKILL)
+	if got, _, err := readResource(t, c, "codexec://workspace/out.bin"); err != nil || !bytes.Equal(got, reversed) {
+		t.Fatalf("read out.bin after %s was killed: %d bytes, %v", holder, len(got), err)
+	}
+}
