@@ -47,10 +47,10 @@ class H:
 display(P())
 display(M(), H())
 display(b)
-print(os.environ["MPLBACKEND"])
+print(os.environ["MPLBACKEND"], "CODEXEC_DISPLAY_DIR" in os.environ)
 `, base64.StdEncoding.EncodeToString(a), base64.StdEncoding.EncodeToString(b))
 	res := runDiskJob(t, fx, "pictures", code, 0)
-	if res.Status != "ok" || res.Stdout != "| k | v |\n1\t2\nAgg\n" {
+	if res.Status != "ok" || res.Stdout != "| k | v |\n1\t2\nAgg False\n" {
 		t.Fatalf("status %s (%s), stdout %q, stderr %q", res.Status, res.Message, res.Stdout, res.Stderr)
 	}
 	if len(res.Images) != 2 || !bytes.Equal(res.Images[0].Data, a) || !bytes.Equal(res.Images[1].Data, b) ||
@@ -90,7 +90,7 @@ func TestJobPicturesLimited(t *testing.T) {
 		code := fmt.Sprintf(`
 import base64, os
 p = base64.b64decode(%q)
-d = os.environ["CODEXEC_DISPLAY_DIR"]
+d = os.path.join(".codexec/display", os.path.basename(__file__).split("_")[0])  # the job's id
 os.makedirs(d)
 open(os.path.join(d, "0001.png"), "wb").write(b"GIF89a not a png")
 open(os.path.join(d, "0002.png"), "wb").write(p[:8] + b"x" * (%d))
@@ -106,7 +106,7 @@ open(os.path.join(d, "0005.png"), "wb").write(p)
 		}
 	})
 	t.Run("directory replaced by a link", func(t *testing.T) {
-		code := fmt.Sprintf("import os\nd = os.environ['CODEXEC_DISPLAY_DIR']\nos.makedirs(os.path.dirname(d))\nos.symlink(%q, d)\n", outside)
+		code := fmt.Sprintf("import os\nd = os.path.join('.codexec/display', os.path.basename(__file__).split('_')[0])\nos.makedirs(os.path.dirname(d))\nos.symlink(%q, d)\n", outside)
 		res := runDiskJob(t, fx, "pictures-link", code, 0)
 		if res.Status != "ok" || len(res.Images) != 0 || len(res.Notes) != 1 {
 			t.Fatalf("status %s: %d images, notes %q; want none, and a note", res.Status, len(res.Images), res.Notes)

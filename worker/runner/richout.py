@@ -1,11 +1,13 @@
 # codexec rich output: what a job displays, as pictures and text.
 #
-# The zygote (zygote.py) compiles this file once, from the "richout" field of
-# its configuration, into a module of its own, and calls job_start() in each
+# The zygote (zygote.py) compiles this file once, from the _RICHOUT_SOURCE the
+# worker sends before its own source, into a module of its own, and calls job_start() in each
 # job's process before the job's code runs and job_end() after it, before the
 # interpreter's shutdown steps. Nothing here runs unless the worker gave the
 # job a display directory (CODEXEC_DISPLAY_DIR, a directory of the job's
-# working directory that the job itself makes on its first picture).
+# working directory that the job itself makes on its first picture; taken out
+# of the environment, so that the job's os.environ and its children's hold no
+# setting of codexec's).
 #
 # A picture is a PNG file in that directory, named by its order (0001.png,
 # ...). The worker reads them once the job is over, as untrusted files: it
@@ -39,7 +41,7 @@ def job_start():
     """Called in the job's process, before its code: the display builtin
     and the pyplot hook, when the worker gave the job a display directory."""
     global _dir
-    _dir = os.environ.get('CODEXEC_DISPLAY_DIR') or None
+    _dir = os.environ.pop('CODEXEC_DISPLAY_DIR', None) or None
     if _dir is None:
         return
     builtins.display = display

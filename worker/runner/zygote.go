@@ -2,6 +2,7 @@ package runner
 
 import (
 	_ "embed"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"time"
@@ -17,11 +18,20 @@ import (
 //go:embed zygote.py
 var zygoteSource []byte
 
-// richoutSource is the rich-output module each zygote compiles (the
-// config's "richout"): display(), and matplotlib figures as pictures.
+// richoutSource is the rich-output module each zygote compiles:
+// display(), and matplotlib figures as pictures.
 //
 //go:embed richout.py
 var richoutSource string
+
+// zygoteCode is what the worker sends a zygote first: a line that sets
+// _RICHOUT_SOURCE (a JSON string is a Python string literal), then
+// zygote.py. Not in the zygote's argv, which every job's /proc/self/cmdline
+// shows.
+var zygoteCode = func() []byte {
+	lit, _ := json.Marshal(richoutSource)
+	return append([]byte("_RICHOUT_SOURCE = "+string(lit)+"\n"), zygoteSource...)
+}()
 
 // zygoteBootstrap is the zygote's -c argument.
 const zygoteBootstrap = "import socket;_ctl=socket.socket(fileno=3);" +

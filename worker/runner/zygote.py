@@ -87,8 +87,9 @@ try:
 except ImportError:
     _SourceFileLoader = None
 
-# Rich output (richout.py, the config's "richout"): compiled once by _main,
-# called around each job's code.
+# Rich output: richout.py, whose source the worker sets as _RICHOUT_SOURCE in
+# a line before this file's (zygote.go), compiled once by _main and called
+# around each job's code. None when this file runs alone.
 _richout = None
 
 
@@ -1285,7 +1286,7 @@ def _load_richout(source):
 def _main():
     ctl = _ctl  # noqa: F821 (the bootstrap's socket on fd 3)
     cfg = json.loads(sys.argv[1])
-    _load_richout(cfg.get('richout'))
+    _load_richout(globals().get('_RICHOUT_SOURCE'))
     # `python -c` puts the current directory first on sys.path; a job's
     # script directory takes that place in each child.
     if sys.path and sys.path[0] == '':

@@ -67,7 +67,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	zc := zygoteConfig{Preload: nonNil(cfg.Preload), Richout: richoutSource}
+	zc := zygoteConfig{Preload: nonNil(cfg.Preload)}
 	var mounts []sandbox.Mount
 	if sb := cfg.Sandbox; sb != nil {
 		zc.Sandbox = &zygoteSandboxCfg{
@@ -194,7 +194,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 // handshake sends the zygote its code and waits for its ready message.
 func (z *Zygote) handshake(ctx context.Context) (zygoteMsg, error) {
 	var m zygoteMsg
-	if _, err := z.conn.Write(zygoteSource); err != nil {
+	if _, err := z.conn.Write(zygoteCode); err != nil {
 		return m, fmt.Errorf("runner: zygote: send code: %w", err)
 	}
 	deadline := time.Now().Add(z.cfg.StartTimeout)

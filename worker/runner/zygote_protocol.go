@@ -62,7 +62,6 @@ type zygoteKill struct {
 type zygoteConfig struct {
 	Preload []string          `json:"preload"`
 	Sandbox *zygoteSandboxCfg `json:"sandbox,omitempty"`
-	Richout string            `json:"richout,omitempty"`
 }
 
 type zygoteSandboxCfg struct {
