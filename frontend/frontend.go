@@ -245,6 +245,9 @@ const instructions = `codexec runs Python for you. execute_code runs a snippet i
 and returns stdout, stderr and the exit status; isError is true exactly when the code failed
 (exception, non-zero exit, timeout, limit). Each session has its own working directory, which
 persists between calls, so files written by one call can be read by the next.
+Figures (plt.show(), or left open) and display(obj) pictures come back as images; files a call
+wrote come back as resource links; upload_file puts a file there, resources/read of
+codexec://workspace/<path> reads one back. Output past its cap keeps its start and its end.
 For a script too large for one message, initialize_code_file starts it, append_to_code_file adds
 pieces, read_code_file reads it back and execute_code_file runs it. list_code_files lists the
 session's code files and its recent runs; read_code_file with a job_id shows the code a run ran.

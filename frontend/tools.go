@@ -49,7 +49,9 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 			"Returns stdout, stderr, the exit code and status; isError is true when the code raised, exited non-zero, timed out or hit a limit. "+
 			"Optional limits (memory_mb, cpu_seconds, processes, file_size_mb, disk_mb, open_files) change this call's resource limits, up to the pool's maximums. "+
 			"The code runs sandboxed: it sees its environment and the session's working directory (files persist there between calls), "+
-			"usually without network access; add packages with install_dependencies, not pip."),
+			"usually without network access; add packages with install_dependencies, not pip. "+
+			"matplotlib figures (plt.show(), or left open at the end) and display(obj) of pictures come back as images; display(df) prints a table as text. "+
+			"Files the code wrote are linked as codexec://workspace/<path> resources."),
 		mcp.WithString("code", mcp.Required(), mcp.Description("Python source to run")),
 		mcp.WithString("filename", mcp.Description("Name to save the script under (sanitized; '.py' is added when missing)")),
 		f.runOptions(),
