@@ -135,11 +135,18 @@ func (f *Frontend) filesJob(ctx context.Context, scope string, op *wire.FileOp, 
 // readWorkspaceFile answers resources/read of a workspace URI.
 func (f *Frontend) readWorkspaceFile(stdio bool) server.ResourceTemplateHandlerFunc {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		op, err := parseWorkspaceURI(req.Params.URI)
+		op, handle, err := parseWorkspaceURI(req.Params.URI)
 		if err != nil {
 			return nil, err
 		}
-		res, err := f.filesJob(ctx, scopeFrom(ctx, stdio), op, "")
+		scope, err := callScope(ctx, stdio)
+		if err == nil && handle != "" {
+			scope, err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), handle)
+		}
+		if err != nil {
+			return nil, errors.New(asToolError(err).Message)
+		}
+		res, err := f.filesJob(ctx, scope, op, "")
 		if err != nil {
 			return nil, errors.New(asToolError(err).Message)
 		}
@@ -169,15 +176,16 @@ func fileContents(uri string, d wire.FileData) mcp.ResourceContents {
 }
 
 // parseWorkspaceURI reads a workspace URI: its path (checked as
-// CheckWorkspacePath checks any) and its offset and length.
-func parseWorkspaceURI(raw string) (*wire.FileOp, error) {
+// CheckWorkspacePath checks any), its offset and length, and the handle of
+// the workspace it names (?workspace=; empty: the session's own).
+func parseWorkspaceURI(raw string) (*wire.FileOp, string, error) {
 	u, err := url.Parse(raw)
 	if err != nil || u.Scheme != "codexec" || u.Host != "workspace" || u.User != nil || u.Fragment != "" {
-		return nil, fmt.Errorf("%q is not a workspace URI (%s<path>)", raw, workspaceURIPrefix)
+		return nil, "", fmt.Errorf("%q is not a workspace URI (%s<path>)", raw, workspaceURIPrefix)
 	}
 	rel := strings.TrimPrefix(u.Path, "/")
 	if err := wire.CheckWorkspacePath(rel); err != nil {
-		return nil, fmt.Errorf("%q: %v", raw, err)
+		return nil, "", fmt.Errorf("%q: %v", raw, err)
 	}
 	op := &wire.FileOp{Op: wire.FileRead, Path: rel}
 	q := u.Query()
@@ -185,12 +193,12 @@ func parseWorkspaceURI(raw string) (*wire.FileOp, error) {
 		if v := q.Get(name); v != "" {
 			n, err := strconv.ParseInt(v, 10, 64)
 			if err != nil || n < 0 {
-				return nil, fmt.Errorf("%q: %s must be a number of bytes, not %q", raw, name, v)
+				return nil, "", fmt.Errorf("%q: %s must be a number of bytes, not %q", raw, name, v)
 			}
 			*dst = n
 		}
 	}
-	return op, nil
+	return op, q.Get(workspaceArg), nil
 }
 
 // workspaceURI is the URI of the file rel of the working directory.
@@ -204,5 +212,26 @@ func addFileLinks(out *mcp.CallToolResult, r *wire.Result) {
 	for _, rel := range r.Files {
 		mt := mime.TypeByExtension(path.Ext(rel))
 		out.Content = append(out.Content, mcp.NewResourceLink(workspaceURI(rel), path.Base(rel), "a file the job wrote: "+rel, mt))
+	}
+}
+
+// linkWorkspace is the tool middleware that makes the resource links of a
+// call made in another workspace (its `workspace` argument, a handle) name
+// that workspace (?workspace=<handle>), so that resources/read reads them
+// there rather than in the session's own.
+func linkWorkspace(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := next(ctx, req)
+		h, _ := req.GetArguments()[workspaceArg].(string)
+		if res == nil || h == "" {
+			return res, err
+		}
+		for i, c := range res.Content {
+			if l, ok := c.(mcp.ResourceLink); ok && strings.HasPrefix(l.URI, workspaceURIPrefix) {
+				l.URI += "?" + url.Values{workspaceArg: {h}}.Encode()
+				res.Content[i] = l
+			}
+		}
+		return res, err
 	}
 }

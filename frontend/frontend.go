@@ -268,6 +268,7 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		server.WithToolHandlerMiddleware(f.keepThroughDrain),
 		server.WithTaskCapabilities(true, true, true), // answered by taskRouter (tasks.go)
 		server.WithToolHandlerMiddleware(f.useWorkspace(stdio)),
+		server.WithToolHandlerMiddleware(linkWorkspace),
 	)
 	f.registerTools(s, stdio)
 	f.registerWorkspaceTools(s, stdio)

@@ -187,6 +187,21 @@ print(len(text), len(blob))
 		}
 	}
 
+	// A call in another workspace (a handle) links its files with the
+	// handle, and they are read there, not in the session's own.
+	_, ws := callAs[frontend.WorkspaceResult](t, c, "new_workspace", map[string]any{})
+	res, er = call(t, c, "execute_code", map[string]any{"code": "open('elsewhere.txt', 'w').write('in the other workspace')", "workspace": ws.Workspace})
+	link := resourceLinks(res)["elsewhere.txt"]
+	if res.IsError || link != "codexec://workspace/elsewhere.txt?workspace="+ws.Workspace {
+		t.Fatalf("a call in workspace %s: link %q, %s", ws.Workspace, link, e2eText(res))
+	}
+	if got, _, err := readResource(t, c, link); err != nil || string(got) != "in the other workspace" {
+		t.Fatalf("read %s: %q %v", link, got, err)
+	}
+	if _, _, err := readResource(t, c, "codexec://workspace/elsewhere.txt"); err == nil {
+		t.Fatal("the other workspace's file read in the session's own")
+	}
+
 	// Another session of the same server: the first one's files are missing.
 	other := httpClient(t, url)
 	_, _, err := readResource(t, other, up.URI)
