@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -146,6 +147,8 @@ type progressForwarder struct {
 	srv   *server.MCPServer
 	token mcp.ProgressToken
 	every time.Duration
+	// max is the most bytes of a line sent; 0 means 500.
+	max int
 
 	mu      sync.Mutex
 	n       int
@@ -166,8 +169,8 @@ func (p *progressForwarder) line(s string) {
 
 func (p *progressForwarder) sendLocked(s string) {
 	p.last, p.pending = time.Now(), ""
-	if len(s) > 500 {
-		s = s[:500] + "..."
+	if limit := cmp.Or(p.max, 500); len(s) > limit {
+		s = s[:limit] + "..."
 	}
 	_ = p.srv.SendNotificationToClient(p.ctx, "notifications/progress", map[string]any{
 		"progressToken": p.token, "progress": p.n, "message": s,

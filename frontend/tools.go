@@ -218,6 +218,8 @@ func (f *Frontend) runCode(ctx context.Context, scope, code, filename, sourceFil
 		}
 	})
 	defer rec.wait()
+	stopStream := f.streamOutput(ctx, job)
+	defer stopStream()
 	target, err := f.dispatch(ctx, job, rec.start)
 	if err != nil {
 		return nil, err

@@ -658,8 +658,10 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	}
 	outputFiles := keepOutputFiles(&spec, job.ID, cwd, uid, set.Disk, log)
 	pictures := showPictures(&spec, job.ID, cwd, log)
+	stream := w.streamOutput(&spec, job)
 	started := time.Now().UTC()
 	out, err := w.runJob(jctx, spec, gj)
+	stream()
 	files := outputFiles()
 	images, notes := pictures()
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)

@@ -24,6 +24,9 @@ type headTail struct {
 	next  int    // where the next byte goes in a full tail
 	total int64
 
+	// watch, when set, sees every write as it comes (Spec.Watch).
+	watch func([]byte)
+
 	spill    func() io.Writer
 	sink     io.Writer
 	spilled  int64
@@ -39,6 +42,9 @@ func (b *headTail) headCap() int64 { return b.limit - b.limit/2 }
 func (b *headTail) tailCap() int64 { return b.limit / 2 }
 
 func (b *headTail) Write(p []byte) (int, error) {
+	if b.watch != nil {
+		b.watch(p)
+	}
 	if b.total+int64(len(p)) > b.limit && b.sink == nil && b.spill != nil && b.spillErr == nil {
 		b.startSpill()
 	}
@@ -143,7 +149,12 @@ func (s Spec) keepers(limit int64) (stdout, stderr *headTail) {
 		}
 		return func() io.Writer { return s.Spill(stream) }
 	}
-	return newHeadTail(limit, spill("stdout")), newHeadTail(limit, spill("stderr"))
+	stdout, stderr = newHeadTail(limit, spill("stdout")), newHeadTail(limit, spill("stderr"))
+	if s.Watch != nil {
+		stdout.watch = func(p []byte) { s.Watch("stdout", p) }
+		stderr.watch = func(p []byte) { s.Watch("stderr", p) }
+	}
+	return stdout, stderr
 }
 
 // fillOutput copies what the buffers kept into the outcome.

@@ -46,6 +46,10 @@ type Spec struct {
 	// receives the whole stream from its first byte, until a write to it
 	// fails. The caller closes it once Run has returned.
 	Spill func(stream string) io.Writer
+	// Watch, when set, is called with "stdout" or "stderr" and each piece
+	// of output as the job writes it, from the goroutines copying its
+	// pipes (the two streams at once; it must not keep p, nor block).
+	Watch func(stream string, p []byte)
 	// Rlimits are resource limits of the child (setrlimit(2)); the rest
 	// are the worker's own. A zygote's child sets them before any job code
 	// runs; Run sets them with prlimit(2) right after the interpreter
