@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/url"
 	"regexp"
 	"strconv"
 	"strings"
@@ -65,6 +66,12 @@ type BatchJobResult struct {
 	WorkerID   string  `json:"worker_id,omitempty"`
 	Limit      string  `json:"limit,omitempty"`
 	Message    string  `json:"message,omitempty"`
+	// Files are the files the job wrote below its output folder
+	// (wire.OutputDirEnv), relative to the working directory: resources/read
+	// of codexec://workspace/<path>?batch=<batch_id> reads them. Notes say
+	// what was left out.
+	Files []string `json:"files,omitempty"`
+	Notes []string `json:"notes,omitempty"`
 }
 
 // BatchResult is the structured content of the batch tools.
@@ -170,6 +177,25 @@ func batchArgs(ctx context.Context, req mcp.CallToolRequest, scope string) (id, 
 		return "", "", rejected("argument 'batch_id' must be 16 to 64 letters, digits, '-' or '_'")
 	}
 	return id, batchScope(ctx, scope == StdioScope, id), nil
+}
+
+// batchArg is the query argument of a workspace URI that names a batch
+// (its batch_id): resources/read then reads the file in the batch's scope,
+// the caller's own batch only (batchScope).
+const batchArg = "batch"
+
+// batchURIScope is the scope of the batch a workspace URI names (?batch=),
+// for the caller of ctx: empty when it names none.
+func batchURIScope(ctx context.Context, stdio bool, raw string) (string, error) {
+	u, err := url.Parse(raw)
+	if err != nil || !u.Query().Has(batchArg) {
+		return "", nil
+	}
+	id := u.Query().Get(batchArg)
+	if !batchIDRe.MatchString(id) {
+		return "", rejected("%s=%q: a batch id is 16 to 64 letters, digits, '-' or '_'", batchArg, id)
+	}
+	return batchScope(ctx, stdio, id), nil
 }
 
 // batchJobID is the id of attempt of row in the batch of scope bscope.
@@ -309,6 +335,7 @@ func (f *Frontend) batchJob(ctx context.Context, id, bscope, shared string, r ba
 		Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: bscope, Batch: id, Code: code,
 		Filename: wire.CleanFilename(r.Filename), TimeoutMS: run.timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit,
 		EnqueuedAt: now, Deadline: now.Add(run.timeout + batchQueueWait), Limits: run.limits, Params: r.Params,
+		OutputDir: wire.BatchOutputDir(*r.Row),
 	}
 	if env != nil {
 		job.Env, job.EnvID = env, env.ID()
@@ -357,6 +384,7 @@ func (f *Frontend) batchJobResult(ctx context.Context, bscope, id string) BatchJ
 		return BatchJobResult{
 			JobID: id, Status: string(res.Status), ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
 			DurationMS: res.DurationMS, WorkerID: res.WorkerID, Limit: res.Limit, Message: res.Message,
+			Files: res.Files, Notes: res.Notes,
 		}
 	case err == nil:
 		return out

@@ -143,6 +143,9 @@ func (f *Frontend) readWorkspaceFile(stdio bool) server.ResourceTemplateHandlerF
 		if err == nil && handle != "" {
 			scope, err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), handle)
 		}
+		if bscope, berr := batchURIScope(ctx, stdio, req.Params.URI); err == nil && (berr != nil || bscope != "") {
+			scope, err = bscope, berr
+		}
 		if err != nil {
 			return nil, errors.New(asToolError(err).Message)
 		}

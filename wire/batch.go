@@ -1,5 +1,7 @@
 package wire
 
+import "strconv"
+
 // Batch jobs: many jobs of one batch run (`codexec batch`), submitted in
 // bulk, queued apart from interactive jobs and run only in a worker's idle
 // slots, so that a batch filling the pool does not queue an agent's call
@@ -21,3 +23,10 @@ const ParamsEnv = "CODEXEC_PARAMS"
 
 // MaxParamsBytes bounds a batch job's encoded parameter row.
 const MaxParamsBytes = 64 << 10
+
+// OutputDirEnv is the environment variable that names a batch job's own
+// output folder (Job.OutputDir), relative to the working directory.
+const OutputDirEnv = "CODEXEC_OUTPUT_DIR"
+
+// BatchOutputDir is the output folder of row of a batch.
+func BatchOutputDir(row int64) string { return "out/" + strconv.FormatInt(row, 10) }

@@ -119,6 +119,10 @@ type Job struct {
 	// Params is a batch job's parameter row, a JSON object given to the
 	// script in the environment variable ParamsEnv.
 	Params json.RawMessage `json:"params,omitempty"`
+	// OutputDir is a batch job's own output folder, relative to the
+	// working directory (OutputDirEnv tells the script); the result's
+	// Files are then the files the job wrote below it.
+	OutputDir string `json:"output_dir,omitempty"`
 	// File is what a files job (KindFiles) does.
 	File *FileOp `json:"file,omitempty"`
 }

@@ -2,11 +2,15 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/runner"
+	"golang.org/x/sys/unix"
 )
 
 // Batch jobs (wire/batch.go) come from a consumer of their own that runs at
@@ -89,4 +93,45 @@ func withParams(spec *runner.Spec, job *wire.Job) {
 	if len(job.Params) > 0 {
 		spec.Env = append(spec.Env, wire.ParamsEnv+"="+string(job.Params))
 	}
+}
+
+// withOutputDir makes a batch job's output folder below cwd (owned by
+// uid, no link followed) and names it to the script in the environment
+// variable wire.OutputDirEnv.
+func withOutputDir(spec *runner.Spec, job *wire.Job, cwd string, uid int) error {
+	if job.OutputDir == "" {
+		return nil
+	}
+	if err := wire.CheckWorkspacePath(job.OutputDir); err != nil {
+		return fmt.Errorf("output folder %q: %w", job.OutputDir, err)
+	}
+	dir, err := unix.Open(cwd, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return err
+	}
+	for _, name := range strings.Split(job.OutputDir, "/") {
+		next, err := mkdirBeneath(dir, name, uid)
+		unix.Close(dir)
+		if err != nil {
+			return fmt.Errorf("output folder %q: %w", job.OutputDir, err)
+		}
+		dir = next
+	}
+	unix.Close(dir)
+	spec.Env = append(spec.Env, wire.OutputDirEnv+"="+job.OutputDir)
+	return nil
+}
+
+// outputDirFiles are the files a batch job wrote below its output folder
+// since it started, at most wire.MaxChangedFiles, with a note when more
+// were left out.
+func outputDirFiles(cwd string, job *wire.Job, since time.Time) (files []string, notes []string) {
+	all := allChangedFiles(filepath.Join(cwd, filepath.FromSlash(job.OutputDir)), since)
+	for _, rel := range all[:min(len(all), wire.MaxChangedFiles)] {
+		files = append(files, job.OutputDir+"/"+rel)
+	}
+	if n := len(all) - len(files); n > 0 {
+		notes = append(notes, fmt.Sprintf("%d more files in %s left out: a job's result lists at most %d", n, job.OutputDir, wire.MaxChangedFiles))
+	}
+	return files, notes
 }

@@ -198,6 +198,15 @@ func openBeneath(cwd, rel string, uid int, flags int) (*os.File, error) {
 // The walk stops after maxWalk entries: a directory of many files pays
 // a bounded cost per job, and the list may then miss some.
 func changedFiles(cwd string, since time.Time) []string {
+	out := allChangedFiles(cwd, since)
+	if len(out) > wire.MaxChangedFiles {
+		out = out[:wire.MaxChangedFiles]
+	}
+	return out
+}
+
+// allChangedFiles is changedFiles without its bound on the list's length.
+func allChangedFiles(cwd string, since time.Time) []string {
 	var out []string
 	seen := 0
 	_ = filepath.WalkDir(cwd, func(p string, d fs.DirEntry, err error) error {
@@ -224,9 +233,6 @@ func changedFiles(cwd string, since time.Time) []string {
 		return nil
 	})
 	slices.Sort(out)
-	if len(out) > wire.MaxChangedFiles {
-		out = out[:wire.MaxChangedFiles]
-	}
 	return out
 }
 

@@ -637,6 +637,9 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	}
 	spec.Timeout, spec.OutputLimit = timeout, limit
 	withParams(&spec, job)
+	if err := withOutputDir(&spec, job, cwd, uid); err != nil {
+		return w.result(job, attempt, wire.StatusInternal, err.Error())
+	}
 	jl, err := w.prepareLimits(job, set, &spec, cwd, scripts, uid, disk)
 	if err != nil {
 		telemetry.SandboxFailed("limits")
@@ -698,6 +701,11 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.StdoutFile, res.StderrFile = files["stdout"], files["stderr"]
 	res.Images, res.Notes = images, notes
 	res.Files = changedFiles(cwd, started)
+	if job.OutputDir != "" {
+		var notes []string
+		res.Files, notes = outputDirFiles(cwd, job, started)
+		res.Notes = append(res.Notes, notes...)
+	}
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated
 	res.StdoutBytes, res.StderrBytes = out.StdoutBytes, out.StderrBytes
 	res.DurationMS = float64(out.Duration.Microseconds()) / 1000

@@ -2,8 +2,11 @@ package batch
 
 import (
 	"context"
+	"encoding/base64"
 	"encoding/json"
 	"fmt"
+	"net/url"
+	"strconv"
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
@@ -179,4 +182,42 @@ func (c *conn) cancel(ctx context.Context, id string, ids []string) error {
 		}
 	}
 	return nil
+}
+
+// readFile reads length bytes from offset of the file rel of batch id's
+// working directory (resources/read of its workspace URI with ?batch=),
+// and the file's size.
+func (c *conn) readFile(ctx context.Context, id, rel string, offset, length int64) ([]byte, int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, callTimeout)
+	defer cancel()
+	q := url.Values{"batch": {id}, "offset": {strconv.FormatInt(offset, 10)}, "length": {strconv.FormatInt(length, 10)}}
+	u := url.URL{Scheme: "codexec", Host: "workspace", Path: "/" + rel, RawQuery: q.Encode()}
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = u.String()
+	res, err := c.c.ReadResource(ctx, req)
+	if err != nil {
+		return nil, 0, fmt.Errorf("read %s: %w", rel, err)
+	}
+	if len(res.Contents) != 1 {
+		return nil, 0, fmt.Errorf("read %s: %d contents in the answer", rel, len(res.Contents))
+	}
+	var data []byte
+	var meta map[string]any
+	switch v := res.Contents[0].(type) {
+	case mcp.TextResourceContents:
+		data, meta = []byte(v.Text), v.Meta
+	case mcp.BlobResourceContents:
+		if data, err = base64.StdEncoding.DecodeString(v.Blob); err != nil {
+			return nil, 0, fmt.Errorf("read %s: %w", rel, err)
+		}
+		meta = v.Meta
+	default:
+		return nil, 0, fmt.Errorf("read %s: unexpected contents %T", rel, v)
+	}
+	var size int64
+	raw, _ := json.Marshal(meta["size"])
+	if err := json.Unmarshal(raw, &size); err != nil {
+		return nil, 0, fmt.Errorf("read %s: the answer gives no size", rel)
+	}
+	return data, size, nil
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"path/filepath"
 	"time"
 )
 
@@ -188,12 +189,12 @@ func (r *runner) submit(ctx context.Context, batch []pending) error {
 			r.flights[a.JobID] = &flight{r: p.r, attempt: p.attempt, jobID: a.JobID}
 		case "internal":
 			if !r.retry(p, a.jobResult, false) {
-				if err := r.finish(p.r, p.attempt, a.jobResult); err != nil {
+				if err := r.finish(ctx, p.r, p.attempt, a.jobResult); err != nil {
 					return err
 				}
 			}
 		default:
-			if err := r.finish(p.r, p.attempt, a.jobResult); err != nil {
+			if err := r.finish(ctx, p.r, p.attempt, a.jobResult); err != nil {
 				return err
 			}
 		}
@@ -228,7 +229,7 @@ func (r *runner) poll(ctx context.Context) (int, error) {
 		}
 		r.failing = 0
 		for _, a := range ans {
-			n, err := r.settle(a.jobResult)
+			n, err := r.settle(ctx, a.jobResult)
 			if err != nil {
 				return settled, err
 			}
@@ -239,7 +240,7 @@ func (r *runner) poll(ctx context.Context) (int, error) {
 }
 
 // settle acts on one job's state: 1 when it left flight.
-func (r *runner) settle(res jobResult) (int, error) {
+func (r *runner) settle(ctx context.Context, res jobResult) (int, error) {
 	f := r.flights[res.JobID]
 	if f == nil {
 		return 0, nil
@@ -257,10 +258,10 @@ func (r *runner) settle(res jobResult) (int, error) {
 		if r.retry(pending{r: f.r, attempt: f.attempt}, res, true) {
 			return 1, nil
 		}
-		return 1, r.finish(f.r, f.attempt, res)
+		return 1, r.finish(ctx, f.r, f.attempt, res)
 	}
 	delete(r.flights, res.JobID)
-	return 1, r.finish(f.r, f.attempt, res)
+	return 1, r.finish(ctx, f.r, f.attempt, res)
 }
 
 // retry queues p again after an infrastructure failure, unless its rows
@@ -280,8 +281,14 @@ func (r *runner) retry(p pending, res jobResult, next bool) bool {
 	return true
 }
 
-// finish records a row's result.
-func (r *runner) finish(row row, attempt int64, res jobResult) error {
+// finish collects the files a row's job wrote to its output folder, then
+// records its result. Stopped while collecting, the row stays unfinished:
+// resuming collects what is missing.
+func (r *runner) finish(ctx context.Context, row row, attempt int64, res jobResult) error {
+	res.collected, res.Notes = collectFiles(ctx, r.conn.readFile, r.st.spec.ID, filepath.Join(r.st.dir, "jobs", row.Name), row, res)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
 	r.counts.finishedHere++
 	return r.st.finish(row, attempt, res)
 }

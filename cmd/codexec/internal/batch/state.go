@@ -19,7 +19,7 @@ import (
 //	batch.json       the batch: its id, input and options
 //	submitted.jsonl  one line per job submitted (row, attempt, job id), appended before the jobs are sent
 //	results.jsonl    one line per row finished, appended as results come
-//	jobs/NAME/       per row: stdout, stderr and status.json
+//	jobs/NAME/       per row: stdout, stderr, status.json and files/ (what it wrote to its output folder)
 //	cancel           present once the batch was cancelled
 //
 // A row is done once its line is in results.jsonl; its files are written
@@ -52,6 +52,10 @@ type Line struct {
 	Limit      string          `json:"limit,omitempty"`
 	Message    string          `json:"message,omitempty"`
 	Params     json.RawMessage `json:"params,omitempty"`
+	// Files are the files the job wrote to its output folder, copied to
+	// jobs/NAME/files/; Notes say what was left out.
+	Files []string `json:"files,omitempty"`
+	Notes []string `json:"notes,omitempty"`
 }
 
 // submission is one line of submitted.jsonl.
@@ -212,6 +216,12 @@ type jobResult struct {
 	WorkerID   string  `json:"worker_id"`
 	Limit      string  `json:"limit"`
 	Message    string  `json:"message"`
+	// Files and Notes: the files written below the job's output folder,
+	// and what was left out of them.
+	Files []string `json:"files"`
+	Notes []string `json:"notes"`
+	// collected are the files copied to jobs/NAME/files/ (collectFiles).
+	collected []string
 }
 
 // finish writes row r's files, then its line in results.jsonl.
@@ -221,7 +231,8 @@ func (s *state) finish(r row, attempt int64, res jobResult) error {
 		return err
 	}
 	l := Line{Row: r.N, Name: r.Name, JobID: res.JobID, Attempt: attempt, Status: res.Status, ExitCode: res.ExitCode,
-		DurationMS: res.DurationMS, WorkerID: res.WorkerID, Limit: res.Limit, Message: res.Message, Params: r.Params}
+		DurationMS: res.DurationMS, WorkerID: res.WorkerID, Limit: res.Limit, Message: res.Message, Params: r.Params,
+		Files: res.collected, Notes: res.Notes}
 	status, _ := json.MarshalIndent(l, "", "  ")
 	for name, data := range map[string][]byte{"stdout": []byte(res.Stdout), "stderr": []byte(res.Stderr), "status.json": append(status, '\n')} {
 		if err := os.WriteFile(filepath.Join(dir, name), data, 0o644); err != nil {
