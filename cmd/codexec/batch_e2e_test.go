@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/codexec/codexec/frontend/auth"
 )
@@ -197,7 +198,8 @@ func TestBatchThroughHTTPWithToken(t *testing.T) {
 		"dev", "--http", "127.0.0.1:0", "--auth", "tokens", "--auth-tokens", tokens)
 	url := p.waitFor(t, urlRe, 2*time.Minute)
 
-	writeFiles(t, tmp, map[string]string{"job.py": "import json, os\nprint(json.loads(os.environ['CODEXEC_PARAMS'])['x'] + 1)\n",
+	writeFiles(t, tmp, map[string]string{"job.py": "import json, os\nprint(json.loads(os.environ['CODEXEC_PARAMS'])['x'] + 1)\n" +
+		"open(os.path.join(os.environ['CODEXEC_OUTPUT_DIR'], 'y.txt'), 'w').write('secret')\n",
 		"rows.jsonl": "{\"x\": 1}\n\n{\"x\": 41}\n"})
 	env := batchEnv(t, filepath.Join(tmp, "client"))
 	args := []string{"--script", filepath.Join(tmp, "job.py"), "--params", filepath.Join(tmp, "rows.jsonl"), "--url", url}
@@ -218,6 +220,9 @@ func TestBatchThroughHTTPWithToken(t *testing.T) {
 			t.Errorf("row %d: %q, want %q", i, got, want)
 		}
 	}
+	if got := readFile(t, filepath.Join(out, "jobs", "000000", "files", "y.txt")); got != "secret" {
+		t.Errorf("row 0: files/y.txt %q, want what the job wrote", got)
+	}
 
 	var spec struct{ ID string }
 	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(out, "batch.json"))), &spec); err != nil {
@@ -235,6 +240,11 @@ func TestBatchThroughHTTPWithToken(t *testing.T) {
 	if len(got.Jobs) != 1 || got.Jobs[0].Status != "unknown" || got.Jobs[0].Stdout != "" {
 		raw, _ := json.Marshal(res.StructuredContent)
 		t.Errorf("bob read alice's batch job: %s", raw)
+	}
+	req := mcp.ReadResourceRequest{}
+	req.Params.URI = "codexec://workspace/out/0/y.txt?batch=" + spec.ID
+	if rr, err := c.ReadResource(context.Background(), req); err == nil {
+		t.Errorf("bob read a file of alice's batch: %+v", rr.Contents)
 	}
 }
 
