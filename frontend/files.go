@@ -145,6 +145,9 @@ func (f *Frontend) readWorkspaceFile(stdio bool) server.ResourceTemplateHandlerF
 		}
 		if bscope, berr := batchURIScope(ctx, stdio, req.Params.URI); err == nil && (berr != nil || bscope != "") {
 			scope, err = bscope, berr
+			if handle != "" {
+				err = rejected("a workspace URI names a workspace or a batch, not both")
+			}
 		}
 		if err != nil {
 			return nil, errors.New(asToolError(err).Message)
