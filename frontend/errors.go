@@ -7,6 +7,7 @@ import (
 
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/internal/telemetry"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -75,7 +76,9 @@ func handler(stdio bool, fn toolFunc, render func(error) *mcp.CallToolResult) se
 		scope, err := callScope(ctx, stdio)
 		var res *mcp.CallToolResult
 		if err == nil {
-			res, err = fn(withTrace(withProgressToken(ctx, req), req), req, scope)
+			tctx, span := withTrace(withProgressToken(ctx, req), req)
+			res, err = fn(tctx, req, scope)
+			telemetry.EndCall(span, err)
 		}
 		if err != nil {
 			return render(err), nil

@@ -82,20 +82,30 @@ type traceKey struct{}
 type traceContext struct{ parent, state string }
 
 // withTrace returns ctx carrying the W3C trace context (traceparent,
-// tracestate) of req's _meta, when it has a valid one.
-func withTrace(ctx context.Context, req mcp.CallToolRequest) context.Context {
-	if req.Params.Meta == nil {
-		return ctx
+// tracestate) of req's _meta, when it has a valid one, and the call's
+// span (a no-op one unless --otel-endpoint is set). With tracing on, the
+// context carried is the span's, child of the caller's or the root of a
+// new trace, so that the worker's span of the job joins the call's trace.
+func withTrace(ctx context.Context, req mcp.CallToolRequest) (context.Context, telemetry.Span) {
+	var tc traceContext
+	if req.Params.Meta != nil {
+		tc.parent, _ = req.Params.Meta.AdditionalFields["traceparent"].(string)
+		if !wire.ValidTraceParent(tc.parent) {
+			tc.parent = ""
+		}
+		tc.state, _ = req.Params.Meta.AdditionalFields["tracestate"].(string)
+		if tc.parent == "" || !wire.ValidTraceState(tc.state) {
+			tc.state = ""
+		}
 	}
-	parent, _ := req.Params.Meta.AdditionalFields["traceparent"].(string)
-	if !wire.ValidTraceParent(parent) {
-		return ctx
+	ctx, span := telemetry.StartCall(ctx, req.Params.Name, tc.parent, tc.state)
+	if parent, state := telemetry.TraceContext(ctx); parent != "" {
+		tc = traceContext{parent, state}
 	}
-	state, _ := req.Params.Meta.AdditionalFields["tracestate"].(string)
-	if !wire.ValidTraceState(state) {
-		state = ""
+	if tc.parent == "" {
+		return ctx, span
 	}
-	return context.WithValue(ctx, traceKey{}, traceContext{parent, state})
+	return context.WithValue(ctx, traceKey{}, tc), span
 }
 
 // withTraceContext gives job the trace context of its call, if any.

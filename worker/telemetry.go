@@ -52,9 +52,24 @@ func (w *Worker) zygotesAlive() int {
 	return w.pool.Alive()
 }
 
-// observeJob records a job this worker finished (started at start).
-func observeJob(job *wire.Job, res *wire.Result, start time.Time) {
+// observeJob records a job this worker finished (started at start), and
+// ends its span.
+func observeJob(job *wire.Job, res *wire.Result, start time.Time, span telemetry.Span) {
 	telemetry.JobFinished(string(job.Kind), string(res.Status), res.Limit, job.EnqueuedAt, start, time.Since(start))
+	telemetry.EndJob(span, string(res.Status), res.Limit)
+}
+
+// startJobSpan starts the job's span (a no-op one unless --otel-endpoint
+// is set), in the trace of the call that made the job.
+func (w *Worker) startJobSpan(job *wire.Job) telemetry.Span {
+	parent, state := job.TraceParent, job.TraceState
+	if !wire.ValidTraceParent(parent) {
+		parent = ""
+	}
+	if parent == "" || !wire.ValidTraceState(state) {
+		state = ""
+	}
+	return telemetry.StartJob(string(job.Kind), parent, state, job.ID, w.cfg.Pool, w.cfg.ID)
 }
 
 // observeEnv records how a job's environment was had; a wait cut short by

@@ -437,6 +437,8 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	defer claim.end()
 
 	tStart := time.Now()
+	span := w.startJobSpan(job)
+	defer span.End()
 	jctx, stopWatch, cancelled := w.watchCancel(ctx, job, log)
 	defer stopWatch()
 	var res *wire.Result
@@ -462,7 +464,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		return
 	}
 	tRan := time.Now()
-	observeJob(job, res, tStart)
+	observeJob(job, res, tStart, span)
 	stampAudit(job, res)
 	if err := w.storeResultHeld(ctx, res, log); err != nil {
 		log.Error("store result failed; the job will be redelivered", "err", err)

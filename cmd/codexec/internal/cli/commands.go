@@ -41,10 +41,12 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	var grace time.Duration
 	var metricsAddr string
 	var metricsOn bool
+	var otelEndpoint string
 	f.String(&dataDir, "data-dir", "CODEXEC_DATA_DIR", defaultDataDir(), "where state, queued jobs, environments and scripts live")
 	lf.register(f)
 	graceFlag(f, &grace)
 	metricsFlags(f, &metricsAddr, &metricsOn)
+	tracingFlag(f, &otelEndpoint)
 	ff.register(f, "")
 	wf.register(f)
 	if err := f.Parse(args); err != nil {
@@ -103,6 +105,11 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 		return err
 	}
 	defer stopMetrics()
+	stopTracing, err := startTracing(otelEndpoint, "dev", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if err := startWorker(ctx, w); err != nil {
 		return err
 	}
@@ -165,6 +172,7 @@ type clusterFlags struct {
 	replicas                int
 	metricsAddr             string
 	metricsOn               bool
+	otelEndpoint            string
 	redis                   redisFlags
 }
 
@@ -197,6 +205,7 @@ func (cf *clusterFlags) register(f *flagenv.Flags) {
 	cf.log.register(f)
 	graceFlag(f, &cf.grace)
 	metricsFlags(f, &cf.metricsAddr, &cf.metricsOn)
+	tracingFlag(f, &cf.otelEndpoint)
 	f.Duration(&cf.retention, "retention", "CODEXEC_RETENTION", broker.DefaultRetention, "how long results are kept, addressable by job id")
 	f.Duration(&cf.ackWait, "ack-wait", "CODEXEC_ACK_WAIT", broker.DefaultAckWait, "how long a job's lease lasts without a heartbeat before another worker gets it")
 }
@@ -263,6 +272,11 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 		return err
 	}
 	defer stopMetrics()
+	stopTracing, err := startTracing(cf.otelEndpoint, "frontend", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	defer ff.collectEvery(ctx, st, log)()
 	defer watchRevocations(ctx, fe, access)()
 	return serveFrontend(ctx, fe, addr, stdin, stdout, log, cf.grace)
@@ -311,6 +325,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) (err error)
 		return err
 	}
 	defer stopMetrics()
+	stopTracing, err := startTracing(cf.otelEndpoint, "worker", log)
+	if err != nil {
+		return err
+	}
+	defer stopTracing()
 	if err := startWorker(ctx, w); err != nil {
 		return err
 	}
