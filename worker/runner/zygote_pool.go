@@ -546,12 +546,17 @@ func (p *Pool) stats() []zygoteStats {
 	return out
 }
 
-// zygoteEnv is a job environment without HOME, which each child sets for
-// itself: the environment a zygote is started with.
+// zygoteEnv is a job environment without what differs from job to job:
+// HOME and codexec's own CODEXEC_ variables (a job's display directory, a
+// batch row's parameters and output folder). Each child sets its whole
+// environment from its request, so they reach the job all the same; kept
+// here, they would make every job's zygote key different, and every job
+// would start a zygote of its own and run cold while it starts. The rest
+// is the environment a zygote is started with.
 func zygoteEnv(env []string) []string {
 	out := make([]string, 0, len(env))
 	for _, kv := range env {
-		if !strings.HasPrefix(kv, "HOME=") {
+		if !strings.HasPrefix(kv, "HOME=") && !strings.HasPrefix(kv, "CODEXEC_") {
 			out = append(out, kv)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -459,6 +460,28 @@ func TestPoolRunsInZygote(t *testing.T) {
 	st := pool.stats()
 	if len(st) != 1 || st[0].State != "ready" || st[0].Jobs != 1 || st[0].RSSBytes <= 0 || st[0].PID <= 0 {
 		t.Errorf("stats = %+v", st)
+	}
+}
+
+// Jobs that differ only in codexec's per-job variables (a display
+// directory, a batch row's parameters) and HOME share one warm zygote, and
+// each sees its own values. Keyed by them, every job started a zygote of its
+// own and ran cold in a fresh interpreter while it started.
+func TestPoolOneZygoteForJobsWithTheirOwnVariables(t *testing.T) {
+	t.Parallel()
+	pool, b, _ := poolSetup(t, PoolConfig{})
+	s := b.spec(t, "import os, sys\nprint('json' in sys.modules, os.environ.get('CODEXEC_PARAMS'), os.environ.get('CODEXEC_OUTPUT_DIR'))\n")
+	base := slices.Clone(s.Env)
+	for i, row := range []string{`{"row": 1}`, `{"row": 2}`, `{"row": 3}`} {
+		s.Env = append(slices.Clone(base), "CODEXEC_PARAMS="+row, fmt.Sprintf("CODEXEC_OUTPUT_DIR=out/%d", i),
+			fmt.Sprintf("CODEXEC_DISPLAY_DIR=.codexec/display/%d", i), fmt.Sprintf("HOME=/h/%d", i))
+		out, err := pool.Run(context.Background(), s)
+		if want := fmt.Sprintf("True %s out/%d\n", row, i); err != nil || string(out.Stdout) != want {
+			t.Fatalf("job %d: %v, stdout %q stderr %q; want %q (run in the warm zygote, with its own variables)", i, err, out.Stdout, out.Stderr, want)
+		}
+	}
+	if st := pool.stats(); len(st) != 1 || st[0].Jobs != 3 {
+		t.Errorf("stats = %+v, want one zygote that ran the 3 jobs", st)
 	}
 }
 
