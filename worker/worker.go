@@ -89,7 +89,11 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Worker, error) {
 	}
 	// Unbuffered output, so what a job printed before a timeout killed it is
 	// still shown. Operator settings win.
-	extra := map[string]string{"PYTHONUNBUFFERED": "1"}
+	// matplotlib draws with Agg, which needs no display, so that a job's
+	// figures come back as pictures (display.go). Set here, in every job's
+	// environment and so in the warm zygote's, not per job: a variable that
+	// differs from the zygote's makes the job miss it and run cold.
+	extra := map[string]string{"PYTHONUNBUFFERED": "1", "MPLBACKEND": "Agg"}
 	for k, v := range cfg.EnvSet {
 		extra[k] = v
 	}
