@@ -572,6 +572,11 @@ func (tg *secTarget) ours(procs map[int]*hostProc, p *hostProc) bool {
 		if a.argv0 == os.Args[0] && a.pid != os.Getpid() {
 			return false // a codexec process of another test
 		}
+		if a.pid != os.Getpid() && strings.HasSuffix(a.argv0, ".test") {
+			// Another package's test binary (go test runs packages at
+			// once): its sandboxed processes use the same uid range.
+			return false
+		}
 	}
 	return p.start >= tg.started
 }
