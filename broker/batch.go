@@ -149,15 +149,11 @@ func (b *Broker) BatchCancelled(ctx context.Context, scope string) (bool, error)
 	if !wire.ValidScope(scope) {
 		return false, fmt.Errorf("broker: batch cancelled: invalid scope %q", scope)
 	}
-	_, err := b.results.Get(ctx, batchCancelKey(scope))
-	switch {
-	case err == nil:
-		return true, nil
-	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
-		return false, nil
-	default:
+	set, err := b.hasMark(ctx, batchCancelKey(scope))
+	if err != nil {
 		return false, fmt.Errorf("broker: batch cancelled %s: %w", scope, err)
 	}
+	return set, nil
 }
 
 // ConsumeBatch is Consume for the batch jobs of pool (wire.BatchSubject),

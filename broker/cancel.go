@@ -58,14 +58,24 @@ func (b *Broker) JobCancelled(ctx context.Context, jobID string) (bool, error) {
 	if !idRe.MatchString(jobID) {
 		return false, fmt.Errorf("broker: job cancelled: invalid job id %q", jobID)
 	}
-	_, err := b.results.Get(ctx, cancelKey(jobID))
+	set, err := b.hasMark(ctx, cancelKey(jobID))
+	if err != nil {
+		return false, fmt.Errorf("broker: job cancelled %s: %w", jobID, err)
+	}
+	return set, nil
+}
+
+// hasMark says whether the results bucket holds key: a cancel mark of a
+// job (JobCancelled) or of a batch (BatchCancelled).
+func (b *Broker) hasMark(ctx context.Context, key string) (bool, error) {
+	_, err := b.results.Get(ctx, key)
 	switch {
 	case err == nil:
 		return true, nil
 	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
 		return false, nil
 	default:
-		return false, fmt.Errorf("broker: job cancelled %s: %w", jobID, err)
+		return false, err
 	}
 }
 
