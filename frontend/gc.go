@@ -126,8 +126,11 @@ func collectWorkspace(ctx context.Context, st statestore.Store, keys statestore.
 	if err := st.Delete(ctx, doomed...); err != nil {
 		return fmt.Errorf("delete workspace %s: %w", u.Scope, err)
 	}
-	cs := codefiles.NewCodeStore(st, codefiles.Config{Keys: keys})
+	cs := codefiles.NewCodeStore(st, codefiles.Config{Keys: keys}).ForTenant(tenantCodeQuota(keys, nil, u.Tenant))
 	if err := cs.DeleteScope(ctx, u.Scope); err != nil {
+		return err
+	}
+	if err := forgetWorkdirBytes(ctx, st, keys, u.Tenant, u.Scope); err != nil {
 		return err
 	}
 	if err := st.Leave(ctx, keys.Quota(quota.Workspaces, wire.TenantKey(u.Tenant)), u.Scope); err != nil {

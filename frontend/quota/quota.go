@@ -29,10 +29,16 @@ const (
 	BuildsPerHour = "builds_per_hour"
 	// Workspaces is how many workspaces with a handle a tenant may hold.
 	Workspaces = "workspaces"
+	// CodeFileBytes is how many bytes a tenant's code files may take, over
+	// all its workspaces.
+	CodeFileBytes = "code_file_bytes"
+	// WorkingDirBytes is how many bytes a tenant's working directories may
+	// take, over all its workspaces, before its jobs that write are refused.
+	WorkingDirBytes = "working_dir_bytes"
 )
 
 // Names lists every quota.
-var Names = []string{Jobs, JobsPerMinute, BuildsPerHour, Workspaces}
+var Names = []string{Jobs, JobsPerMinute, BuildsPerHour, Workspaces, CodeFileBytes, WorkingDirBytes}
 
 // Limits are a tenant's quotas: name → limit, 0 (or absent) for none.
 type Limits map[string]int
