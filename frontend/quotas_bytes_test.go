@@ -1,9 +1,12 @@
 package frontend
 
 import (
+	"encoding/json"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/statestore"
@@ -97,5 +100,56 @@ func TestQuotaCodeFileBytesAcrossFrontends(t *testing.T) {
 	requireCodeBytes(t, fx[0].f, "globex", 600)
 	if fx[0].f.cfg.Quotas.For("acme", quota.CodeFileBytes) != 1000 {
 		t.Fatal("the quota table lost the limit")
+	}
+}
+
+// Collecting a workspace takes its code files out of its tenant's
+// code_file_bytes and its working directory out of the tenant's
+// working_dir_bytes; another tenant's figures stay.
+func TestCollectSubtractsTenantBytes(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "code_file_bytes=1000,working_dir_bytes=1000")
+	ctx, st, keys := t.Context(), fx[0].f.store, fx[0].f.cfg.Keys
+	for _, p := range []string{"alice", "carol"} {
+		c, err := fx[0].connect(t, fx[0].tokens[p], "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, r := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": strings.Repeat("x", 600), "filename": "a"}); r.Status != "ok" {
+			t.Fatalf("%s's write: %+v", p, r)
+		}
+	}
+	use, err := Usage(ctx, st, keys)
+	if err != nil || len(use) != 2 {
+		t.Fatalf("usage: %+v, %v", use, err)
+	}
+	twoDays := time.Now().Add(-48 * time.Hour)
+	for _, u := range use {
+		// What a worker records after a job of each workspace.
+		if _, err := st.(statestore.Tallier).Tally(ctx, keys.TenantWorkdirs(wire.TenantKey(u.Tenant)), u.Scope, 700); err != nil {
+			t.Fatal(err)
+		}
+		if u.Tenant != "acme" {
+			continue
+		}
+		// Acme's workspace was last used two days ago.
+		owner, _ := json.Marshal(ScopeOwner{Tenant: u.Tenant, Principal: u.Principal, Seen: twoDays})
+		if err := st.Set(ctx, keys.ScopeOwner(u.Scope), owner, 0); err != nil {
+			t.Fatal(err)
+		}
+		if err := st.HSet(ctx, keys.Scopes(), u.Scope, fmt.Appendf(nil, "%d", twoDays.UnixMilli())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	requireCodeBytes(t, fx[0].f, "acme", 600)
+	if gone, err := Collect(ctx, st, keys, time.Now().Add(-time.Hour), false); err != nil || len(gone) != 1 || gone[0].Tenant != "acme" {
+		t.Fatalf("collected %+v, %v; want acme's workspace", gone, err)
+	}
+	requireCodeBytes(t, fx[0].f, "acme", 0)
+	requireCodeBytes(t, fx[0].f, "globex", 600)
+	for tenant, want := range map[string]int64{"acme": 0, "globex": 700} {
+		if got, err := statestore.TallySum(ctx, st, keys.TenantWorkdirs(wire.TenantKey(tenant))); err != nil || got != want {
+			t.Fatalf("working_dir_bytes of %s after the collection: %d (%v), want %d", tenant, got, err, want)
+		}
 	}
 }
