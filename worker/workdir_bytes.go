@@ -64,22 +64,23 @@ func (w *workdirReports) forget(scope string) {
 	delete(w.last, scope)
 }
 
-// reportWorkdir records what job's working directory cwd (on disk, nil
-// when measured) takes now in the tally of job's tenant. Best effort: a
-// failure is logged, and the next job of the session reports again.
-func (w *Worker) reportWorkdir(ctx context.Context, job *wire.Job, disk *sessionDisk, cwd string, log *slog.Logger) {
+// reportWorkdir records what the working directory cwd of scope (on
+// disk, nil when measured) takes now in the tally of tenant, after a job
+// or a context's call. Best effort: a failure is logged, and the next job
+// of the session reports again.
+func (w *Worker) reportWorkdir(ctx context.Context, scope, tenant string, disk *sessionDisk, cwd string, log *slog.Logger) {
 	t, ok := w.store.(statestore.Tallier)
 	if !ok {
 		return
 	}
-	r := workdirReport{tenant: job.Tenant, bytes: disk.usage(cwd), at: time.Now()}
-	if !w.workdirs.due(job.Scope, r) {
+	r := workdirReport{tenant: tenant, bytes: disk.usage(cwd), at: time.Now()}
+	if !w.workdirs.due(scope, r) {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := t.Tally(ctx, w.cfg.Keys.TenantWorkdirs(wire.TenantKey(job.Tenant)), job.Scope, r.bytes); err != nil {
-		w.workdirs.forget(job.Scope)
+	if _, err := t.Tally(ctx, w.cfg.Keys.TenantWorkdirs(wire.TenantKey(tenant)), scope, r.bytes); err != nil {
+		w.workdirs.forget(scope)
 		log.Warn("record what the working directory takes", "err", err)
 	}
 }

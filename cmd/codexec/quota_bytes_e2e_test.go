@@ -17,8 +17,9 @@ var workdirRefusal = regexp.MustCompile(`^quota working_dir_bytes of tenant "acm
 
 // Two frontends and two worker processes of one cluster with --quota
 // working_dir_bytes=3000000: tenant acme fills 2 MB in each of two
-// workspaces with real Python; its next job, through the other frontend,
-// is refused naming the quota, its value and acme's usage, while globex's
+// workspaces with real Python (a job, and a call in a context); its next
+// job and its next call in a context, through the other frontend, are
+// refused naming the quota, its value and acme's usage, while globex's
 // job runs; emptying a file with upload_file lets acme run again; filled
 // again, acme is refused until `admin gc` collects its workspaces.
 func TestClusterQuotaWorkingDirBytes(t *testing.T) {
@@ -60,9 +61,19 @@ func TestClusterQuotaWorkingDirBytes(t *testing.T) {
 			t.Fatalf("acme's job %s: %+v", who, er)
 		}
 	}
-	fill("a", map[string]any{})
+	// One workspace filled by a context's call, the other by a job.
+	if res, cr := callAs[frontend.ContextResult](t, a1, "create_context", map[string]any{"name": "c"}); res.IsError {
+		t.Fatalf("create_context: %+v (%s)", cr, text(res))
+	}
+	if _, er := call(t, a1, "run_in_context", map[string]any{"context_id": "c",
+		"code": "import os\nopen('a', 'wb').write(os.urandom(2_000_000))\nprint('filled')"}); er.Stdout != "filled\n" {
+		t.Fatalf("fill a in a context: %+v", er)
+	}
 	fill("a", map[string]any{"workspace": ws.Workspace})
 	refused()
+	if res, er := call(t, a2, "run_in_context", map[string]any{"context_id": "c", "code": "print('over')"}); !res.IsError || !workdirRefusal.MatchString(er.Message) {
+		t.Fatalf("acme's call in a context over its working_dir_bytes: %s", text(res))
+	}
 	if _, er := call(t, connected(t, one, carol), "execute_code", map[string]any{"code": "print('globex')"}); er.Stdout != "globex\n" {
 		t.Fatalf("globex's job while acme is over its quota: %+v", er)
 	}
