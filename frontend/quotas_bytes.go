@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/frontend/quota"
@@ -98,4 +99,15 @@ func forgetWorkdirBytes(ctx context.Context, st statestore.Store, keys statestor
 	}
 	_, err := t.Tally(ctx, keys.TenantWorkdirs(wire.TenantKey(tenant)), scope, 0)
 	return err
+}
+
+// workdirBytes is what scope's working directory took after its latest
+// job, as recorded in tenant's tally (0 when nothing was recorded).
+func workdirBytes(ctx context.Context, st statestore.Store, keys statestore.Keys, tenant, scope string) int64 {
+	v, err := st.HGet(ctx, keys.TenantWorkdirs(wire.TenantKey(tenant)), scope)
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(string(v), 10, 64)
+	return n
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"regexp"
@@ -21,7 +22,8 @@ var workdirRefusal = regexp.MustCompile(`^quota working_dir_bytes of tenant "acm
 // job and its next call in a context, through the other frontend, are
 // refused naming the quota, its value and acme's usage, while globex's
 // job runs; emptying a file with upload_file lets acme run again; filled
-// again, acme is refused until `admin gc` collects its workspaces.
+// again, acme is refused, `admin usage` shows what its directories take,
+// and `admin gc` collecting its workspaces lets it run again.
 func TestClusterQuotaWorkingDirBytes(t *testing.T) {
 	t.Parallel()
 	alice, lineA, _ := auth.NewToken("acme", "alice")
@@ -85,6 +87,17 @@ func TestClusterQuotaWorkingDirBytes(t *testing.T) {
 
 	fill("b", map[string]any{})
 	refused()
+	var workdir int64
+	for line := range strings.Lines(runCodexec(t, codexecEnv(), "admin", "usage", "--redis", cl.redisURL, "--tenant", "acme", "--json")) {
+		var u frontend.WorkspaceUsage
+		if err := json.Unmarshal([]byte(line), &u); err != nil {
+			t.Fatalf("admin usage --json: %q: %v", line, err)
+		}
+		workdir += u.WorkdirBytes
+	}
+	if workdir < 4_000_000 {
+		t.Fatalf("admin usage: acme's working directories take %d bytes, want at least the 4,000,000 written", workdir)
+	}
 	if out := runCodexec(t, codexecEnv(), "admin", "gc", "--redis", cl.redisURL, "--older-than", "1ns"); !strings.Contains(out, "removed ") {
 		t.Fatalf("admin gc:\n%s", out)
 	}
