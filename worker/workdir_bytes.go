@@ -64,6 +64,16 @@ func (w *workdirReports) forget(scope string) {
 	delete(w.last, scope)
 }
 
+// reportJobWorkdir reports job's working directory (reportWorkdir), unless
+// job is of a batch: a batch's directory is not a workspace its tenant can
+// empty or have collected, and each of its jobs is bounded by its disk
+// limit.
+func (w *Worker) reportJobWorkdir(ctx context.Context, job *wire.Job, disk *sessionDisk, cwd string, log *slog.Logger) {
+	if job.Batch == "" {
+		w.reportWorkdir(ctx, job.Scope, job.Tenant, disk, cwd, log)
+	}
+}
+
 // reportWorkdir records what the working directory cwd of scope (on
 // disk, nil when measured) takes now in the tally of tenant, after a job
 // or a context's call. Best effort: a failure is logged, and the next job

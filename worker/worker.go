@@ -694,7 +694,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.ScriptPath = script
 	res.GPU = gj.usage()
 	w.saveWorkspace(ctx, ws, job.ID, cwd, log)
-	w.reportWorkdir(ctx, job.Scope, job.Tenant, disk, cwd, log)
+	w.reportJobWorkdir(ctx, job, disk, cwd, log)
 	if !facts.started() {
 		telemetry.SandboxFailed("start")
 		log.Error("start python failed", "err", err)
