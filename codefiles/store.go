@@ -31,6 +31,10 @@ var (
 	// ErrStorageFull says a write would take the session past
 	// Config.MaxSessionBytes.
 	ErrStorageFull = errors.New("the session's storage limit is reached")
+	// ErrTenantFull says a write would take the code files of the
+	// session's tenant past the limit of its counter (ForTenant). The
+	// error also wraps the *statestore.QuotaError with the figures.
+	ErrTenantFull = errors.New("the tenant's code-file quota is reached")
 )
 
 // CodeStore keeps each session's code files and the history of the code it
@@ -97,6 +101,9 @@ type CodeStore struct {
 	keys statestore.Keys
 	cfg  Config
 	log  *slog.Logger
+	// tenant, when its Key is set, is the counter of the code-file bytes
+	// of every session of the tenant (ForTenant).
+	tenant statestore.Quota
 }
 
 // NewCodeStore returns the code-file store of cfg (its Keys, limits and
@@ -536,18 +543,28 @@ func (cs *CodeStore) Usage(ctx context.Context, scope string) (int64, error) {
 	return statestore.Usage(ctx, cs.st, cs.quota(scope))
 }
 
-// quota is scope's storage budget.
+// quota is scope's storage budget, with the tenant's counter as its Outer
+// when the store was given one: code-file writes charge both, the code of
+// runs (Link, Unlink) only the session's.
 func (cs *CodeStore) quota(scope string) statestore.Quota {
-	return statestore.Quota{Key: cs.keys.Usage(scope), Limit: cs.cfg.MaxSessionBytes}
+	q := statestore.Quota{Key: cs.keys.Usage(scope), Limit: cs.cfg.MaxSessionBytes}
+	if cs.tenant.Key != "" {
+		q.Outer = &cs.tenant
+	}
+	return q
 }
 
 // storageError turns a refusal of the session's budget into ErrStorageFull
-// with the figures; what says what the refusal left undone. Other errors
-// pass unchanged.
+// with the figures, and a refusal of the tenant's counter into
+// ErrTenantFull; what says what the refusal left undone. Other errors pass
+// unchanged.
 func (cs *CodeStore) storageError(err error, what string) error {
 	var qe *statestore.QuotaError
 	if !errors.As(err, &qe) {
 		return err
+	}
+	if cs.tenant.Key != "" && qe.Key == cs.tenant.Key {
+		return fmt.Errorf("%w: %s: %w", ErrTenantFull, what, qe)
 	}
 	return fmt.Errorf("%w: the session keeps %d bytes (code files plus the code of recorded runs) "+
 		"and the limit is %d bytes; this write needs %d more, so %s. delete_code_file frees space",

@@ -183,9 +183,9 @@ func (f *Frontend) initializeCodeFile(ctx context.Context, req mcp.CallToolReque
 	} else {
 		name = wire.CleanFilename(given)
 	}
-	info, replaced, oldSize, err := f.files.Init(ctx, scope, name, content)
+	info, replaced, oldSize, err := f.codeFilesOf(ctx).Init(ctx, scope, name, content)
 	if err != nil {
-		return nil, f.storeError(err, name)
+		return nil, f.storeError(codeBytesRefused(ctx, err), name)
 	}
 	r := f.fileInfoResult(scope, info)
 	r.Replaced = replaced
@@ -216,9 +216,9 @@ func (f *Frontend) appendToCodeFile(ctx context.Context, req mcp.CallToolRequest
 	if err != nil {
 		return nil, err
 	}
-	info, err := f.files.Append(ctx, scope, name, content)
+	info, err := f.codeFilesOf(ctx).Append(ctx, scope, name, content)
 	if err != nil {
-		return nil, f.storeError(err, name)
+		return nil, f.storeError(codeBytesRefused(ctx, err), name)
 	}
 	r := f.fileInfoResult(scope, info)
 	r.Appended = int64(len(content))
@@ -356,7 +356,7 @@ func (f *Frontend) deleteCodeFile(ctx context.Context, req mcp.CallToolRequest, 
 	if err != nil {
 		return nil, err
 	}
-	size, err := f.files.Delete(ctx, scope, name)
+	size, err := f.codeFilesOf(ctx).Delete(ctx, scope, name)
 	if err != nil {
 		return nil, f.storeError(err, name)
 	}
@@ -381,6 +381,7 @@ func (f *Frontend) fileInfoResult(scope string, info codefiles.FileInfo) FileRes
 func (f *Frontend) storeError(err error, name string) error {
 	var te *toolError
 	switch {
+	case errors.As(err, &te): // a quota's refusal
 	case errors.Is(err, codefiles.ErrFileNotFound):
 		te = failure(fileStatusNotFound, "%s", notFoundMessage(name))
 	case errors.Is(err, codefiles.ErrFileTooLarge), errors.Is(err, codefiles.ErrTooManyFiles), errors.Is(err, codefiles.ErrStorageFull):

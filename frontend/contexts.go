@@ -249,6 +249,9 @@ func (f *Frontend) runInContext(ctx context.Context, req mcp.CallToolRequest, sc
 	if err != nil {
 		return nil, err
 	}
+	if err := f.admitWorkdirBytes(ctx, &wire.Job{Kind: wire.KindExecute, Tenant: callerTenant(ctx)}); err != nil {
+		return nil, err
+	}
 	creq := &wire.ContextRequest{Op: wire.ContextRun, ID: id, Scope: scope, Code: code,
 		TimeoutMS: timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit}
 	reply, err := f.askHolder(ctx, rec, creq, timeout+contextAnswerSlack)

@@ -31,6 +31,9 @@ type WorkspaceUsage struct {
 	Runs   int64 `json:"runs"`
 	// Bytes are its code files and the distinct code of its runs.
 	Bytes int64 `json:"bytes"`
+	// WorkdirBytes is what its working directory took after its latest
+	// job, as the worker that ran it measured (working_dir_bytes).
+	WorkdirBytes int64 `json:"working_dir_bytes"`
 	// LastUsed is its latest code-file write or run, or, with neither,
 	// when a frontend first served it.
 	LastUsed time.Time `json:"last_used"`
@@ -74,6 +77,7 @@ func Usage(ctx context.Context, st statestore.Store, keys statestore.Keys) ([]Wo
 		if u.Files, u.Runs, u.Bytes, err = cs.Counts(ctx, s); err != nil {
 			return nil, fmt.Errorf("usage of %s: %w", s, err)
 		}
+		u.WorkdirBytes = workdirBytes(ctx, st, keys, u.Tenant, s)
 		out = append(out, u)
 	}
 	slices.SortFunc(out, func(a, b WorkspaceUsage) int {
@@ -126,8 +130,11 @@ func collectWorkspace(ctx context.Context, st statestore.Store, keys statestore.
 	if err := st.Delete(ctx, doomed...); err != nil {
 		return fmt.Errorf("delete workspace %s: %w", u.Scope, err)
 	}
-	cs := codefiles.NewCodeStore(st, codefiles.Config{Keys: keys})
+	cs := codefiles.NewCodeStore(st, codefiles.Config{Keys: keys}).ForTenant(tenantCodeQuota(keys, nil, u.Tenant))
 	if err := cs.DeleteScope(ctx, u.Scope); err != nil {
+		return err
+	}
+	if err := forgetWorkdirBytes(ctx, st, keys, u.Tenant, u.Scope); err != nil {
 		return err
 	}
 	if err := st.Leave(ctx, keys.Quota(quota.Workspaces, wire.TenantKey(u.Tenant)), u.Scope); err != nil {

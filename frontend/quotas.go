@@ -107,6 +107,9 @@ func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) (err error) {
 	if f.cfg.Quotas == nil {
 		return nil
 	}
+	if err := f.admitWorkdirBytes(ctx, job); err != nil {
+		return err
+	}
 	var taken []string
 	undo := func() {
 		for _, set := range taken {

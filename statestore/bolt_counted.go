@@ -25,7 +25,7 @@ func (s *BoltStore) SetCounted(ctx context.Context, key string, value []byte, q 
 		if m, ok := liveMeta(tx, key, time.Now()); ok {
 			old = int64(m.length)
 		}
-		if err := charge(tx, q, int64(len(value))-max(old, 0)); err != nil {
+		if err := chargeBoth(tx, q, int64(len(value))-max(old, 0)); err != nil {
 			return err
 		}
 		return putValue(tx, key, value, 0)
@@ -54,7 +54,7 @@ func (s *BoltStore) AppendCounted(ctx context.Context, key string, data []byte, 
 		if maxLen > 0 && newLen > uint64(maxLen) {
 			return ErrTooLarge
 		}
-		if err := charge(tx, q, int64(len(data))); err != nil {
+		if err := chargeBoth(tx, q, int64(len(data))); err != nil {
 			return err
 		}
 		if len(data) > 0 {
@@ -85,7 +85,7 @@ func (s *BoltStore) DeleteCounted(ctx context.Context, key string, q Quota) (int
 			return ErrNotFound
 		}
 		n = int64(m.length)
-		if err := charge(tx, q, -n); err != nil {
+		if err := chargeBoth(tx, q, -n); err != nil {
 			return err
 		}
 		return deleteValue(tx, key)
@@ -209,6 +209,19 @@ func liveMeta(tx *bolt.Tx, key string, now time.Time) (meta, bool) {
 	return m, true
 }
 
+// chargeBoth charges delta to q and to q.Outer, when set: both or neither.
+// The transaction is rolled back on error, so a refusal by the outer
+// counter undoes the inner one's charge.
+func chargeBoth(tx *bolt.Tx, q Quota, delta int64) error {
+	if err := charge(tx, q, delta); err != nil {
+		return err
+	}
+	if q.Outer == nil {
+		return nil
+	}
+	return charge(tx, Quota{Key: q.Outer.Key, Limit: q.Outer.Limit}, delta)
+}
+
 // charge adds delta to q's counter, refusing growth past q.Limit with a
 // *QuotaError and never taking the counter below zero.
 func charge(tx *bolt.Tx, q Quota, delta int64) error {
@@ -217,7 +230,7 @@ func charge(tx *bolt.Tx, q Quota, delta int64) error {
 		return err
 	}
 	if delta > 0 && q.Limit > 0 && used+delta > q.Limit {
-		return &QuotaError{Used: used, Adding: delta, Limit: q.Limit}
+		return &QuotaError{Key: q.Key, Used: used, Adding: delta, Limit: q.Limit}
 	}
 	if delta == 0 {
 		return nil

@@ -42,14 +42,24 @@ var ErrNeedData = errors.New("statestore: the shared value does not exist; give 
 // it may reach: a write that would take it past Limit writes nothing and
 // returns a *QuotaError. Limit <= 0 counts without limiting. Writes that
 // shrink are never refused, and the counter never goes below zero.
+//
+// Outer, when set, is a second counter that SetCounted, AppendCounted and
+// DeleteCounted charge with the same change in the same atomic step, under
+// its own Limit: the total of many Quotas (a tenant's over its
+// workspaces). A write refused by either writes nothing, and the
+// *QuotaError's Key says which refused. Outer's own Outer is not used, and
+// Link and Unlink do not charge it.
 type Quota struct {
 	Key   string
 	Limit int64
+	Outer *Quota
 }
 
-// QuotaError says a counted write was refused: Used bytes were counted, the
-// write would have added Adding, and the limit is Limit.
+// QuotaError says a counted write was refused: the counter at Key had
+// counted Used bytes, the write would have added Adding, and the limit is
+// Limit.
 type QuotaError struct {
+	Key                 string
 	Used, Adding, Limit int64
 }
 

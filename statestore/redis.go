@@ -427,7 +427,11 @@ func (s *RedisStore) counted(ctx context.Context, op, key string, data []byte, m
 	var r []int64
 	err := s.write(ctx, func(c redisWriter) error {
 		var err error
-		r, err = countedScript.Run(ctx, c, []string{key, q.Key}, op, data, q.Limit, maxLen).Int64Slice()
+		keys, args := []string{key, q.Key}, []any{op, data, q.Limit, maxLen}
+		if q.Outer != nil {
+			keys, args = append(keys, q.Outer.Key), append(args, q.Outer.Limit)
+		}
+		r, err = countedScript.Run(ctx, c, keys, args...).Int64Slice()
 		return err
 	})
 	if err != nil {
@@ -439,7 +443,9 @@ func (s *RedisStore) counted(ctx context.Context, op, key string, data []byte, m
 	case len(r) >= 1 && r[0] == -1:
 		return 0, ErrTooLarge
 	case len(r) >= 3 && r[0] == -2:
-		return 0, &QuotaError{Used: r[1], Adding: r[2], Limit: q.Limit}
+		return 0, &QuotaError{Key: q.Key, Used: r[1], Adding: r[2], Limit: q.Limit}
+	case len(r) >= 3 && r[0] == -4 && q.Outer != nil:
+		return 0, &QuotaError{Key: q.Outer.Key, Used: r[1], Adding: r[2], Limit: q.Outer.Limit}
 	case len(r) >= 1 && r[0] == -3:
 		return 0, ErrNotFound
 	}
@@ -478,7 +484,7 @@ func (s *RedisStore) Link(ctx context.Context, l Link, data []byte) (bool, error
 	case len(r) >= 1 && r[0] == -1:
 		return false, ErrNeedData
 	case len(r) >= 3 && r[0] == -2:
-		return false, &QuotaError{Used: r[1], Adding: r[2], Limit: l.Quota.Limit}
+		return false, &QuotaError{Key: l.Quota.Key, Used: r[1], Adding: r[2], Limit: l.Quota.Limit}
 	}
 	return false, fmt.Errorf("statestore: redis link: unexpected reply %v", r)
 }

@@ -10,9 +10,11 @@
 //
 // Counted writes (SetCounted, AppendCounted, DeleteCounted) charge a byte
 // counter, a Quota, in the same atomic step as the write, and refuse to take
-// it past its limit; shared values (Link, Unlink) are stored once however
-// many entries of an index refer to them, and deleted with their last
-// reference. See counted.go.
+// it past its limit, and a second, outer counter with it when the Quota
+// has one (a tenant's total over its sessions); shared values (Link,
+// Unlink) are stored once however many entries of an index refer to them,
+// and deleted with their last reference. See counted.go. A tally (Tally,
+// tally.go) is a hash of integers whose sum the store keeps beside it.
 //
 // # Redis layout
 //

@@ -505,6 +505,7 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 	res.FinishedAt = time.Now().UTC()
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
 	w.saveWorkspace(ctx, ws, res.JobID, c.cwd, log)
+	w.reportWorkdir(ctx, c.scope, req.Tenant, c.disk, c.cwd, log)
 	res.ExitCode, res.Signal = out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)
 	res.StdoutTruncated, res.StderrTruncated = out.StdoutTruncated, out.StderrTruncated

@@ -66,6 +66,7 @@ func (w *Worker) runFiles(ctx context.Context, job *wire.Job, attempt int, log *
 		if err == nil {
 			w.saveWorkspace(ctx, ws, job.ID, cwd, log)
 		}
+		w.reportJobWorkdir(ctx, job, disk, cwd, log)
 	}
 	if err != nil {
 		res := w.result(job, attempt, wire.StatusError, fmt.Sprintf("%s %s: %v", op.Op, op.Path, err))

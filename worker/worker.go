@@ -38,6 +38,7 @@ type Worker struct {
 	log    *slog.Logger
 	// auditTenants are the tenants whose audit key is known recorded (audit.go).
 	auditTenants sync.Map
+	workdirs     workdirReports // what the sessions' directories took, as last reported (workdir_bytes.go)
 
 	python     string // the default environment's interpreter
 	venvDir    string
@@ -693,6 +694,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.ScriptPath = script
 	res.GPU = gj.usage()
 	w.saveWorkspace(ctx, ws, job.ID, cwd, log)
+	w.reportJobWorkdir(ctx, job, disk, cwd, log)
 	if !facts.started() {
 		telemetry.SandboxFailed("start")
 		log.Error("start python failed", "err", err)

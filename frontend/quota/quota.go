@@ -16,6 +16,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/codexec/codexec/internal/units"
 )
 
 // The quotas, by the name an operator writes and an error reports.
@@ -29,16 +31,23 @@ const (
 	BuildsPerHour = "builds_per_hour"
 	// Workspaces is how many workspaces with a handle a tenant may hold.
 	Workspaces = "workspaces"
+	// CodeFileBytes is how many bytes a tenant's code files may take, over
+	// all its workspaces.
+	CodeFileBytes = "code_file_bytes"
+	// WorkingDirBytes is how many bytes a tenant's working directories may
+	// take, over all its workspaces, before its jobs that write are refused.
+	WorkingDirBytes = "working_dir_bytes"
 )
 
 // Names lists every quota.
-var Names = []string{Jobs, JobsPerMinute, BuildsPerHour, Workspaces}
+var Names = []string{Jobs, JobsPerMinute, BuildsPerHour, Workspaces, CodeFileBytes, WorkingDirBytes}
 
 // Limits are a tenant's quotas: name → limit, 0 (or absent) for none.
 type Limits map[string]int
 
 // ParseLimits reads "name=N,name=N" (commas or spaces between). N is a
-// non-negative integer, 0 meaning no limit.
+// non-negative integer, 0 meaning no limit; a quota of bytes (name ending
+// in _bytes) may also be given with a unit, as in 512MiB or 2GB.
 func ParseLimits(s string) (Limits, error) {
 	l := Limits{}
 	for _, f := range strings.FieldsFunc(s, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' }) {
@@ -48,6 +57,14 @@ func ParseLimits(s string) (Limits, error) {
 		}
 		if !slices.Contains(Names, name) {
 			return nil, fmt.Errorf("quota %q: unknown name %q (known: %s)", f, name, strings.Join(Names, ", "))
+		}
+		if strings.HasSuffix(name, "_bytes") {
+			n, err := units.ParseSize(v)
+			if err != nil {
+				return nil, fmt.Errorf("quota %q: %q is not a size (e.g. 1048576, 512MiB, 2GiB; 0 for no limit)", f, v)
+			}
+			l[name] = int(n)
+			continue
 		}
 		n, err := strconv.Atoi(v)
 		if err != nil || n < 0 {

@@ -19,6 +19,22 @@ func TestParseLimits(t *testing.T) {
 	}
 }
 
+// The quotas of bytes take sizes with units; a count does not.
+func TestParseLimitsBytes(t *testing.T) {
+	l, err := ParseLimits("code_file_bytes=64MiB,working_dir_bytes=1000000")
+	if err != nil || l[CodeFileBytes] != 64<<20 || l[WorkingDirBytes] != 1000000 {
+		t.Fatalf("%v, %v", l, err)
+	}
+	if back, err := ParseLimits(l.String()); err != nil || back.String() != l.String() {
+		t.Fatalf("%q read back as %v, %v", l.String(), back, err)
+	}
+	for _, bad := range []string{"jobs=1MiB", "code_file_bytes=-1", "working_dir_bytes=1.5GiB", "code_file_bytes=x"} {
+		if _, err := ParseLimits(bad); err == nil {
+			t.Errorf("%q parsed", bad)
+		}
+	}
+}
+
 // A tenant's line overrides the defaults it names, and a change of the
 // file is read without a restart; a file that no longer parses keeps the
 // overrides read before.

@@ -95,6 +95,45 @@ func runCounted(t *testing.T, newStore NewStoreFunc) {
 		requireUsage(t, b, free, 1000)
 	})
 
+	t.Run("CountedOuter", func(t *testing.T) {
+		t.Parallel()
+		b := setup(t, newStore)
+		// Two workspaces' counters under one tenant's outer counter: the
+		// outer one refuses what the inner would take, writing nothing, and
+		// each write and delete moves both.
+		outer := &statestore.Quota{Key: b.key("tenant"), Limit: 12}
+		q1 := statestore.Quota{Key: b.key("ws1"), Limit: 10, Outer: outer}
+		q2 := statestore.Quota{Key: b.key("ws2"), Limit: 10, Outer: outer}
+		_, err := b.store.SetCounted(b.ctx, b.key("a"), []byte("01234567"), q1)
+		requireNoErr(t, err, "SetCounted")
+		_, err = b.store.AppendCounted(b.ctx, b.key("b"), []byte("0123"), 0, q2)
+		requireNoErr(t, err, "AppendCounted")
+		requireUsage(t, b, *outer, 12)
+		_, err = b.store.SetCounted(b.ctx, b.key("c"), []byte("x"), q2)
+		requireQuotaError(t, err, 12, 1, 12, "SetCounted past the outer quota")
+		if qe := (*statestore.QuotaError)(nil); !errors.As(err, &qe) || qe.Key != outer.Key {
+			t.Fatalf("refused by %v, want the outer counter %s", err, outer.Key)
+		}
+		_, err = b.store.Get(b.ctx, b.key("c"))
+		requireIs(t, err, statestore.ErrNotFound, "Get after a refused SetCounted")
+		_, err = b.store.AppendCounted(b.ctx, b.key("b"), []byte("x"), 0, q2)
+		requireQuotaError(t, err, 12, 1, 12, "AppendCounted past the outer quota")
+		requireUsage(t, b, q2, 4)
+		_, err = b.store.SetCounted(b.ctx, b.key("a"), []byte("0123456789a"), q1)
+		requireQuotaError(t, err, 8, 3, 10, "SetCounted past the inner quota")
+		if qe := (*statestore.QuotaError)(nil); !errors.As(err, &qe) || qe.Key != q1.Key {
+			t.Fatalf("refused by %v, want the inner counter %s", err, q1.Key)
+		}
+		_, err = b.store.DeleteCounted(b.ctx, b.key("a"), q1)
+		requireNoErr(t, err, "DeleteCounted")
+		requireUsage(t, b, q1, 0)
+		requireUsage(t, b, *outer, 4)
+		_, err = b.store.SetCounted(b.ctx, b.key("c"), []byte("x"), q2)
+		requireNoErr(t, err, "SetCounted after a delete made room")
+		requireUsage(t, b, q2, 5)
+		requireUsage(t, b, *outer, 5)
+	})
+
 	t.Run("CountedConcurrent", func(t *testing.T) {
 		t.Parallel()
 		b := setup(t, newStore)

@@ -464,6 +464,7 @@ func Run(t *testing.T, newStore NewStoreFunc) {
 	runCounted(t, newStore)
 	runAdmit(t, newStore)
 	runShared(t, newStore)
+	runTally(t, newStore)
 
 	t.Run("CanceledContext", func(t *testing.T) {
 		t.Parallel()

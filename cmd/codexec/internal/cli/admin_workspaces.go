@@ -60,16 +60,16 @@ func runUsage(ctx context.Context, args []string, stdout, stderr io.Writer) erro
 // writeUsage writes use as a table, each tenant followed by its totals.
 func writeUsage(w io.Writer, use []frontend.WorkspaceUsage) error {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "TENANT\tPRINCIPAL\tWORKSPACE\tHANDLE\tFILES\tRUNS\tBYTES\tLAST USED")
-	var files, runs, bytes, n int64
+	fmt.Fprintln(tw, "TENANT\tPRINCIPAL\tWORKSPACE\tHANDLE\tFILES\tRUNS\tBYTES\tWORKDIR BYTES\tLAST USED")
+	var files, runs, bytes, workdir, n int64
 	flush := func(tenant string) {
-		fmt.Fprintf(tw, "%s\t(total)\t%d workspaces\t\t%d\t%d\t%d\t\n", tenantName(tenant), n, files, runs, bytes)
-		files, runs, bytes, n = 0, 0, 0, 0
+		fmt.Fprintf(tw, "%s\t(total)\t%d workspaces\t\t%d\t%d\t%d\t%d\t\n", tenantName(tenant), n, files, runs, bytes, workdir)
+		files, runs, bytes, workdir, n = 0, 0, 0, 0, 0
 	}
 	for i, u := range use {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%d\t%d\t%s\n", tenantName(u.Tenant), u.Principal, u.Scope, u.Handle, u.Files, u.Runs, u.Bytes,
-			u.LastUsed.UTC().Format(time.RFC3339))
-		files, runs, bytes, n = files+u.Files, runs+u.Runs, bytes+u.Bytes, n+1
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%v\t%d\t%d\t%d\t%d\t%s\n", tenantName(u.Tenant), u.Principal, u.Scope, u.Handle, u.Files, u.Runs, u.Bytes,
+			u.WorkdirBytes, u.LastUsed.UTC().Format(time.RFC3339))
+		files, runs, bytes, workdir, n = files+u.Files, runs+u.Runs, bytes+u.Bytes, workdir+u.WorkdirBytes, n+1
 		if i == len(use)-1 || use[i+1].Tenant != u.Tenant {
 			flush(u.Tenant)
 		}

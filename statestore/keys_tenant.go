@@ -1,0 +1,13 @@
+package statestore
+
+// Byte totals of a tenant, for its quotas (frontend/quotas_bytes.go).
+// tenant is a hex digest of the tenant's name (wire.TenantKey).
+
+// TenantCodeBytes is the byte counter (the Outer of a workspace's Quota) of
+// what a tenant's code files take, over all its workspaces.
+func (k Keys) TenantCodeBytes(tenant string) string { return k.Prefix + "codebytes:" + tenant }
+
+// TenantWorkdirs is the tally (Tallier) of a tenant's working directories:
+// workspace scope → the bytes its files took after its latest job, as the
+// worker that ran it measured; TallySumKey of it is their sum.
+func (k Keys) TenantWorkdirs(tenant string) string { return k.Prefix + "workdirs:" + tenant }

@@ -1,0 +1,96 @@
+package worker
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
+)
+
+// What working directories take, for the working_dir_bytes quota of their
+// tenants (frontend/quotas_bytes.go): after each job that may have changed
+// its working directory, the worker records what the directory takes now
+// in its tenant's tally (Keys.TenantWorkdirs: scope → bytes, and their sum
+// kept by the store in the same step). Frontends refuse a tenant's next
+// writing job while the sum is at or over the limit; a collected workspace
+// leaves the tally.
+//
+// A report that would say what the worker said last about the same
+// directory, less than workdirRefresh ago, is not sent: most jobs change
+// nothing worth a store call.
+
+// workdirRefresh is how long an unchanged figure goes unreported.
+const workdirRefresh = time.Minute
+
+// maxWorkdirReports bounds the directories a worker remembers reporting;
+// past it, it forgets them all and reports each again.
+const maxWorkdirReports = 100_000
+
+// workdirReport is what the worker last reported for one directory.
+type workdirReport struct {
+	tenant string
+	bytes  int64
+	at     time.Time
+}
+
+// workdirReports are the worker's latest reports, by scope.
+type workdirReports struct {
+	mu   sync.Mutex
+	last map[string]workdirReport
+}
+
+// due says whether r differs from what was last reported for scope, or
+// was reported long enough ago; it records r when it does.
+func (w *workdirReports) due(scope string, r workdirReport) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if old, ok := w.last[scope]; ok && old.tenant == r.tenant && old.bytes == r.bytes && r.at.Sub(old.at) < workdirRefresh {
+		return false
+	}
+	if w.last == nil || len(w.last) >= maxWorkdirReports {
+		w.last = map[string]workdirReport{}
+	}
+	w.last[scope] = r
+	return true
+}
+
+// forget drops scope's record, so that the next report is sent.
+func (w *workdirReports) forget(scope string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	delete(w.last, scope)
+}
+
+// reportJobWorkdir reports job's working directory (reportWorkdir), unless
+// job is of a batch: a batch's directory is not a workspace its tenant can
+// empty or have collected, and each of its jobs is bounded by its disk
+// limit.
+func (w *Worker) reportJobWorkdir(ctx context.Context, job *wire.Job, disk *sessionDisk, cwd string, log *slog.Logger) {
+	if job.Batch == "" {
+		w.reportWorkdir(ctx, job.Scope, job.Tenant, disk, cwd, log)
+	}
+}
+
+// reportWorkdir records what the working directory cwd of scope (on
+// disk, nil when measured) takes now in the tally of tenant, after a job
+// or a context's call. Best effort: a failure is logged, and the next job
+// of the session reports again.
+func (w *Worker) reportWorkdir(ctx context.Context, scope, tenant string, disk *sessionDisk, cwd string, log *slog.Logger) {
+	t, ok := w.store.(statestore.Tallier)
+	if !ok {
+		return
+	}
+	r := workdirReport{tenant: tenant, bytes: disk.usage(cwd), at: time.Now()}
+	if !w.workdirs.due(scope, r) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := t.Tally(ctx, w.cfg.Keys.TenantWorkdirs(wire.TenantKey(tenant)), scope, r.bytes); err != nil {
+		w.workdirs.forget(scope)
+		log.Warn("record what the working directory takes", "err", err)
+	}
+}

@@ -1,0 +1,87 @@
+package worker
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
+)
+
+// After each job the worker records what the job's working directory
+// takes in its tenant's tally, up after a write and down after a delete,
+// the sum following; a batch job's directory is not recorded.
+func TestWorkerReportsWorkdirBytes(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w, err := New(Config{
+		ID: "workdir-bytes", DataDir: fx.dataDir, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	tally := w.cfg.Keys.TenantWorkdirs(wire.TenantKey("acme"))
+	run := func(scope, batch, code string) {
+		t.Helper()
+		job := &wire.Job{
+			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope, Tenant: "acme", Batch: batch,
+			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+		}
+		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
+			t.Fatal(err)
+		}
+		res, err := fx.broker.WaitResult(ctx, job.ID)
+		if err != nil || res.Status != wire.StatusOK {
+			t.Fatalf("%s: %v %+v", code, err, res)
+		}
+	}
+	recorded := func(scope string) int64 {
+		t.Helper()
+		v, err := fx.store.HGet(ctx, tally, scope)
+		if err != nil {
+			return -1
+		}
+		n, _ := strconv.ParseInt(string(v), 10, 64)
+		return n
+	}
+	sum := func() int64 {
+		t.Helper()
+		n, err := statestore.TallySum(ctx, fx.store, tally)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	write := func(name string) string {
+		return fmt.Sprintf("import os\nopen(%q, 'wb').write(os.urandom(300_000))", name)
+	}
+
+	run("workdir-a", "", write("big"))
+	run("workdir-b", "", write("big"))
+	a, b := recorded("workdir-a"), recorded("workdir-b")
+	if a < 300_000 || b < 300_000 || sum() != a+b {
+		t.Fatalf("after writing 300,000 bytes in each: recorded %d and %d, sum %d", a, b, sum())
+	}
+	run("workdir-a", "", "import os\nos.remove('big')")
+	if got := recorded("workdir-a"); got >= 300_000 || sum() != max(got, 0)+b {
+		t.Fatalf("after the delete: recorded %d (before %d), sum %d", got, a, sum())
+	}
+	run("workdir-batch", "batch-of-the-test-0001", write("big"))
+	if got := recorded("workdir-batch"); got != -1 {
+		t.Fatalf("a batch job's directory was recorded: %d bytes", got)
+	}
+}
