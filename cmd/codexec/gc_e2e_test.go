@@ -124,3 +124,25 @@ func (cl *cluster) restartWorker(t *testing.T, i int) {
 	old := cl.workers[i]
 	cl.workers[i] = &proc{startWorker(t, fmt.Sprintf("worker w%d", i+1), old.Cmd.Env, old.Cmd.Args[2:]...)}
 }
+
+// In `codexec dev` the frontend's periodic collection (--gc-every) of a
+// workspace unused for --workspace-ttl removes its directories and disk
+// image too; the session's next call starts from an empty directory.
+func TestDevCollectedWorkspaceLeavesTheDataDir(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	c, _ := devStdio(t, dir, "CODEXEC_WORKSPACE_TTL=1s", "CODEXEC_GC_EVERY=300ms")
+	res, er := call(t, c, "execute_code", map[string]any{"code": "open('note.txt', 'w').write('kept')"})
+	if res.IsError {
+		t.Fatalf("write: %+v", er)
+	}
+	kept := keptOf(dir, onlySession(t, dir))
+	if len(kept) == 0 {
+		t.Fatal("the session keeps nothing in the data directory")
+	}
+	t.Logf("kept before the collection: %v", kept)
+	waitAllGone(t, kept)
+	if found, _ := readNote(t, c, 1); found != 0 {
+		t.Error("the session's call after the collection found the collected file")
+	}
+}
