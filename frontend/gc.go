@@ -106,12 +106,15 @@ func Collect(ctx context.Context, st statestore.Store, keys statestore.Keys, cut
 		}
 		if !dryRun {
 			if err := collectWorkspace(ctx, st, keys, u); err != nil {
-				return gone, err
+				return gone, errors.Join(err, announceCollected(ctx, st, keys, len(gone)+1))
 			}
 		}
 		gone = append(gone, u)
 	}
-	return gone, nil
+	if dryRun {
+		return gone, nil
+	}
+	return gone, announceCollected(ctx, st, keys, len(gone))
 }
 
 // collectWorkspace removes what the state store holds of u.
@@ -123,6 +126,11 @@ func collectWorkspace(ctx context.Context, st statestore.Store, keys statestore.
 			doomed = append(doomed, keys.Handle(sh.Key))
 		}
 	} else if !errors.Is(err, statestore.ErrNotFound) {
+		return err
+	}
+	// The notice for the workers first: a collection that stops half way
+	// has told them, and the next one tells them again.
+	if err := noteCollected(ctx, st, keys, u.Scope); err != nil {
 		return err
 	}
 	// The handle's record goes first (with the settings), so that the

@@ -121,11 +121,15 @@ func cgroupName(id string) string {
 // readable (0500; the job sees it read-only, the worker writes it as root).
 // With session file systems the working directory is the Work directory of
 // the session's own, mounted here if it was not (disk, which the caller
-// releases); disk is nil for a session whose directory is measured.
+// releases); disk is nil for a session whose directory is measured. The
+// caller ends its use with releaseSession: until then, a collection of the
+// workspace leaves its directories here alone (collect.go).
 func (w *Worker) sessionDirs(ctx context.Context, scope string) (cwd, scripts string, uid int, disk *sessionDisk, err error) {
+	w.useScope(scope)
 	cwd = filepath.Join(w.sessionsRoot(), scope)
 	if w.sessionFS != nil {
 		if disk, err = w.sessionFS.acquire(ctx, scope); err != nil {
+			w.endScope(scope)
 			return "", "", 0, nil, fmt.Errorf("session file system: %w", err)
 		}
 		if disk != nil {
@@ -135,7 +139,7 @@ func (w *Worker) sessionDirs(ctx context.Context, scope string) (cwd, scripts st
 	}
 	cwd, scripts, uid, err = w.sessionDirsAt(cwd, scope)
 	if err != nil {
-		w.sessionFS.release(disk)
+		w.releaseSession(scope, disk)
 		return "", "", 0, nil, err
 	}
 	return cwd, scripts, uid, disk, nil

@@ -414,7 +414,7 @@ func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire
 			frees[i]()
 		}
 	}
-	frees = append(frees, func() { w.sessionFS.release(disk) })
+	frees = append(frees, func() { w.releaseSession(req.Scope, disk) })
 	if err := disk.setLimit(set.Disk); err != nil {
 		return fail(wire.StatusInternal, "set the disk limit: "+err.Error())
 	}

@@ -49,7 +49,7 @@ func (w *Worker) runFiles(ctx context.Context, job *wire.Job, attempt int, log *
 	if err != nil {
 		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
 	}
-	defer w.sessionFS.release(disk)
+	defer w.releaseSession(job.Scope, disk)
 	if err := disk.setLimit(set.Disk); err != nil {
 		return w.result(job, attempt, wire.StatusInternal, "set the disk limit: "+err.Error())
 	}

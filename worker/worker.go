@@ -52,6 +52,7 @@ type Worker struct {
 	targeted   *broker.Consumer
 	batch      *broker.Consumer // batch jobs, in idle slots (batch.go)
 	workspaces scopeLocks       // one restore or snapshot of a session's directory at a time (workspaces.go)
+	uses       scopeUses        // the scopes jobs use, against collections (collect.go)
 
 	// contexts are the sessions' live interpreters (contexts.go).
 	contexts *contextHost
@@ -143,6 +144,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		return err
 	}
 	w.setupSessionFS(ctx) // before any interpreter starts: they see its mounts
+	w.startCollections(ctx)
 	if err := w.prepareEnv(ctx); err != nil {
 		return err
 	}
@@ -335,6 +337,7 @@ func (w *Worker) release() {
 			_ = w.cache.Close()
 		}
 		w.closeCgroups()
+		w.stopCollections()
 		if w.sessionFS != nil {
 			w.sessionFS.close()
 		}
@@ -591,7 +594,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		telemetry.SandboxFailed("session")
 		return w.result(job, attempt, wire.StatusInternal, "prepare session directory: "+err.Error())
 	}
-	defer w.sessionFS.release(disk)
+	defer w.releaseSession(job.Scope, disk)
 	if err := disk.setLimit(set.Disk); err != nil {
 		return w.result(job, attempt, wire.StatusInternal, "set the disk limit: "+err.Error())
 	}

@@ -114,6 +114,9 @@ func runGC(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			tenantName(u.Tenant), u.Principal, u.Files, u.Runs, u.Bytes, u.LastUsed.UTC().Format(time.RFC3339))
 	}
 	fmt.Fprintf(stdout, "%s %d workspaces unused for %s from %s\n", verb, len(gone), olderThan, from)
+	if !dryRun && len(gone) > 0 {
+		fmt.Fprintln(stdout, "Every worker removes its copies of them (directories, disk images, snapshots) within 5 s; a stopped worker when it starts.")
+	}
 	return err
 }
 

@@ -78,7 +78,7 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 		"every tenant's quotas, held across all frontends: comma-separated name=N of jobs (queued or running at once), jobs_per_minute, builds_per_hour, workspaces, code_file_bytes, working_dir_bytes (sizes such as 512MiB; 0 or absent: no limit)")
 	f.String(&ff.quotaFile, "quota-file", "CODEXEC_QUOTA_FILE", "", "file of per-tenant quotas, lines 'TENANT name=N ...' overriding --quota, read again when it changes")
 	f.Duration(&ff.workspaceTTL, "workspace-ttl", "CODEXEC_WORKSPACE_TTL", frontend.DefaultWorkspaceTTL,
-		"a workspace unused for this long expires: the collector removes its code files, runs, environment choice and handle")
+		"a workspace unused for this long expires: the collector removes its code files, runs, environment choice and handle, and every worker its directories, disk image and snapshot")
 	f.Duration(&ff.gcEvery, "gc-every", "CODEXEC_GC_EVERY", time.Hour, "how often the frontend collects expired workspaces (0: never; codexec admin gc collects on demand)")
 	f.Bool(&ff.allowURLReqs, "allow-url-requirements", "CODEXEC_ALLOW_URL_REQUIREMENTS", false, "accept 'name @ https://...' packages (set it on frontends and workers alike)")
 	ff.access.register(f)
