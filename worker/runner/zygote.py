@@ -24,16 +24,18 @@
 # that does not depend on the job (_prepare_child) and waits on a socket of
 # its own for one. A job goes to the oldest spare; a new spare is forked when
 # the zygote has nothing else to do, so the fork is not on the job's path. A
-# sandboxed spare takes longer to prepare (namespaces, mounts, a second fork)
-# than a caller takes to send its next job, so a sandboxed zygote keeps two:
-# the next job finds one ready while the one after it is being prepared. The
-# job's exit status is always its process's wait status, never anything the
-# job wrote: in a sandbox, the spare is the init of a PID namespace of its
-# own, runs no job code, and forks the job's process; it sends that
-# process's wait status on that socket as soon as it has reaped it, so that
-# the teardown of the namespace is not on the job's path (the job's own
-# teardown is); unsandboxed, the spare is the job's process and the zygote
-# reaps it itself.
+# sandboxed spare takes longer to prepare (namespaces, mounts) than a caller
+# takes to send its next job, so a sandboxed zygote keeps two: the next job
+# finds one ready while the one after it is being prepared. The job's exit
+# status is always its process's wait status, never anything the job wrote.
+# Unsandboxed, and in a sandbox where the zygote has its small init
+# (_init_program), the spare is the job's process and the zygote reaps it
+# itself; in a sandbox it is pid 2 of a PID namespace of its own, whose init
+# (pid 1) is that small program, not a copy of the interpreter, and killing
+# the init ends everything the job started. Without the small init (another
+# machine, rootless) the spare is the init of its PID namespace, runs no job
+# code, forks the job's process and sends that process's wait status on its
+# socket as soon as it has reaped it.
 
 import atexit
 import builtins
@@ -1168,6 +1170,8 @@ def _install_seccomp():
 def _fork_job_process(report):
     """Fork the job's process from this spare, the init of the job's PID
     namespace (fork_in_pid_namespace), and make this process its reaper.
+    (Where the zygote has its small init, fork_under_init does without
+    this second fork of the interpreter.)
 
     The spare (A) is the namespace's PID 1, the zygote's handle on it: it
     forks the job's process (B, pid 2) and reaps what is orphaned there.
