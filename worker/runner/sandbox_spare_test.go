@@ -142,8 +142,9 @@ func TestSandboxedZygoteKeepsTwoSparesUnderSmallInits(t *testing.T) {
 			continue
 		}
 		exe, _ := os.Readlink("/proc/" + init + "/exe")
-		if !strings.Contains(exe, "codexec-init") {
-			t.Errorf("the init of spare %s's namespace runs %q, want the small init (memfd:codexec-init)", spare, exe)
+		comm, _ := os.ReadFile("/proc/" + init + "/comm")
+		if !strings.Contains(exe, "memfd:codexec-init") || string(comm) != "codexec-init\n" {
+			t.Errorf("the init of spare %s's namespace runs %q, named %q, want the small init (memfd:codexec-init, named codexec-init)", spare, exe, comm)
 		}
 		if fds, err := os.ReadDir("/proc/" + init + "/fd"); err != nil || len(fds) != 0 {
 			t.Errorf("the init of spare %s's namespace holds %d descriptors (%v), want none", spare, len(fds), err)
@@ -169,10 +170,14 @@ for _ in range(20):
             os._exit(0)
         os._exit(0)
     os.wait()
+def state(pid):
+    try:
+        return open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return None  # reaped since the listing
 deadline = time.monotonic() + 5
 while True:
-    states = [open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()[0] for p in os.listdir('/proc') if p.isdigit()]
-    zombies = states.count('Z')
+    zombies = [state(p) for p in os.listdir('/proc') if p.isdigit()].count('Z')
     if zombies == 0 or time.monotonic() > deadline:
         break
     time.sleep(0.01)

@@ -161,6 +161,10 @@ def _kill_job(pid, init):
 # bring about (SIGKILL from outside the namespace) or the zygote's own,
 # ends every process of the namespace. Assembled from:
 #
+#   xor eax, eax; push rax; mov eax, 0x74696e69;      prctl(PR_SET_NAME, "codexec-init"): its
+#     push rax; mov rax, 0x2d63657865646f63;          name in ps, not its memfd's descriptor
+#     push rax; mov eax, 157; mov edi, 15;
+#     mov rsi, rsp; syscall; add rsp, 24
 #   mov eax, 157; mov edi, 1; mov esi, 9; syscall     prctl(PR_SET_PDEATHSIG, SIGKILL)
 #   mov eax, 436; xor edi, edi; mov esi, -1; xor edx, edx; syscall
 #                                                     close_range(0, ~0U, 0)
@@ -175,10 +179,11 @@ def _kill_job(pid, init):
 #     mov eax, 128; mov rdi, rsp; xor esi, esi;       no child: rt_sigtimedwait({SIGCHLD}, NULL, NULL, 8)
 #     xor edx, edx; mov r10d, 8; syscall; jmp reap    until one of the namespace ends
 _INIT_X86_64 = bytes.fromhex(
-    'b89d000000bf01000000be090000000f05b8b401000031ffbeffffffff31d20f054885c0741331ff'
-    'b8030000000f05ffc781ff0004000072ef6800000100b80e00000031ff4889e631d241ba08000000'
-    '0f05b83d0000004883cfff31f631d24531d20f054885c079e9b8800000004889e731f631d241ba08'
-    '0000000f05ebd3'
+    '31c050b8696e69745048b8636f64657865632d50b89d000000bf0f0000004889e60f054883c418b8'
+    '9d000000bf01000000be090000000f05b8b401000031ffbeffffffff31d20f054885c0741331ffb8'
+    '030000000f05ffc781ff0004000072ef6800000100b80e00000031ff4889e631d241ba080000000f'
+    '05b83d0000004883cfff31f631d24531d20f054885c079e9b8800000004889e731f631d241ba0800'
+    '00000f05ebd3'
 )
 
 
