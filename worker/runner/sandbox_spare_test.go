@@ -157,13 +157,9 @@ func TestSandboxedZygoteKeepsTwoSparesUnderSmallInits(t *testing.T) {
 	}
 }
 
-// The small init reaps what a job orphans: a child whose parent exited is
-// reparented to it, and when it ends it does not stay a zombie holding a
-// pid of the job's (the job's pids limit counts zombies).
-func TestSandboxedJobsOrphansAreReaped(t *testing.T) {
-	l := newSandboxLayout(t)
-	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}, Sandbox: l.cfg})
-	src := `import os, time
+// orphansSrc leaves 20 orphans, each of which exits at once, and prints
+// how many zombies its namespace holds a moment later.
+const orphansSrc = `import os, time
 for _ in range(20):
     if os.fork() == 0:  # a child that leaves a grandchild behind, then exits
         if os.fork() == 0:
@@ -183,20 +179,57 @@ while True:
     time.sleep(0.01)
 print(zombies)
 `
-	for i := range 3 { // the first job, and jobs in spares made ahead
-		if out := zrun(t, z, l.spec(t, "a", testUIDA, src)); out.ExitCode != 0 || string(out.Stdout) != "0\n" {
-			t.Errorf("job %d: exit %d, zombies left %q (stderr %s), want 0", i, out.ExitCode, out.Stdout, out.Stderr)
+
+// The init of a job's PID namespace reaps what the job orphans, the small
+// init as the interpreter that stands in for it elsewhere: a child whose
+// parent exited is reparented to it, and when it ends it does not stay a
+// zombie holding a pid of the job's (the job's pids limit counts zombies).
+func TestSandboxedJobsOrphansAreReaped(t *testing.T) {
+	l := newSandboxLayout(t)
+	for _, interpreterInit := range []bool{false, true} {
+		cfg := *l.cfg
+		cfg.interpreterInit = interpreterInit
+		z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}, Sandbox: &cfg})
+		for i := range 3 { // the first job, and jobs in spares made ahead
+			if out := zrun(t, z, l.spec(t, "a", testUIDA, orphansSrc)); out.ExitCode != 0 || string(out.Stdout) != "0\n" {
+				t.Errorf("interpreter init %v, job %d: exit %d, zombies left %q (stderr %s), want 0", interpreterInit, i, out.ExitCode, out.Stdout, out.Stderr)
+			}
 		}
 	}
 }
 
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	var n int
-	if _, err := fmt.Sscan(s, &n); err != nil {
-		t.Fatal(err)
+// Where the small init cannot run (machines other than x86-64, or exec from
+// a memfd refused), each spare is the init of its PID namespace, a copy of
+// the interpreter that forks the job's process (pid 2) and reports its wait
+// status: the path before the small init, kept and tested here.
+func TestSandboxedZygoteWithInterpreterInit(t *testing.T) {
+	l := newSandboxLayout(t)
+	cfg := *l.cfg
+	cfg.interpreterInit = true
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
+	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+	for _, spare := range waitForSpares(t, z, 2) {
+		if got := nsPID(t, spare); got != "1" {
+			t.Errorf("spare %s is pid %s in its namespace, want 1 (its init)", spare, got)
+		}
+		if job := children(t, mustAtoi(t, spare)); len(job) != 1 || nsPID(t, job[0]) != "2" {
+			t.Errorf("spare %s has children %v, want the job's process, pid 2 of its namespace", spare, job)
+		}
 	}
-	return n
+	for src, want := range map[string]string{
+		"import os; print(os.getpid(), os.getppid())":             "exit 0, 2 1\n",
+		"import sys; print('x'); sys.exit(3)":                     "exit 3, x\n",
+		"import os, signal; os.kill(os.getpid(), signal.SIGKILL)": "exit -1 (killed), ",
+	} {
+		out := zrun(t, z, l.spec(t, "a", testUIDA, src))
+		got := fmt.Sprintf("exit %d, %s", out.ExitCode, out.Stdout)
+		if out.Signal != "" {
+			got = fmt.Sprintf("exit %d (%s), %s", out.ExitCode, out.Signal, out.Stdout)
+		}
+		if got != want {
+			t.Errorf("%s: %q (stderr %s), want %q", src, got, out.Stderr, want)
+		}
+	}
 }
 
 // A job joins its cgroups (Confinement.Cgroups) and then sees none of the
@@ -277,4 +310,13 @@ func TestOneShotSandboxedZygoteKeepsOneSpare(t *testing.T) {
 	}
 	waitForSpares(t, z, 1)
 	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

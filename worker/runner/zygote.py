@@ -314,7 +314,9 @@ class _Zygote:
         # Where it can, the zygote gives each spare's PID namespace a small
         # init of machine code (_init_program) instead of a second fork of
         # the interpreter: None where it cannot (_open_init).
-        self.init_fd = _open_init() if self.pidns is not None else None
+        self.init_fd = None
+        if self.pidns is not None and not sandbox.get('interpreter_init'):
+            self.init_fd = _open_init()
 
     def preload(self, names):
         loaded, failed = [], {}
