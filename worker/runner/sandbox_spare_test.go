@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -45,43 +46,85 @@ func nsPID(t *testing.T, pid string) string {
 	return ""
 }
 
-// waitForSpares waits until the zygote has n children waiting for a job
-// (each with its job's process forked), and returns them.
+// procMounts counts the proc file systems mounted on /proc in pid's view:
+// a spare's own, over the zygote's, is its last step before it waits.
+func procMounts(pid string) int {
+	data, err := os.ReadFile("/proc/" + pid + "/mountinfo")
+	if err != nil {
+		return 0
+	}
+	n := 0
+	for line := range strings.SplitSeq(string(data), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && f[4] == "/proc" && slices.Contains(f, "proc") {
+			n++
+		}
+	}
+	return n
+}
+
+// waitForSpares waits until the zygote has n spares ready for a job (their
+// namespaces made, a /proc of their own mounted) and returns them: each the
+// job's process-to-be, pid 2 of a PID namespace whose init (pid 1) is a
+// small init, both the zygote's children; or, where the zygote has no small
+// init, each the init of its namespace with the job's process forked
+// under it.
 func waitForSpares(t *testing.T, z *Zygote, n int) []string {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		kids := children(t, z.Info().PID)
-		ready := 0
+		var spares []string
+		inits := 0
 		for _, k := range kids {
-			if p, err := os.ReadFile("/proc/" + k + "/task/" + k + "/children"); err == nil && len(strings.Fields(string(p))) == 1 {
-				ready++
+			switch nsPID(t, k) {
+			case "2":
+				if procMounts(k) >= 2 {
+					spares = append(spares, k)
+				}
+			case "1":
+				if p, err := os.ReadFile("/proc/" + k + "/task/" + k + "/children"); err == nil && len(strings.Fields(string(p))) == 1 && procMounts(k) >= 2 {
+					spares = append(spares, k) // no small init: the spare is the init
+				} else {
+					inits++
+				}
 			}
 		}
-		if ready == n && len(kids) == n {
-			return kids
+		if len(spares) == n && len(kids) == n+inits && (inits == 0 || inits == n) {
+			return spares
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("the zygote has children %v, %d of them with a job's process; want %d spares", kids, ready, n)
+			t.Fatalf("the zygote has children %v, %d of them ready spares and %d small inits; want %d spares", kids, len(spares), inits, n)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
 }
 
 // A sandboxed zygote keeps two spares, so that a caller's next job finds
-// one ready while the one after it is prepared; each spare is the init
-// (pid 1) of a PID namespace of its own, with the job's process (pid 2)
-// forked and waiting: two forks per job, not three.
-func TestSandboxedZygoteKeepsTwoSparesThatArePIDNamespaceInits(t *testing.T) {
+// one ready while the one after it is prepared. Each spare is pid 2 of a
+// PID namespace of its own, forked once from the zygote, whose init (pid 1)
+// is a small program of the zygote's, not a second copy of the interpreter:
+// one fork of the interpreter per job, and the job's wait status is the
+// zygote's to read from the kernel. The init holds no descriptor.
+func TestSandboxedZygoteKeepsTwoSparesUnderSmallInits(t *testing.T) {
 	l := newSandboxLayout(t)
 	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
 	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
-	own, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/pid", z.Info().PID))
+	zpid := strconv.Itoa(z.Info().PID)
+	own, err := os.Readlink("/proc/" + zpid + "/ns/pid")
 	if err != nil {
 		t.Fatal(err)
 	}
+	spares := waitForSpares(t, z, 2)
+	inits := map[string]string{} // PID namespace -> the zygote's child that is its pid 1
+	for _, k := range children(t, z.Info().PID) {
+		if nsPID(t, k) == "1" {
+			ns, _ := os.Readlink("/proc/" + k + "/ns/pid")
+			inits[ns] = k
+		}
+	}
 	var seen []string
-	for _, spare := range waitForSpares(t, z, 2) {
+	for _, spare := range spares {
 		ns, err := os.Readlink("/proc/" + spare + "/ns/pid")
 		if err != nil {
 			t.Fatal(err)
@@ -90,6 +133,82 @@ func TestSandboxedZygoteKeepsTwoSparesThatArePIDNamespaceInits(t *testing.T) {
 			t.Errorf("spare %s is in PID namespace %s, the zygote's %s or another spare's: want one of its own", spare, ns, own)
 		}
 		seen = append(seen, ns)
+		if got := nsPID(t, spare); got != "2" {
+			t.Errorf("spare %s is pid %s in its namespace, want 2 (under a small init)", spare, got)
+		}
+		init, ok := inits[ns]
+		if !ok {
+			t.Errorf("spare %s: no child of the zygote is the init of its namespace %s (children %v)", spare, ns, children(t, z.Info().PID))
+			continue
+		}
+		exe, _ := os.Readlink("/proc/" + init + "/exe")
+		comm, _ := os.ReadFile("/proc/" + init + "/comm")
+		if !strings.Contains(exe, "memfd:codexec-init") || string(comm) != "codexec-init\n" {
+			t.Errorf("the init of spare %s's namespace runs %q, named %q, want the small init (memfd:codexec-init, named codexec-init)", spare, exe, comm)
+		}
+		if fds, err := os.ReadDir("/proc/" + init + "/fd"); err != nil || len(fds) != 0 {
+			t.Errorf("the init of spare %s's namespace holds %d descriptors (%v), want none", spare, len(fds), err)
+		}
+	}
+	// And a job runs in the first of them: pid 2, its parent (the zygote)
+	// outside its namespace.
+	if out := zrun(t, z, l.spec(t, "a", testUIDA, "import os; print(os.getpid(), os.getppid())")); string(out.Stdout) != "2 0\n" {
+		t.Errorf("the job's pid and parent: %q, want 2 0", out.Stdout)
+	}
+}
+
+// orphansSrc leaves 20 orphans, each of which exits at once, and prints
+// how many zombies its namespace holds a moment later.
+const orphansSrc = `import os, time
+for _ in range(20):
+    if os.fork() == 0:  # a child that leaves a grandchild behind, then exits
+        if os.fork() == 0:
+            os._exit(0)
+        os._exit(0)
+    os.wait()
+def state(pid):
+    try:
+        return open('/proc/%s/stat' % pid).read().rsplit(')', 1)[1].split()[0]
+    except OSError:
+        return None  # reaped since the listing
+deadline = time.monotonic() + 5
+while True:
+    zombies = [state(p) for p in os.listdir('/proc') if p.isdigit()].count('Z')
+    if zombies == 0 or time.monotonic() > deadline:
+        break
+    time.sleep(0.01)
+print(zombies)
+`
+
+// The init of a job's PID namespace reaps what the job orphans, the small
+// init as the interpreter that stands in for it elsewhere: a child whose
+// parent exited is reparented to it, and when it ends it does not stay a
+// zombie holding a pid of the job's (the job's pids limit counts zombies).
+func TestSandboxedJobsOrphansAreReaped(t *testing.T) {
+	l := newSandboxLayout(t)
+	for _, interpreterInit := range []bool{false, true} {
+		cfg := *l.cfg
+		cfg.interpreterInit = interpreterInit
+		z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}, Sandbox: &cfg})
+		for i := range 3 { // the first job, and jobs in spares made ahead
+			if out := zrun(t, z, l.spec(t, "a", testUIDA, orphansSrc)); out.ExitCode != 0 || string(out.Stdout) != "0\n" {
+				t.Errorf("interpreter init %v, job %d: exit %d, zombies left %q (stderr %s), want 0", interpreterInit, i, out.ExitCode, out.Stdout, out.Stderr)
+			}
+		}
+	}
+}
+
+// Where the small init cannot run (machines other than x86-64, or exec from
+// a memfd refused), each spare is the init of its PID namespace, a copy of
+// the interpreter that forks the job's process (pid 2) and reports its wait
+// status: the path before the small init, kept and tested here.
+func TestSandboxedZygoteWithInterpreterInit(t *testing.T) {
+	l := newSandboxLayout(t)
+	cfg := *l.cfg
+	cfg.interpreterInit = true
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
+	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+	for _, spare := range waitForSpares(t, z, 2) {
 		if got := nsPID(t, spare); got != "1" {
 			t.Errorf("spare %s is pid %s in its namespace, want 1 (its init)", spare, got)
 		}
@@ -97,19 +216,20 @@ func TestSandboxedZygoteKeepsTwoSparesThatArePIDNamespaceInits(t *testing.T) {
 			t.Errorf("spare %s has children %v, want the job's process, pid 2 of its namespace", spare, job)
 		}
 	}
-	// And a job still runs in the first of them.
-	if out := zrun(t, z, l.spec(t, "a", testUIDA, "import os; print(os.getpid(), os.getppid())")); string(out.Stdout) != "2 1\n" {
-		t.Errorf("the job's pid and parent: %q, want 2 1", out.Stdout)
+	for src, want := range map[string]string{
+		"import os; print(os.getpid(), os.getppid())":             "exit 0, 2 1\n",
+		"import sys; print('x'); sys.exit(3)":                     "exit 3, x\n",
+		"import os, signal; os.kill(os.getpid(), signal.SIGKILL)": "exit -1 (killed), ",
+	} {
+		out := zrun(t, z, l.spec(t, "a", testUIDA, src))
+		got := fmt.Sprintf("exit %d, %s", out.ExitCode, out.Stdout)
+		if out.Signal != "" {
+			got = fmt.Sprintf("exit %d (%s), %s", out.ExitCode, out.Signal, out.Stdout)
+		}
+		if got != want {
+			t.Errorf("%s: %q (stderr %s), want %q", src, got, out.Stderr, want)
+		}
 	}
-}
-
-func mustAtoi(t *testing.T, s string) int {
-	t.Helper()
-	var n int
-	if _, err := fmt.Sscan(s, &n); err != nil {
-		t.Fatal(err)
-	}
-	return n
 }
 
 // A job joins its cgroups (Confinement.Cgroups) and then sees none of the
@@ -190,4 +310,13 @@ func TestOneShotSandboxedZygoteKeepsOneSpare(t *testing.T) {
 	}
 	waitForSpares(t, z, 1)
 	zrun(t, z, l.spec(t, "a", testUIDA, "print(1)"))
+}
+
+func mustAtoi(t *testing.T, s string) int {
+	t.Helper()
+	var n int
+	if _, err := fmt.Sscan(s, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }

@@ -120,6 +120,10 @@ type SandboxConfig struct {
 	// its namespaces, mounts and privilege drop, which need the calls it
 	// refuses; bubblewrap's --seccomp would filter the zygote itself.
 	Seccomp []byte
+	// interpreterInit keeps the path of machines where zygote.py's small
+	// init cannot run (each spare the init of its PID namespace, forking
+	// the job's process), so that tests cover it here too.
+	interpreterInit bool
 }
 
 // zygoteCaps are the capabilities a sandboxed zygote keeps, for its

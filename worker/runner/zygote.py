@@ -24,16 +24,18 @@
 # that does not depend on the job (_prepare_child) and waits on a socket of
 # its own for one. A job goes to the oldest spare; a new spare is forked when
 # the zygote has nothing else to do, so the fork is not on the job's path. A
-# sandboxed spare takes longer to prepare (namespaces, mounts, a second fork)
-# than a caller takes to send its next job, so a sandboxed zygote keeps two:
-# the next job finds one ready while the one after it is being prepared. The
-# job's exit status is always its process's wait status, never anything the
-# job wrote: in a sandbox, the spare is the init of a PID namespace of its
-# own, runs no job code, and forks the job's process; it sends that
-# process's wait status on that socket as soon as it has reaped it, so that
-# the teardown of the namespace is not on the job's path (the job's own
-# teardown is); unsandboxed, the spare is the job's process and the zygote
-# reaps it itself.
+# sandboxed spare takes longer to prepare (namespaces, mounts) than a caller
+# takes to send its next job, so a sandboxed zygote keeps two: the next job
+# finds one ready while the one after it is being prepared. The job's exit
+# status is always its process's wait status, never anything the job wrote.
+# Unsandboxed, and in a sandbox where the zygote has its small init
+# (_init_program), the spare is the job's process and the zygote reaps it
+# itself; in a sandbox it is pid 2 of a PID namespace of its own, whose init
+# (pid 1) is that small program, not a copy of the interpreter, and killing
+# the init ends everything the job started. Without the small init (another
+# machine, rootless) the spare is the init of its PID namespace, runs no job
+# code, forks the job's process and sends that process's wait status on its
+# socket as soon as it has reaped it.
 
 import atexit
 import builtins
@@ -140,6 +142,94 @@ def _kill_group(pid):
             pass
 
 
+def _kill_job(pid, init):
+    """End a job: its process group, and with the init of its PID
+    namespace (when it has a small one) every process in that namespace."""
+    _kill_group(pid)
+    if init is not None:
+        try:
+            os.kill(init, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+# The init of each sandboxed job's PID namespace, as machine code (x86-64):
+# a process of a few pages in place of a second fork of the interpreter.
+# It holds nothing and runs nothing of the job's; as its namespace's init
+# the kernel keeps from it every signal a process of the namespace sends;
+# it reaps what the job orphans, and its death, which only the zygote can
+# bring about (SIGKILL from outside the namespace) or the zygote's own,
+# ends every process of the namespace. Assembled from:
+#
+#   xor eax, eax; push rax; mov eax, 0x74696e69;      prctl(PR_SET_NAME, "codexec-init"): its
+#     push rax; mov rax, 0x2d63657865646f63;          name in ps, not its memfd's descriptor
+#     push rax; mov eax, 157; mov edi, 15;
+#     mov rsi, rsp; syscall; add rsp, 24
+#   mov eax, 157; mov edi, 1; mov esi, 9; syscall     prctl(PR_SET_PDEATHSIG, SIGKILL)
+#   mov eax, 436; xor edi, edi; mov esi, -1; xor edx, edx; syscall
+#                                                     close_range(0, ~0U, 0)
+#   test rax, rax; jz masked; xor edi, edi            failing that (before Linux 5.9):
+#   closeloop: mov eax, 3; syscall; inc edi;          close(0) ... close(1023)
+#     cmp edi, 1024; jb closeloop
+#   masked: push 0x10000; mov eax, 14; xor edi, edi;  rt_sigprocmask(SIG_BLOCK, {SIGCHLD}, NULL, 8):
+#     mov rsi, rsp; xor edx, edx; mov r10d, 8; syscall  a blocked SIGCHLD is queued, not ignored
+#   reap: mov eax, 61; or rdi, -1; xor esi, esi;      wait4(-1, NULL, 0, NULL)
+#     xor edx, edx; xor r10d, r10d; syscall
+#     test rax, rax; jns reap                         reaped one: the next
+#     mov eax, 128; mov rdi, rsp; xor esi, esi;       no child: rt_sigtimedwait({SIGCHLD}, NULL, NULL, 8)
+#     xor edx, edx; mov r10d, 8; syscall; jmp reap    until one of the namespace ends
+_INIT_X86_64 = bytes.fromhex(
+    '31c050b8696e69745048b8636f64657865632d50b89d000000bf0f0000004889e60f054883c418b8'
+    '9d000000bf01000000be090000000f05b8b401000031ffbeffffffff31d20f054885c0741331ffb8'
+    '030000000f05ffc781ff0004000072ef6800000100b80e00000031ff4889e631d241ba080000000f'
+    '05b83d0000004883cfff31f631d24531d20f054885c079e9b8800000004889e731f631d241ba0800'
+    '00000f05ebd3'
+)
+
+
+def _init_program():
+    """The small init as an ELF executable for this machine, or None where
+    there is none (the interpreter is then forked twice per job)."""
+    if os.uname().machine != 'x86_64':
+        return None
+    base, head = 0x400000, 64 + 2 * 56
+    size = head + len(_INIT_X86_64)
+    ehdr = struct.pack('<4sBBBBB7xHHIQQQIHHHHHH', b'\x7fELF', 2, 1, 1, 0, 0,
+                       2, 62, 1, base + head, 64, 0, 0, 64, 56, 2, 0, 0, 0)
+    load = struct.pack('<IIQQQQQQ', 1, 5, 0, base, base, size, size, 0x1000)  # PT_LOAD, r-x
+    stack = struct.pack('<IIQQQQQQ', 0x6474E551, 6, 0, 0, 0, 0, 0, 16)  # PT_GNU_STACK, rw-
+    return ehdr + load + stack + _INIT_X86_64
+
+
+def _open_init():
+    """A descriptor on the small init, in memory (memfd), tried once: None
+    where it cannot be made or run (another machine, exec from memory
+    refused)."""
+    prog = _init_program()
+    if prog is None or not hasattr(os, 'memfd_create') or not hasattr(os, 'posix_spawn'):
+        return None
+    try:
+        fd = os.memfd_create('codexec-init', os.MFD_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        os.write(fd, prog)
+        pid = _spawn_init(fd)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        return fd
+    except OSError as e:
+        os.write(2, ('codexec: zygote: no small init (%s): two forks per job\n' % e).encode())
+        os.close(fd)
+        return None
+
+
+def _spawn_init(fd):
+    """Start the small init (vfork and exec: the interpreter is not
+    copied); in a new PID namespace it is that namespace's pid 1."""
+    return os.posix_spawn('/proc/self/fd/%d' % fd, ['codexec-init'], {})
+
+
 def _threads():
     """Names of the threads besides the main one, Python's and native."""
     names = []
@@ -157,14 +247,15 @@ def _threads():
 
 
 class _Job:
-    __slots__ = ('id', 'sock', 'done', 'net', 'context')
+    __slots__ = ('id', 'sock', 'done', 'net', 'context', 'init')
 
-    def __init__(self, jid, sock, net, context=False):
+    def __init__(self, jid, sock, net, context=False, init=None):
         self.id = jid
         self.sock = sock  # the socket the job went on (A reports on it), until it closes
         self.done = False  # the worker was told how it ended
         self.net = net  # the key of the session network namespace it joined, or None
         self.context = context  # a context's interpreter: lives between calls, mostly idle
+        self.init = init  # the pid of its PID namespace's small init (_spawn_init), or None
 
 
 # How long a session's network namespace stays open with no job of the
@@ -186,7 +277,7 @@ class _Zygote:
         self.sigchld = signal.getsignal(signal.SIGCHLD)
         self.wakeup = None
         self.poller = None
-        self.spares = []  # (pid, socket) of each child waiting for a job, oldest first
+        self.spares = []  # (pid, socket, init) of each child waiting for a job, oldest first
         self.nspares = 1 if sandbox is None else _spares(sandbox)
         self.spare_failed = False
         self.cgroup_dirs = []  # learn_cgroup_dirs
@@ -220,6 +311,12 @@ class _Zygote:
                 self.pidns = fd
             except OSError:
                 os.close(fd)
+        # Where it can, the zygote gives each spare's PID namespace a small
+        # init of machine code (_init_program) instead of a second fork of
+        # the interpreter: None where it cannot (_open_init).
+        self.init_fd = None
+        if self.pidns is not None and not sandbox.get('interpreter_init'):
+            self.init_fd = _open_init()
 
     def preload(self, names):
         loaded, failed = [], {}
@@ -328,10 +425,10 @@ class _Zygote:
             _libc_call('setns', self.nethome, _CLONE_NEWNET)
 
     def shutdown(self):
-        for pid in list(self.jobs):
-            _kill_group(pid)
-        for pid, _ in self.spares:
-            _kill_group(pid)
+        for pid, job in list(self.jobs.items()):
+            _kill_job(pid, job.init)
+        for pid, _, init in self.spares:
+            _kill_job(pid, init)
         os._exit(0)
 
     def receive(self):
@@ -374,8 +471,14 @@ class _Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         _flush_std()
         gc.freeze()
+        init = None
         try:
-            pid = os.fork() if self.pidns is None else self.fork_in_pid_namespace()
+            if self.pidns is None:
+                pid = os.fork()
+            elif self.init_fd is None:
+                pid = self.fork_in_pid_namespace()
+            else:
+                pid, init = self.fork_under_init()
         except OSError as e:
             os.write(2, ('codexec: zygote: no spare: %s\n' % e).encode())
             ours.close()
@@ -385,7 +488,28 @@ class _Zygote:
             ours.detach()
             _spare_main(self, theirs)  # never returns
         theirs.close()
-        return pid, ours
+        return pid, ours, init
+
+    def fork_under_init(self):
+        """Make a PID namespace whose init (pid 1) is the small init
+        (_spawn_init), and fork the spare into it as pid 2: one fork of
+        the interpreter per job. The spare stays the zygote's child, so its
+        wait status, which is the job's, comes to the zygote from the
+        kernel; killing the init ends the namespace and everything in it.
+        Returns (pid, init) in the zygote, (0, None) in the spare."""
+        _libc_call('unshare', _CLONE_NEWPID)
+        init = None
+        try:
+            init = _spawn_init(self.init_fd)
+            pid = os.fork()
+        except OSError:
+            if init is not None:
+                _kill_job(init, None)
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
+            raise
+        if pid != 0:
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
+        return pid, init
 
     def fork_in_pid_namespace(self):
         """Fork a child that is the init (PID 1) of a new PID namespace.
@@ -434,7 +558,7 @@ class _Zygote:
             if spare is None:
                 _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'fork failed'})
                 return
-            pid, sock = spare
+            pid, sock, init = spare
             # "started" goes first: once the job is handed over it may run
             # (and even kill this zygote) at once, and the worker must never
             # take a job that started for one that did not.
@@ -446,9 +570,16 @@ class _Zygote:
                 # The spare died waiting (its reaping is SIGCHLD's business):
                 # fork another one.
                 sock.close()
-                _kill_group(pid)
+                _kill_job(pid, init)
         else:
             _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
+            return
+        if init is not None:
+            # The job's wait status comes from the kernel (reap), not on
+            # this socket: the job's process reads its job, then closes its
+            # end before any job code runs.
+            sock.close()
+            self.jobs[pid] = _Job(jid, None, net, context, init)
             return
         sock.setblocking(False)
         self.jobs[pid] = _Job(jid, sock, net, context)
@@ -458,11 +589,11 @@ class _Zygote:
     def kill(self, jid):
         for pid, job in self.jobs.items():
             if job.id == jid and not job.done:
-                _kill_group(pid)
+                _kill_job(pid, job.init)
 
     def finish(self, pid, job, status):
         """Kill what the job left behind and tell the worker how it ended."""
-        _kill_group(pid)
+        _kill_job(pid, job.init)
         job.done = True
         _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})
 
@@ -513,10 +644,11 @@ class _Zygote:
                 # still wait in the socket.
                 self.report(job.sock.fileno())
             if job is not None and not job.done:
-                # It died without reporting (a signal, os._exit, a crash).
-                # Not reaped yet, its pid still names its group: kill the
-                # group first, then reap.
-                _kill_group(pid)
+                # It died without reporting (a signal, os._exit, a crash),
+                # or, under a small init, it is the job's process and the
+                # kernel reports for it. Not reaped yet, its pid still
+                # names its group: kill the group first, then reap.
+                _kill_job(pid, job.init)
                 _, status = self.wait(pid)
                 self.finish(pid, job, status)
             else:
@@ -528,6 +660,7 @@ class _Zygote:
                 for spare in self.spares:
                     if spare[0] == pid:
                         spare[1].close()
+                        _kill_job(pid, spare[2])
                         self.spares.remove(spare)
                         break
 
@@ -603,7 +736,9 @@ def _prepare_child(z, sock):
         _prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         if os.getppid() != (z.pid if z.pidns is None else 0):
             os._exit(126)
-    init = z.pidns is not None  # this process is its PID namespace's init
+    # The zygote made this process's PID namespace: it is the namespace's
+    # init, or under a small one (z.init_fd) its pid 2, the job's process.
+    init = z.pidns is not None
     # Signals as the interpreter had them before the zygote took SIGCHLD.
     signal.set_wakeup_fd(-1)
     signal.signal(signal.SIGCHLD, z.sigchld)
@@ -612,7 +747,7 @@ def _prepare_child(z, sock):
     # The job's socket moves out of the way of the descriptors opened below.
     z.ctl.detach()
     z.pidns = None
-    for _, other in z.spares:
+    for _, other, _ in z.spares:
         other.detach()
     for job in z.jobs.values():
         if job.sock is not None:
@@ -629,9 +764,14 @@ def _prepare_child(z, sock):
         # A spare makes a network namespace of its own only where the
         # zygote cannot make one per session (session_netns).
         _enter_namespaces(z.sandbox, z.cgroup_dirs, z.sandbox.get('netns') and z.nethome is None)
-        if not init:
-            _enter_pid_namespace(report)  # returns in the namespace's init only
-        _fork_job_process(report)  # returns in the job's process only
+        if init and z.init_fd is not None:
+            # pid 2 under a small init (fork_under_init): this process is
+            # the job's, and the kernel tells the zygote how it ended.
+            _own_proc()
+        else:
+            if not init:
+                _enter_pid_namespace(report)  # returns in the namespace's init only
+            _fork_job_process(report)  # returns in the job's process only
     gc.enable()
     return report
 
@@ -1037,6 +1177,8 @@ def _install_seccomp():
 def _fork_job_process(report):
     """Fork the job's process from this spare, the init of the job's PID
     namespace (fork_in_pid_namespace), and make this process its reaper.
+    (Where the zygote has its small init, fork_under_init does without
+    this second fork of the interpreter.)
 
     The spare (A) is the namespace's PID 1, the zygote's handle on it: it
     forks the job's process (B, pid 2) and reaps what is orphaned there.
@@ -1075,7 +1217,12 @@ def _fork_job_process(report):
     if os.getppid() != 1:
         os._exit(126)
     os.setsid()  # as before: the job leads a session of its own
-    # hidepid: A runs as root (but without root, as the job's uid).
+    _own_proc()
+
+
+def _own_proc():
+    """A /proc of the job's PID namespace. hidepid: its init runs as root
+    (but without root, as the job's uid)."""
     _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
 
 

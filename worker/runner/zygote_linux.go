@@ -72,6 +72,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	if sb := cfg.Sandbox; sb != nil {
 		zc.Sandbox = &zygoteSandboxCfg{
 			NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden), Rootless: sb.Box.Rootless(), Seccomp: sb.Seccomp,
+			InterpreterInit: sb.interpreterInit,
 		}
 		if cfg.OneShot {
 			zc.Sandbox.Spares = 1

@@ -86,4 +86,8 @@ type zygoteSandboxCfg struct {
 	// Spares is how many children the zygote keeps prepared ahead of
 	// jobs; 0 (absent) means the zygote's default, two.
 	Spares int `json:"spares,omitempty"`
+	// InterpreterInit makes each spare the init of its PID namespace,
+	// forking the job's process, as where the small init cannot run (two
+	// forks of the interpreter per job): SandboxConfig.interpreterInit.
+	InterpreterInit bool `json:"interpreter_init,omitempty"`
 }

@@ -244,7 +244,7 @@ func TestZygoteProtocolGo(t *testing.T) {
 	checkEncoded(t, full, spec.Messages[opRun].Fields, spec, true)
 	checkEncoded(t, zygoteRequest{Op: opRun, ID: 1, Script: "/s/job.py", Dir: "/s", Env: []string{}}, spec.Messages[opRun].Fields, spec, false)
 	checkEncoded(t, zygoteKill{Op: opKill, ID: 1}, spec.Messages[opKill].Fields, spec, true)
-	cfg := zygoteConfig{Preload: []string{"json"}, Sandbox: &zygoteSandboxCfg{NetNS: true, Hidden: []string{"/h"}, Keep: []Bind{{Path: "/tmp/k"}}, Rootless: true, Seccomp: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Spares: 1}}
+	cfg := zygoteConfig{Preload: []string{"json"}, Sandbox: &zygoteSandboxCfg{NetNS: true, Hidden: []string{"/h"}, Keep: []Bind{{Path: "/tmp/k"}}, Rootless: true, Seccomp: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Spares: 1, InterpreterInit: true}}
 	checkEncoded(t, cfg, spec.Objects["config"].Fields, spec, true)
 	checkEncoded(t, zygoteConfig{Preload: []string{}}, spec.Objects["config"].Fields, spec, false)
 
