@@ -304,7 +304,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		server.WithStreamableHTTPLogger(f.log),
 		server.WithSessionIdleTTL(24*time.Hour),
 	)
-	f.bodies = newBodyLimit(f.taskHTTP(srv, h), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
+	f.bodies = newBodyLimit(f.taskHTTP(srv, bindSessions(h)), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", f.refuseRevoked(f.bodies))
 	f.mountProbe(mux)

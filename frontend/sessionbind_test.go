@@ -1,0 +1,104 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Alice learns Bob's MCP session id and opens its GET stream with her own
+// token; Bob then makes calls whose first progress notification names
+// their job. Every one of them reaches Bob, none reaches Alice. Before
+// bindSessions her stream was the session's own (the transport keyed it by
+// the id alone) and took notifications of Bob's calls, their output as it
+// streams included.
+func TestHTTPSessionIDOfAnotherPrincipalStreamsNothing(t *testing.T) {
+	t.Parallel()
+	fx := startAuthHTTP(t)
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: fx.f.cfg.Pool})
+	if err := fx.f.store.Touch(t.Context(), fx.f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bob, err := fx.connectVersion(t, legacyVersion, fx.tokens["bob"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobNotes := make(chan string, 64)
+	bob.OnNotification(func(n mcp.JSONRPCNotification) {
+		msg, _ := n.Params.AdditionalFields["message"].(string)
+		bobNotes <- msg
+	})
+	if bob.GetSessionId() == "" {
+		t.Fatal("bob's session has no id")
+	}
+	stolen := aliceListens(t, fx, bob.GetSessionId())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var calls sync.WaitGroup
+	t.Cleanup(func() { cancel(); calls.Wait() })
+	const n = 2 // the fair share of one live worker: later calls wait unannounced
+	got := 0
+	for i := range n {
+		calls.Go(func() {
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = "execute_code", map[string]any{"code": "print('bob's secret')"}
+			req.Params.Meta = &mcp.Meta{ProgressToken: i}
+			_, _ = bob.CallTool(ctx, req)
+		})
+		select {
+		case <-bobNotes:
+			got++
+		case msg := <-stolen:
+			t.Errorf("alice's stream, on bob's session id, got: %s", msg)
+		case <-time.After(10 * time.Second): // a guard against a hang; measures nothing
+			t.Fatalf("call %d: no notification reached bob or alice", i)
+		}
+	}
+	if got != n {
+		t.Errorf("bob got %d of his %d calls' notifications", got, n)
+	}
+}
+
+// legacyVersion is a protocol revision with session ids (the latest has
+// none, and no GET stream).
+const legacyVersion = "2025-06-18"
+
+// aliceListens opens the GET stream of session id sid with alice's token
+// and returns the data of each event it carries.
+func aliceListens(t *testing.T, fx *authFixture, sid string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fx.url, nil)
+	req.Header.Set("Authorization", "Bearer "+fx.tokens["alice"])
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", legacyVersion)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		return nil // refused outright: nothing to receive either
+	}
+	events := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && strings.Contains(data, "notifications/progress") {
+				events <- data
+			}
+		}
+	}()
+	return events
+}
