@@ -12,6 +12,8 @@ import (
 
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -101,4 +103,45 @@ func aliceListens(t *testing.T, fx *authFixture, sid string) <-chan string {
 		}
 	}()
 	return events
+}
+
+// Initialize after initialize leaves the transport holding no session:
+// before forgetInitialized each one's state stayed for a day of idleness,
+// 12 KiB of it, so a flood of them grew the frontend without bound. The
+// sessions still work: a call with each id runs in its own scope.
+func TestHTTPInitializeFloodHoldsNoSessions(t *testing.T) {
+	t.Parallel()
+	fx := startHTTP(t)
+	var sids []string
+	for range 20 {
+		c, err := client.NewStreamableHttpClient(fx.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		req := mcp.InitializeRequest{}
+		req.Params.ProtocolVersion = legacyVersion
+		req.Params.ClientInfo = mcp.Implementation{Name: "flood", Version: "0"}
+		if _, err := c.Initialize(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		sids = append(sids, c.GetSessionId())
+		if res, _ := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": c.GetSessionId(), "filename": "mine"}); res.IsError {
+			t.Fatal(textOf(res))
+		}
+	}
+	if n := fx.f.transportSessions.Load(); n != 0 {
+		t.Errorf("after %d initializes the transport holds %d sessions, want 0", len(sids), n)
+	}
+	c, err := client.NewStreamableHttpClient(fx.url, transport.WithSession(sids[7]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := callTool[FileResult](t, c, "read_code_file", map[string]any{"file_path": "mine.py"}); res.IsError || textOf(res) != sids[7] {
+		t.Errorf("session 7's file, read with its id: %s", textOf(res))
+	}
 }
