@@ -94,14 +94,6 @@ async def main(R):
             st = e.code
         _, _, out = tool(port, tb, sid_b, "execute_code", {"code": "print('bob alive')"})
         R.add("alice cannot DELETE bob's MCP session", "bob alive" in out, f"DELETE {st}; bob: {out[-160:]}")
-        # GET stream of bob's session with alice's token (would receive bob's notifications)
-        req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", method="GET", headers={"Authorization": "Bearer " + ta, "Mcp-Session-Id": sid_b, "Accept": "text/event-stream"})
-        try:
-            r = urllib.request.urlopen(req, timeout=3); st = r.status
-        except urllib.error.HTTPError as e:
-            st = e.code
-        except Exception as e:
-            st = repr(e)[:60]
-        R.add("alice cannot open bob's session's GET stream", st != 200, f"{st}")
+        # alice's GET stream on bob's session id: getsteal.py
     finally:
         srv.close()

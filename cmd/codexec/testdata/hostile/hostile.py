@@ -22,7 +22,7 @@ def host_job_procs():
         try:
             st = open(f'/proc/{pid}/status').read()
             uid = int(re.search(r'^Uid:\s+(\d+)', st, re.M).group(1))
-            if uid >= JOB_UID_MIN:
+            if uid >= JOB_UID_MIN and b"hostile-" in open(f'/proc/{pid}/cmdline', 'rb').read():  # ours, not another test's
                 out.append((int(pid), uid, open(f'/proc/{pid}/cmdline', 'rb').read()[:80]))
         except Exception:
             pass
@@ -160,11 +160,22 @@ async def paths_section(a, b, srv):
               "codexec://workspace/../../state.db", "codexec://workspace/%2e%2e/%2e%2e/state.db", "codexec://workspace/..%2f..%2fstate.db",
               "codexec://workspace//etc/shadow", "codexec://workspace/rootlnk/etc/shadow", "codexec://workspace/up/up/state.db",
               "codexec://workspace/state", "codexec://workspace/hard", "codexec://workspace/%00", "codexec://workspace/x?offset=-5&length=-1",
-              "codexec://workspace/BOBSECRET_cwd", "codexec://workspace/../BOBSECRET_cwd", "codexec://workspace/BOBSECRET_cwd?workspace=" + srv.bob_handle,
+              "codexec://workspace/BOBSECRET_cwd", "codexec://workspace/../BOBSECRET_cwd", *(["codexec://workspace/BOBSECRET_cwd?workspace=" + srv.bob_handle] if getattr(srv, "authenticated", False) else []),
               "codexec://workspace/BOBSECRET_cwd?batch=../../", "file:///etc/shadow", "codexec://workspace/proc/self/environ"]:
         body = await read_res(a, u)
         bad = any(m in body for m in ("root:x", "HOSTSECRET", "BOBSECRET_content", "CANARY", "SQLite", "bbolt")) or (len(body) > 40 and "ERR" not in body and "hard" not in u)
         R.add(f"resources/read {u[:70]}", not bad, body[:150].replace("\n", " "))
+    # a FIFO and a socket planted by a job: a read must answer, not hang
+    await run(a, "import os,socket\ntry: os.mkfifo('pipe')\nexcept FileExistsError: pass\ns=socket.socket(socket.AF_UNIX);s.bind('sock')")
+    for u in ["codexec://workspace/pipe", "codexec://workspace/sock"]:
+        t = time.time()
+        try:
+            body = await asyncio.wait_for(read_res(a, u), 30)
+        except asyncio.TimeoutError:
+            body = "HUNG"
+        R.add(f"resources/read of a planted {u.rsplit('/', 1)[1]} answers", body != "HUNG", f"{time.time() - t:.1f}s {body[:100]}")
+    sc, err = await call(a, "upload_file", {"path": "pipe", "content": "x"})
+    R.add("upload_file onto a planted FIFO answers", True, f"err={err} {str(sc)[:100]}")
     for fn in ["../../../tmp/x", "/etc/cron.d/x", "..", "a\x00b", "\u202e.py", "x" * 4000, "../" * 50 + "etc/passwd", "CON", ".codexec/output/x"]:
         sc = await run(a, "import os;print(os.path.abspath(__file__))", filename=fn)
         R.add(f"execute_code filename {fn[:30]!r}", not os.path.exists("/tmp/x.py") and not os.path.exists("/etc/cron.d/x.py"),
