@@ -307,7 +307,6 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		server.WithEndpointPath("/mcp"),
 		server.WithHTTPContextFunc(httpContext),
 		server.WithStreamableHTTPLogger(f.log),
-		server.WithSessionIdleTTL(24*time.Hour),
 	)
 	f.bodies = newBodyLimit(f.taskHTTP(srv, bindSessions(forgetInitialized(h))), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()

@@ -3,7 +3,10 @@ package frontend
 import (
 	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"strings"
 	"sync"
@@ -144,4 +147,46 @@ func TestHTTPInitializeFloodHoldsNoSessions(t *testing.T) {
 	if res, _ := callTool[FileResult](t, c, "read_code_file", map[string]any{"file_path": "mine.py"}); res.IsError || textOf(res) != sids[7] {
 		t.Errorf("session 7's file, read with its id: %s", textOf(res))
 	}
+}
+
+// Requests carrying session ids nobody was given (any well-formed one is
+// valid on every frontend) leave nothing behind: the transport recorded
+// each id's last activity for its idle sweeper, a day long, about 400
+// bytes an id, so a caller inventing ids grew the frontend without bound.
+// Not parallel: it weighs the heap, which other tests would move.
+func TestHTTPInventedSessionIDsHoldNothing(t *testing.T) {
+	fx := startHTTP(t)
+	const n = 40000
+	post := func(sid string) {
+		req, _ := http.NewRequest(http.MethodPost, fx.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("MCP-Protocol-Version", legacyVersion)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("ping with session id %s: %d", sid, resp.StatusCode)
+		}
+	}
+	post(newSessionID()) // the server's own first allocations
+	before := int64(liveHeap())
+	for range n {
+		post(newSessionID())
+	}
+	grew := int64(liveHeap()) - before
+	t.Logf("%d requests with invented session ids: the heap grew by %d bytes", n, grew)
+	if grew > n*100 {
+		t.Errorf("%d requests with invented session ids left %d bytes on the heap (%d each)", n, grew, grew/n)
+	}
+}
+
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("mcp-session-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
