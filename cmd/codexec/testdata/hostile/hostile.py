@@ -321,6 +321,24 @@ async def http_section(srv):
     R.add("answers during slowloris of 300 connections", st == 200, f"{st} with {len(socks)} open")
     for c in socks:
         c.close()
+    # Slow bodies: headers complete, body never sent, on more connections than the listener takes.
+    import resource
+    resource.setrlimit(resource.RLIMIT_NOFILE, (20000, 20000))
+    socks = []
+    for i in range(4200):
+        try:
+            c = socket.create_connection(("127.0.0.1", port), 2)
+            c.sendall(f"POST /mcp HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{{".encode())
+            socks.append(c)
+        except Exception:
+            break
+    t = time.time()
+    st, _, _ = raw(port, b"", method="GET", path="/healthz", timeout=90)
+    waited = time.time() - t
+    R.add("answers within 10 s while one client holds 4,200 connections with unsent bodies", st == 200 and waited < 10,
+          f"{st} after {waited:.1f}s with {len(socks)} held")
+    for c in socks:
+        c.close()
     # Session flood: 2000 initializes; memory of the server.
     before = rss_kib(srv.proc.pid)
     t = time.time()
