@@ -218,6 +218,10 @@ type Frontend struct {
 	// (tasks.go).
 	tasks     sync.WaitGroup
 	taskSlots taskSlots
+
+	// transportSessions are the sessions the HTTP transport holds
+	// (countTransportSessions, sessionbind.go).
+	transportSessions atomic.Int64
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared
@@ -298,13 +302,13 @@ func (f *Frontend) ServeStdio(ctx context.Context, in io.Reader, out io.Writer) 
 // and the underlying server so the caller can shut its sessions down.
 func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 	srv := f.MCPServer(false)
+	f.countTransportSessions(srv)
 	h := server.NewStreamableHTTPServer(srv,
 		server.WithEndpointPath("/mcp"),
 		server.WithHTTPContextFunc(httpContext),
 		server.WithStreamableHTTPLogger(f.log),
-		server.WithSessionIdleTTL(24*time.Hour),
 	)
-	f.bodies = newBodyLimit(f.taskHTTP(srv, h), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
+	f.bodies = newBodyLimit(f.taskHTTP(srv, bindSessions(forgetInitialized(h))), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", f.refuseRevoked(f.bodies))
 	f.mountProbe(mux)

@@ -69,6 +69,9 @@ func scopeFrom(ctx context.Context, stdio bool) string {
 	if s := server.ClientSessionFromContext(ctx); s != nil {
 		sid = s.SessionID()
 	}
+	if client, ok := clientSessionID(ctx); ok {
+		sid = client // the transport's is bound to the caller (bindSessions)
+	}
 	return scopeOf(ctx, stdio, sid)
 }
 

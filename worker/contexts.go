@@ -364,7 +364,13 @@ func (h *contextHost) reserve(c *liveContext) string {
 				idle = append(idle, o)
 			}
 		}
-		sort.Slice(idle, func(i, j int) bool { return idle[i].lastUsed.Before(idle[j].lastUsed) })
+		held := h.heldByOwner(c)
+		sort.Slice(idle, func(i, j int) bool {
+			if a, b := held[idle[i].owner()], held[idle[j].owner()]; a != b {
+				return a > b
+			}
+			return idle[i].lastUsed.Before(idle[j].lastUsed)
+		})
 		for _, o := range idle {
 			// Not one a request has just taken (it holds the lock).
 			if o.mu.TryLock() {
@@ -383,11 +389,34 @@ func (h *contextHost) reserve(c *liveContext) string {
 	h.mu.Unlock()
 	if victim != nil {
 		h.w.log.Info("context evicted", "context", victim.id, "scope", victim.scope)
-		h.endOnItsOwn(victim, fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used", h.w.cfg.MaxContexts))
+		h.endOnItsOwn(victim, fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used of those who hold the most", h.w.cfg.MaxContexts))
 		victim.mu.Unlock()
 	}
 	c.mu.Lock()
 	return ""
+}
+
+// heldByOwner counts the live contexts of each owner, new (about to be
+// made) included. Eviction takes from the owner holding the most, the
+// least recently used of its idle ones first: one tenant (one session,
+// without authentication) making contexts ends its own before anyone
+// else's, where plain least-recently-used order let it end every other
+// tenant's.
+func (h *contextHost) heldByOwner(new *liveContext) map[string]int {
+	held := map[string]int{new.owner(): 1}
+	for _, o := range h.live {
+		held[o.owner()]++
+	}
+	return held
+}
+
+// owner is whose share of the worker's contexts c counts against: its
+// tenant's, or without one, its session's.
+func (c *liveContext) owner() string {
+	if c.req != nil && c.req.Tenant != "" {
+		return "t\x00" + c.req.Tenant
+	}
+	return "s\x00" + c.scope
 }
 
 // startInterp prepares c's session and starts its interpreter; the Result

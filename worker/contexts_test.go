@@ -241,3 +241,29 @@ func contextInterrupt(t *testing.T, b *broker.Broker, w *Worker) {
 		t.Fatalf("after the interrupt: %+v", r.Result)
 	}
 }
+
+// One tenant making contexts past the worker's limit ends its own, not
+// another tenant's: before, plain least-recently-used order let it end
+// every other tenant's context on the worker, one create each.
+func TestWorkerContextEvictionTakesFromWhoHoldsMost(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-e", 3, time.Hour)
+	b := fx.broker
+	create := func(tenant, scope, id string) {
+		t.Helper()
+		r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Tenant: tenant, Scope: scope, ID: id})
+		if r.Result.Status != wire.StatusOK {
+			t.Fatalf("create %s: %+v", id, r.Result)
+		}
+	}
+	create("bob-co", "sb", "b1") // the least recently used from here on
+	create("alice-co", "sa", "a1")
+	create("alice-co", "sa", "a2")
+	create("alice-co", "sa", "a3")
+	if r := runIn(t, b, w, "sb", "b1", "1", time.Minute); r.Result.Status != wire.StatusOK {
+		t.Fatalf("bob's context after alice's creates: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if r := runIn(t, b, w, "sa", "a1", "1", time.Minute); !strings.Contains(r.Ended, "evicted") {
+		t.Fatalf("alice's least recently used: %+v (ended %q), want evicted", r.Result, r.Ended)
+	}
+}

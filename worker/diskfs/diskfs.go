@@ -43,10 +43,31 @@ func Check() error {
 		return fmt.Errorf("diskfs: no loop devices: %w", err)
 	}
 	f.Close()
-	if _, err := exec.LookPath("mkfs.ext4"); err != nil {
+	if _, err := mkfs(); err != nil {
 		return fmt.Errorf("diskfs: mkfs.ext4 not found (Debian: apt-get install e2fsprogs): %w", err)
 	}
 	return nil
+}
+
+// sbinDirs are where mkfs.ext4 is installed, looked in when PATH lacks them
+// (a server started by an MCP client often gets PATH=/usr/bin:/bin): a
+// worker without it would fall back to sampling the disk limit, which a
+// fast writer passes.
+var sbinDirs = []string{"/usr/sbin", "/sbin", "/usr/local/sbin"}
+
+// mkfs is the path of mkfs.ext4: on PATH, else in sbinDirs.
+func mkfs() (string, error) {
+	path, err := exec.LookPath("mkfs.ext4")
+	if err == nil {
+		return path, nil
+	}
+	for _, dir := range sbinDirs {
+		p := filepath.Join(dir, "mkfs.ext4")
+		if fi, serr := os.Stat(p); serr == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", err
 }
 
 // Create makes image, a sparse file of size bytes, holding an empty ext4
@@ -66,7 +87,11 @@ func Create(ctx context.Context, image string, size int64) error {
 		// for root: the ballast is the only reserve); the inode tables and
 		// the journal not written out (a new sparse file reads as zeros
 		// already), so that the image stays sparse.
-		out, rerr := exec.CommandContext(ctx, "mkfs.ext4", "-q", "-F", "-m", "0", "-i", "16384",
+		bin, _ := mkfs() // Check found it; a failure is exec's to report
+		if bin == "" {
+			bin = "mkfs.ext4"
+		}
+		out, rerr := exec.CommandContext(ctx, bin, "-q", "-F", "-m", "0", "-i", "16384",
 			"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "--", image).CombinedOutput()
 		if rerr != nil {
 			err = fmt.Errorf("mkfs.ext4: %w: %s", rerr, bytes.TrimSpace(out))

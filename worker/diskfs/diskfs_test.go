@@ -339,3 +339,25 @@ func syncfs(dir string) error {
 	defer unix.Close(fd)
 	return unix.Syncfs(fd)
 }
+
+// A worker started with a PATH that lacks the sbin directories (as an MCP
+// client starts a server, with PATH=/usr/bin:/bin) still finds mkfs.ext4
+// and makes file systems: before, it fell back to sampling the disk limit,
+// which a job's fallocate passes between two samples.
+func TestMkfsFoundOffPATH(t *testing.T) {
+	need(t)
+	const narrow = "/usr/bin:/bin"
+	for _, dir := range filepath.SplitList(narrow) {
+		if fi, err := os.Stat(filepath.Join(dir, "mkfs.ext4")); err == nil && !fi.IsDir() {
+			t.Skipf("mkfs.ext4 is in %s here: a PATH without sbin finds it anyway", dir)
+		}
+	}
+	t.Setenv("PATH", narrow)
+	if err := Check(); err != nil {
+		t.Fatalf("with PATH=%s: %v", narrow, err)
+	}
+	image := filepath.Join(t.TempDir(), "fs.img")
+	if err := Create(t.Context(), image, 64<<20); err != nil {
+		t.Fatalf("with PATH=%s: %v", narrow, err)
+	}
+}

@@ -38,6 +38,9 @@ var Refused = []string{
 	"move_mount", "open_tree", "open_tree_attr", "fsopen", "fsmount", "fsconfig", "fspick", "mount_setattr",
 	// Kernel attack surface with no use in a job.
 	"bpf", "perf_event_open", "userfaultfd",
+	// Secret memory: pages taken out of the kernel's direct map, which
+	// no Python job asks for.
+	"memfd_secret",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
 	"add_key", "request_key", "keyctl",
 	// Other processes' memory (a debugger's calls; jobs are not debugged).

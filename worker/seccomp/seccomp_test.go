@@ -342,3 +342,10 @@ func TestKernelHelper(t *testing.T) {
 	}
 	fmt.Println("helper ok")
 }
+
+// Calls a hostile job was found making with the filter installed, each
+// now refused: memfd_secret returned a descriptor of secret memory.
+func TestFoundByTheHostileSuite(t *testing.T) {
+	f := newFilter(t)
+	f.want("memfd_secret", f.call("memfd_secret", 0), retEPERM)
+}

@@ -1,0 +1,114 @@
+package frontend
+
+import (
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"net/http"
+
+	"github.com/codexec/codexec/frontend/auth"
+	"github.com/mark3labs/mcp-go/server"
+)
+
+// An MCP session id is no key on its own, at the transport either. The
+// Streamable HTTP server keeps, per session id, the session's notification
+// channel: the GET stream of that id and every POST of it read from it. A
+// scope already differs per principal (scopeOf), but the transport's
+// session did not: another principal who presented a victim's session id
+// with her own credentials opened the GET stream of the victim's session
+// and received the progress notifications of the victim's calls (their
+// jobs' output as it streams), and her DELETE of that id tore the victim's
+// session down.
+//
+// bindSessions keys the transport's session by identity as well: on an
+// authenticated request, the Mcp-Session-Id the client sent is replaced,
+// for the Streamable HTTP server only, by a digest of it and the caller's
+// identity, so that each principal presenting one id reaches a session of
+// its own, and no principal can name another's (that would take a
+// preimage of the digest). The id the client sent is kept in the request's
+// context for scopeFrom, so scopes, and everything stored under them, are
+// named as before. The session an initialize registers under the id it
+// returns is not reached again by name (its later requests carry the bound
+// id); the client keeps using the id it was given.
+
+type clientSessionKey struct{}
+
+// bindSessions is the handler in front of the Streamable HTTP server next.
+func bindSessions(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		sid := r.Header.Get(server.HeaderKeySessionID)
+		id, ok := auth.FromContext(r.Context())
+		if sid == "" || !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if _, err := sessionIDs.Validate(sid); err != nil {
+			next.ServeHTTP(w, r) // refused there, as it was
+			return
+		}
+		r = r.WithContext(context.WithValue(r.Context(), clientSessionKey{}, sid))
+		r.Header = r.Header.Clone()
+		r.Header.Set(server.HeaderKeySessionID, boundSessionID(sid, id))
+		next.ServeHTTP(w, r)
+	})
+}
+
+// boundSessionID is the transport's session id for client session id sid
+// presented by id, in the form the session id manager accepts (sessionIDs).
+func boundSessionID(sid string, id auth.Identity) string {
+	sum := sha256.Sum256([]byte(identityPart(id) + "\x00transport\x00" + sid))
+	b := sum[:16]
+	return fmt.Sprintf("mcp-session-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// clientSessionID is the session id the client sent, where bindSessions
+// replaced it for the transport.
+func clientSessionID(ctx context.Context) (string, bool) {
+	sid, ok := ctx.Value(clientSessionKey{}).(string)
+	return sid, ok
+}
+
+// forgetInitialized drops the transport state the Streamable HTTP server
+// next keeps for the session id an initialize returns. That state (the
+// session's notification channels, about 12 KiB) was kept until the
+// session had been idle for a day, so a caller who sent initialize after
+// initialize grew the frontend by that much each: 40,000 of them, 17 s of
+// one client, took 480 MiB. Nothing needs it: a session id is valid on
+// every frontend without it (sessionIDs), a later request of the session
+// runs in a session the server makes for it, and a GET stream registers
+// one for as long as it is open.
+func forgetInitialized(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		next.ServeHTTP(w, r)
+		if r.Method != http.MethodPost || r.Header.Get(server.HeaderKeySessionID) != "" {
+			return
+		}
+		sid := w.Header().Get(server.HeaderKeySessionID)
+		if sid == "" {
+			return
+		}
+		del, err := http.NewRequestWithContext(context.WithoutCancel(r.Context()), http.MethodDelete, r.URL.String(), nil)
+		if err != nil {
+			return
+		}
+		del.Host, del.RemoteAddr = r.Host, r.RemoteAddr // as the initialize's, which the server let in
+		del.Header.Set(server.HeaderKeySessionID, sid)
+		next.ServeHTTP(discardResponse{}, del)
+	})
+}
+
+// discardResponse is the response to forgetInitialized's own DELETE.
+type discardResponse struct{}
+
+func (discardResponse) Header() http.Header         { return http.Header{} }
+func (discardResponse) Write(p []byte) (int, error) { return len(p), nil }
+func (discardResponse) WriteHeader(int)             {}
+
+// countTransportSessions keeps f.transportSessions, the sessions the
+// transport of srv holds, up to date.
+func (f *Frontend) countTransportSessions(srv *server.MCPServer) {
+	hooks := &server.Hooks{}
+	hooks.AddOnRegisterSession(func(context.Context, server.ClientSession) { f.transportSessions.Add(1) })
+	hooks.AddOnUnregisterSession(func(context.Context, server.ClientSession) { f.transportSessions.Add(-1) })
+	server.WithHooks(hooks)(srv)
+}

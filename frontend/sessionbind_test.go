@@ -1,0 +1,192 @@
+package frontend
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
+	"github.com/mark3labs/mcp-go/mcp"
+)
+
+// Alice learns Bob's MCP session id and opens its GET stream with her own
+// token; Bob then makes calls whose first progress notification names
+// their job. Every one of them reaches Bob, none reaches Alice. Before
+// bindSessions her stream was the session's own (the transport keyed it by
+// the id alone) and took notifications of Bob's calls, their output as it
+// streams included.
+func TestHTTPSessionIDOfAnotherPrincipalStreamsNothing(t *testing.T) {
+	t.Parallel()
+	fx := startAuthHTTP(t)
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: fx.f.cfg.Pool})
+	if err := fx.f.store.Touch(t.Context(), fx.f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	bob, err := fx.connectVersion(t, legacyVersion, fx.tokens["bob"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bobNotes := make(chan string, 64)
+	bob.OnNotification(func(n mcp.JSONRPCNotification) {
+		msg, _ := n.Params.AdditionalFields["message"].(string)
+		bobNotes <- msg
+	})
+	if bob.GetSessionId() == "" {
+		t.Fatal("bob's session has no id")
+	}
+	stolen := aliceListens(t, fx, bob.GetSessionId())
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var calls sync.WaitGroup
+	t.Cleanup(func() { cancel(); calls.Wait() })
+	const n = 2 // the fair share of one live worker: later calls wait unannounced
+	got := 0
+	for i := range n {
+		calls.Go(func() {
+			req := mcp.CallToolRequest{}
+			req.Params.Name, req.Params.Arguments = "execute_code", map[string]any{"code": "print('bob's secret')"}
+			req.Params.Meta = &mcp.Meta{ProgressToken: i}
+			_, _ = bob.CallTool(ctx, req)
+		})
+		select {
+		case <-bobNotes:
+			got++
+		case msg := <-stolen:
+			t.Errorf("alice's stream, on bob's session id, got: %s", msg)
+		case <-time.After(10 * time.Second): // a guard against a hang; measures nothing
+			t.Fatalf("call %d: no notification reached bob or alice", i)
+		}
+	}
+	if got != n {
+		t.Errorf("bob got %d of his %d calls' notifications", got, n)
+	}
+}
+
+// legacyVersion is a protocol revision with session ids (the latest has
+// none, and no GET stream).
+const legacyVersion = "2025-06-18"
+
+// aliceListens opens the GET stream of session id sid with alice's token
+// and returns the data of each event it carries.
+func aliceListens(t *testing.T, fx *authFixture, sid string) <-chan string {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	req, _ := http.NewRequestWithContext(ctx, http.MethodGet, fx.url, nil)
+	req.Header.Set("Authorization", "Bearer "+fx.tokens["alice"])
+	req.Header.Set("Mcp-Session-Id", sid)
+	req.Header.Set("Accept", "text/event-stream")
+	req.Header.Set("MCP-Protocol-Version", legacyVersion)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	if resp.StatusCode != http.StatusOK {
+		return nil // refused outright: nothing to receive either
+	}
+	events := make(chan string, 64)
+	go func() {
+		sc := bufio.NewScanner(resp.Body)
+		for sc.Scan() {
+			if data, ok := strings.CutPrefix(sc.Text(), "data: "); ok && strings.Contains(data, "notifications/progress") {
+				events <- data
+			}
+		}
+	}()
+	return events
+}
+
+// Initialize after initialize leaves the transport holding no session:
+// before forgetInitialized each one's state stayed for a day of idleness,
+// 12 KiB of it, so a flood of them grew the frontend without bound. The
+// sessions still work: a call with each id runs in its own scope.
+func TestHTTPInitializeFloodHoldsNoSessions(t *testing.T) {
+	t.Parallel()
+	fx := startHTTP(t)
+	var sids []string
+	for range 20 {
+		c, err := client.NewStreamableHttpClient(fx.url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close() })
+		req := mcp.InitializeRequest{}
+		req.Params.ProtocolVersion = legacyVersion
+		req.Params.ClientInfo = mcp.Implementation{Name: "flood", Version: "0"}
+		if _, err := c.Initialize(t.Context(), req); err != nil {
+			t.Fatal(err)
+		}
+		sids = append(sids, c.GetSessionId())
+		if res, _ := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": c.GetSessionId(), "filename": "mine"}); res.IsError {
+			t.Fatal(textOf(res))
+		}
+	}
+	if n := fx.f.transportSessions.Load(); n != 0 {
+		t.Errorf("after %d initializes the transport holds %d sessions, want 0", len(sids), n)
+	}
+	c, err := client.NewStreamableHttpClient(fx.url, transport.WithSession(sids[7]))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	if err := c.Start(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if res, _ := callTool[FileResult](t, c, "read_code_file", map[string]any{"file_path": "mine.py"}); res.IsError || textOf(res) != sids[7] {
+		t.Errorf("session 7's file, read with its id: %s", textOf(res))
+	}
+}
+
+// Requests carrying session ids nobody was given (any well-formed one is
+// valid on every frontend) leave nothing behind: the transport recorded
+// each id's last activity for its idle sweeper, a day long, about 400
+// bytes an id, so a caller inventing ids grew the frontend without bound.
+// Not parallel: it weighs the heap, which other tests would move.
+func TestHTTPInventedSessionIDsHoldNothing(t *testing.T) {
+	fx := startHTTP(t)
+	const n = 40000
+	post := func(sid string) {
+		req, _ := http.NewRequest(http.MethodPost, fx.url, strings.NewReader(`{"jsonrpc":"2.0","id":1,"method":"ping"}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", sid)
+		req.Header.Set("MCP-Protocol-Version", legacyVersion)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("ping with session id %s: %d", sid, resp.StatusCode)
+		}
+	}
+	post(newSessionID()) // the server's own first allocations
+	before := int64(liveHeap())
+	for range n {
+		post(newSessionID())
+	}
+	grew := int64(liveHeap()) - before
+	t.Logf("%d requests with invented session ids: the heap grew by %d bytes", n, grew)
+	if grew > n*100 {
+		t.Errorf("%d requests with invented session ids left %d bytes on the heap (%d each)", n, grew, grew/n)
+	}
+}
+
+func newSessionID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return fmt.Sprintf("mcp-session-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
