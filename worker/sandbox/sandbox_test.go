@@ -36,7 +36,7 @@ func TestAncestorsParentsFirstWithoutSystemDirs(t *testing.T) {
 }
 
 func TestArgsShape(t *testing.T) {
-	s := &Sandbox{bwrap: "/usr/bin/bwrap", cfg: Config{ReadOnly: []string{"/srv/data"}}, system: []string{"--ro-bind", "/usr", "/usr"}}
+	s := &Sandbox{launcher: []string{"/usr/bin/bwrap"}, cfg: Config{ReadOnly: []string{"/srv/data"}}, system: []string{"--ro-bind", "/usr", "/usr"}}
 	args := s.Args(Options{Mounts: []Mount{{Path: "/var/lib/codexec/sessions", Write: true}}, Caps: []string{"CAP_KILL"}}, "/usr/bin/python3", "-c", "pass")
 	line := strings.Join(args, " ")
 	for _, want := range []string{
