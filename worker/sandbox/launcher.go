@@ -43,13 +43,13 @@ const LauncherName = "codexec-sandbox"
 // both build the same sandbox from one Args.
 type spec struct {
 	unsharePID, unshareIPC, unshareUTS, unshareCgroup, unshareNet, unshareUser bool
-	dieWithParent, asPID1                                                     bool
-	hostname                                                                  string
-	infoFD                                                                    int
-	ops                                                                       []mountOp
-	caps                                                                      []string // kept; every other one is dropped
-	chdir                                                                     string
-	argv                                                                      []string
+	dieWithParent, asPID1                                                      bool
+	hostname                                                                   string
+	infoFD                                                                     int
+	ops                                                                        []mountOp
+	caps                                                                       []string // kept; every other one is dropped
+	chdir                                                                      string
+	argv                                                                       []string
 }
 
 // mountOp is one step of building the sandbox's file system, in the order
