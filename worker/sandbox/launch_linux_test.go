@@ -324,3 +324,37 @@ func TestBuiltinSandboxReceivesLaterHostMounts(t *testing.T) {
 		t.Fatalf("the sandbox saw %q (%v), want the host's later mount", rest, err)
 	}
 }
+
+// BenchmarkLauncher measures what a sandbox costs to build, side by side
+// for both launchers: /bin/true in a sandbox like a zygote's (AsPID1,
+// the zygote's capabilities), one at a time and 8 at once.
+//
+//	go test -run '^$' -bench Launcher -count 6 ./worker/sandbox
+func BenchmarkLauncher(b *testing.B) {
+	for _, l := range []string{LauncherBuiltin, LauncherBwrap} {
+		s, err := Probe(context.Background(), Config{Launcher: l})
+		if err != nil {
+			b.Logf("%s: %v", l, err)
+			continue
+		}
+		argv := s.Args(Options{AsPID1: true, Caps: []string{"CAP_SYS_ADMIN", "CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_NET_ADMIN"}}, "/bin/true")
+		run := func(b *testing.B) {
+			if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+				b.Fatalf("%v: %s", err, out)
+			}
+		}
+		b.Run(l+"/sequential", func(b *testing.B) {
+			for b.Loop() {
+				run(b)
+			}
+		})
+		b.Run(l+"/8-concurrent", func(b *testing.B) {
+			b.SetParallelism(8)
+			b.RunParallel(func(pb *testing.PB) {
+				for pb.Next() {
+					run(b)
+				}
+			})
+		})
+	}
+}
