@@ -358,3 +358,34 @@ func BenchmarkLauncher(b *testing.B) {
 		})
 	}
 }
+
+// Both launchers build the same sandbox from one command line: the same
+// mounts (read-only where bubblewrap's are), /dev, ids, capabilities,
+// hostname and network. They differ where the built-in one is stricter:
+// /proc/sys read-only, and (as root) the bounding set emptied.
+func TestLaunchersBuildTheSameSandbox(t *testing.T) {
+	bw, err := Probe(context.Background(), Config{Launcher: LauncherBwrap})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("no bubblewrap to compare with: %v", err)
+	}
+	bi := builtin(t, Config{})
+	dir := t.TempDir()
+	o := Options{Mounts: []Mount{{Path: dir, Write: true}}, Caps: []string{"CAP_KILL"}}
+	// Mount points with ro or rw, but /proc/sys; the rest as is.
+	script := `
+		awk '$5 != "/proc/sys" { split($6, o, ","); print $5, o[1] }' /proc/self/mountinfo
+		ls -l /dev | awk 'NR > 1 { print $1, $NF }'
+		id; hostname; cut -d: -f1 /proc/net/dev
+		grep -E '^(CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs)' /proc/self/status
+		ls -ld / /tmp /etc /usr | awk '{ print $1, $NF }'`
+	for _, asPID1 := range []bool{false, true} {
+		o.AsPID1 = asPID1
+		want, got := inBox(t, bw, o, script), inBox(t, bi, o, script)
+		if got != want {
+			t.Errorf("AsPID1 %v: the built-in launcher's sandbox differs from bubblewrap's:\n--- bubblewrap\n%s\n--- builtin\n%s", asPID1, want, got)
+		}
+	}
+}
