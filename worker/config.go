@@ -129,8 +129,8 @@ type Config struct {
 	Bwrap string
 	// SandboxLauncher builds the sandboxes: sandbox.LauncherBuiltin (this
 	// program, nothing to install), sandbox.LauncherBwrap (bubblewrap, at
-	// Bwrap) or sandbox.LauncherAuto, the default, which is the built-in
-	// one.
+	// Bwrap) or sandbox.LauncherAuto, the default: the built-in one, or
+	// bubblewrap where only bubblewrap works.
 	SandboxLauncher string
 	// JobNetwork is the network of the jobs that run code: NetworkNone, a
 	// private loopback only, or NetworkAllow, the worker's own network.

@@ -10,7 +10,8 @@ import (
 // Launchers (Config.Launcher): what builds the namespaces and mounts of a
 // sandbox. LauncherBuiltin is this program itself, started again (see
 // launch_linux.go); LauncherBwrap is bubblewrap. LauncherAuto is
-// LauncherBuiltin: one code path on every machine, nothing to install.
+// LauncherBuiltin (one code path on every machine, nothing to install),
+// or bubblewrap where only bubblewrap works (see Probe).
 const (
 	LauncherAuto    = "auto"
 	LauncherBuiltin = "builtin"

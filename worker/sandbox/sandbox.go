@@ -51,11 +51,32 @@ var ErrUnavailable = errors.New("sandbox: no usable launcher")
 // Probe finds the launcher and proves that it can build a sandbox on this
 // machine (a container may forbid the namespaces it needs) by running
 // /bin/true in one. The error wraps ErrUnavailable and says why.
+// LauncherAuto is the built-in launcher, or bubblewrap where only
+// bubblewrap works (a setuid bwrap where unprivileged users may not make
+// user namespaces); with neither it fails, naming both reasons.
 func Probe(ctx context.Context, cfg Config) (*Sandbox, error) {
+	if cfg.Launcher != "" && cfg.Launcher != LauncherAuto {
+		return probe(ctx, cfg)
+	}
+	cfg.Launcher = LauncherBuiltin
+	s, err := probe(ctx, cfg)
+	if err == nil || !errors.Is(err, ErrUnavailable) {
+		return s, err
+	}
+	cfg.Launcher = LauncherBwrap
+	s, bwErr := probe(ctx, cfg)
+	if bwErr != nil {
+		return nil, fmt.Errorf("%w; bubblewrap: %v", err, bwErr)
+	}
+	return s, nil
+}
+
+// probe is Probe of one launcher.
+func probe(ctx context.Context, cfg Config) (*Sandbox, error) {
 	var launcher []string
 	var version string
 	switch cfg.Launcher {
-	case "", LauncherAuto, LauncherBuiltin:
+	case LauncherBuiltin:
 		if runtime.GOOS != "linux" {
 			return nil, fmt.Errorf("%w: the built-in launcher needs Linux", ErrUnavailable)
 		}

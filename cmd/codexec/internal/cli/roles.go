@@ -191,7 +191,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 		"auto and require: a sandbox around every job, and refuse to start where it cannot work; off: jobs run unconfined, as the worker's own user")
 	f.String(&wf.bwrap, "bwrap", "CODEXEC_BWRAP", "bwrap", "the bubblewrap binary of --sandbox-launcher bwrap: a path, or a name on PATH")
 	f.Choice(&wf.launcher, "sandbox-launcher", "CODEXEC_SANDBOX_LAUNCHER", sandbox.LauncherAuto, []string{sandbox.LauncherAuto, sandbox.LauncherBuiltin, sandbox.LauncherBwrap},
-		"what builds the sandboxes: builtin, codexec itself (nothing to install); bwrap, bubblewrap (see --bwrap); auto: builtin")
+		"what builds the sandboxes: builtin, codexec itself (nothing to install); bwrap, bubblewrap (see --bwrap); auto: builtin, or bwrap where only bwrap works")
 	f.Choice(&wf.jobNetwork, "job-network", "CODEXEC_JOB_NETWORK", worker.NetworkNone, []string{worker.NetworkNone, worker.NetworkAllow},
 		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
