@@ -389,3 +389,44 @@ func TestLaunchersBuildTheSameSandbox(t *testing.T) {
 		}
 	}
 }
+
+// A worker whose binary was deleted or replaced since it started (an
+// upgrade; `go run`, which removes its build) still launches sandboxes of
+// its own binary. The test runs a copy of this test binary that deletes
+// itself, then builds a sandbox.
+func TestBuiltinSandboxAfterItsBinaryIsDeleted(t *testing.T) {
+	if os.Getenv("NSBOX_DELETED_HELPER") == "1" {
+		self, err := os.Executable()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Remove(self); err != nil {
+			t.Fatal(err)
+		}
+		s := builtin(t, Config{})
+		fmt.Println("sandbox says:", strings.TrimSpace(inBox(t, s, Options{}, "echo $(cat /proc/1/comm)")))
+		return
+	}
+	builtin(t, Config{})
+	self, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(self)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cp := filepath.Join(t.TempDir(), "copy.test")
+	if err := os.WriteFile(cp, b, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(cp, "-test.run=^TestBuiltinSandboxAfterItsBinaryIsDeleted$", "-test.v")
+	cmd.Env = append(os.Environ(), "NSBOX_DELETED_HELPER=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "sandbox says: "+LauncherName) {
+		t.Fatalf("no sandbox once the binary was deleted: %v\n%s", err, out)
+	}
+	if _, err := os.Stat(cp); err == nil {
+		t.Fatal("the helper did not delete its binary")
+	}
+}
