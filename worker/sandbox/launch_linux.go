@@ -44,6 +44,8 @@ func init() {
 		os.Exit(launchOuter(os.Args[2:]))
 	case innerMarker:
 		os.Exit(launchInner(os.Args[2:]))
+	case reaperMarker:
+		os.Exit(launchReaper(os.Args[2:]))
 	}
 }
 
@@ -206,23 +208,30 @@ func launchInner(args []string) int {
 		err := syscall.Exec(path, s.argv, os.Environ())
 		return launchFail("execvp %s: %v", s.argv[0], err)
 	}
-	// A reaper as PID 1: the command is its child, from this thread (whose
-	// credentials it inherits), and every orphan of the namespace is
-	// reaped here until the command exits.
-	sys := &syscall.SysProcAttr{}
-	if s.dieWithParent {
-		sys.Pdeathsig = syscall.SIGKILL
+	// A reaper as PID 1, the command its child. Not this process: its
+	// other threads still hold every capability of the namespace, and the
+	// runtime cannot always reach them (with cgo). This thread execs a new
+	// image of this program, whose threads all start from it, with what
+	// the command will have (an exec as root gives back the inheritable
+	// and bounding sets: the kept capabilities, no more).
+	err = syscall.Exec(selfExe, append([]string{selfExe, reaperMarker, path}, s.argv...), os.Environ())
+	return launchFail("exec the reaper: %v", err)
+}
+
+// launchReaper is PID 1 of a sandbox without --as-pid-1: it starts the
+// command (args: its path, then its argv) and reaps every orphan of the
+// namespace until the command exits, and exits as it did.
+func launchReaper(args []string) int {
+	setName(LauncherName)
+	if len(args) < 2 {
+		return launchFail("reaper: no command")
 	}
-	pid, err := syscall.ForkExec(path, s.argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: sys})
+	pid, err := syscall.ForkExec(args[0], args[1:], &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}})
 	if err != nil {
-		return launchFail("execvp %s: %v", s.argv[0], err)
+		return launchFail("execvp %s: %v", args[1], err)
 	}
-	// The other threads of this process still hold what the namespace
-	// gave it: take it from them too where the runtime can (without cgo),
-	// and close what the command inherited, as bubblewrap's PID 1 does.
-	hdr := unix.CapUserHeader{Version: unix.LINUX_CAPABILITY_VERSION_3}
-	var none [2]unix.CapUserData
-	_, _, _ = syscall.AllThreadsSyscall(unix.SYS_CAPSET, uintptr(unsafe.Pointer(&hdr)), uintptr(unsafe.Pointer(&none[0])), 0)
+	// What the caller passed was for the command, as bubblewrap's PID 1
+	// closes it.
 	closeInherited()
 	return reap(pid)
 }

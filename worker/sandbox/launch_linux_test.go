@@ -430,3 +430,16 @@ func TestBuiltinSandboxAfterItsBinaryIsDeleted(t *testing.T) {
 		t.Fatal("the helper did not delete its binary")
 	}
 }
+
+// Without AsPID1 the launcher's PID 1 (a reaper, which the command could
+// see and signal) holds what the command holds, on every thread: it once
+// kept every capability on the threads the Go runtime had started before
+// the drop (with cgo, as codexec is built, the runtime cannot reach them;
+// launch_cgo_test.go links cgo into this test for that).
+func TestBuiltinSandboxReaperHoldsNoMoreThanTheCommand(t *testing.T) {
+	s := builtin(t, Config{})
+	out := inBox(t, s, Options{Caps: []string{"CAP_KILL"}}, `for f in /proc/1/task/*/status; do grep -E '^Cap(Prm|Eff)' $f; done | sort -u`)
+	if strings.TrimSpace(out) != "CapEff:\t0000000000000020\nCapPrm:\t0000000000000020" {
+		t.Fatalf("PID 1's threads hold other capabilities than the command's (CAP_KILL):\n%s", out)
+	}
+}

@@ -20,11 +20,13 @@ const (
 
 // The first arguments of a program started as the built-in launcher:
 // launchMarker for the outside parent, innerMarker for the process in the
-// new namespaces that sets them up and becomes the command. No other
-// command line of codexec starts with them.
+// new namespaces that sets them up and becomes the command, reaperMarker
+// for the PID 1 that starts the command otherwise. No other command line
+// of codexec starts with them.
 const (
 	launchMarker = "__codexec_sandbox_launch__"
 	innerMarker  = "__codexec_sandbox_inner__"
+	reaperMarker = "__codexec_sandbox_reaper__"
 )
 
 // selfExe is how the built-in launcher names the running program: the
