@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"runtime"
 	"strconv"
@@ -22,8 +21,12 @@ import (
 //
 //   - the outside parent (launchOuter), what the caller started, stays in
 //     the caller's namespaces: it starts the inner process in new ones,
-//     writes its pid on the info descriptor, passes signals on, dies with
-//     its own parent and exits as the inner process does;
+//     writes its pid on the info descriptor, dies with its own parent and
+//     exits as the inner process does. It passes no signal on, as
+//     bubblewrap does not: the kernel drops a signal to a PID 1 without
+//     a handler for it, so a forwarded SIGTERM could leave the sandbox
+//     running; a signal that ends this process ends the sandbox (the
+//     inner process dies with it);
 //   - the inner process (launchInner), PID 1 of the new PID namespace,
 //     builds the new root (a tmpfs, the binds, /dev, /proc, /tmp),
 //     pivots into it, drops capabilities and becomes the command (or,
@@ -89,21 +92,12 @@ func launchOuter(args []string) int {
 			attr.AmbientCaps = append(attr.AmbientCaps, uintptr(c))
 		}
 	}
-	// Signals that arrive from now on wait in the channel until the child
-	// exists, then go to it.
-	sigs := make(chan os.Signal, 8)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT, syscall.SIGUSR1, syscall.SIGUSR2)
 	argv := append([]string{selfExe, innerMarker}, args...)
 	// Descriptors 3 and up that are not close-on-exec pass as they are.
 	pid, err := syscall.ForkExec(selfExe, argv, &syscall.ProcAttr{Env: os.Environ(), Files: []uintptr{0, 1, 2}, Sys: attr})
 	if err != nil {
 		return launchFail("creating new namespaces failed: %v", err)
 	}
-	go func() {
-		for sig := range sigs {
-			_ = syscall.Kill(pid, sig.(syscall.Signal))
-		}
-	}()
 	if info != nil {
 		_, _ = fmt.Fprintf(info, "{\n    \"child-pid\": %d\n}\n", pid)
 		info.Close()

@@ -443,3 +443,47 @@ func TestBuiltinSandboxReaperHoldsNoMoreThanTheCommand(t *testing.T) {
 		t.Fatalf("PID 1's threads hold other capabilities than the command's (CAP_KILL):\n%s", out)
 	}
 }
+
+// A SIGTERM to the launcher ends the sandbox, even when the command, its
+// PID 1, has no handler for it (the kernel would drop it there).
+func TestBuiltinSandboxEndsWithItsLauncher(t *testing.T) {
+	s := builtin(t, Config{})
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	argv := s.Args(Options{AsPID1: true, InfoFD: 3}, "/bin/sleep", "1000")
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.ExtraFiles = []*os.File{w}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	var info struct {
+		ChildPID int `json:"child-pid"`
+	}
+	if err := json.NewDecoder(r).Decode(&info); err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		_ = cmd.Process.Kill()
+		_ = syscall.Kill(info.ChildPID, syscall.SIGKILL)
+		t.Fatal("the launcher outlived a SIGTERM")
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for processAlive(info.ChildPID) {
+		if time.Now().After(deadline) {
+			_ = syscall.Kill(info.ChildPID, syscall.SIGKILL)
+			t.Fatalf("the sandboxed command %d outlived its launcher", info.ChildPID)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
