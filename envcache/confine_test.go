@@ -17,7 +17,7 @@ import (
 	"github.com/codexec/codexec/worker/sandbox"
 )
 
-// probeSandbox checks once whether bubblewrap can build sandboxes here.
+// probeSandbox checks once whether the sandbox (its default launcher) works here.
 var probeSandbox = sync.OnceValues(func() (*sandbox.Sandbox, error) {
 	return sandbox.Probe(context.Background(), sandbox.Config{})
 })
@@ -32,12 +32,12 @@ type recordingConfiner struct {
 
 type confineCall struct{ argv, readOnly, writable []string }
 
-// setupConfiner returns a real bubblewrap confiner, or skips the test when
-// bubblewrap is unusable (fails it in CI).
+// setupConfiner returns a real sandbox confiner, or skips the test when the
+// sandbox is unusable (fails it in CI).
 func setupConfiner(tb testing.TB) *recordingConfiner {
 	tb.Helper()
 	sb, err := probeSandbox()
-	requireTool(tb, "bubblewrap", err)
+	requireTool(tb, "a working sandbox", err)
 	return &recordingConfiner{sb: sb}
 }
 

@@ -117,7 +117,7 @@ type Config struct {
 	// Sets included (an operator's "none": no limits at all). The CLI, which
 	// always fills both, sets it.
 	ExplicitLimits bool
-	// Sandbox says whether jobs run in a bubblewrap sandbox. SandboxAuto
+	// Sandbox says whether jobs run in a sandbox. SandboxAuto
 	// (the default) and SandboxRequire both refuse to start without a
 	// working one: a worker that silently ran jobs unconfined, as its own
 	// user (root, on most servers), would let any caller read what the
@@ -127,6 +127,11 @@ type Config struct {
 	// Bwrap is the bubblewrap binary: a path or a name on PATH. Default
 	// "bwrap".
 	Bwrap string
+	// SandboxLauncher builds the sandboxes: sandbox.LauncherBuiltin (this
+	// program, nothing to install), sandbox.LauncherBwrap (bubblewrap, at
+	// Bwrap) or sandbox.LauncherAuto, the default: the built-in one, or
+	// bubblewrap where only bubblewrap works.
+	SandboxLauncher string
 	// JobNetwork is the network of the jobs that run code: NetworkNone, a
 	// private loopback only, or NetworkAllow, the worker's own network.
 	// Install jobs always get network. Default NetworkNone.
@@ -292,6 +297,9 @@ func (c Config) WithDefaults() Config {
 	if c.Sandbox == "" {
 		c.Sandbox = SandboxAuto
 	}
+	if c.SandboxLauncher == "" {
+		c.SandboxLauncher = sandbox.LauncherAuto
+	}
 	if c.UIDDir == "" {
 		c.UIDDir = sandbox.DefaultUIDDir
 	}
@@ -331,6 +339,11 @@ func (c Config) validate() error {
 	case SandboxAuto, SandboxRequire, SandboxOff:
 	default:
 		errs = append(errs, fmt.Errorf("invalid sandbox mode %q: %s, %s or %s", c.Sandbox, SandboxAuto, SandboxRequire, SandboxOff))
+	}
+	switch c.SandboxLauncher {
+	case sandbox.LauncherAuto, sandbox.LauncherBuiltin, sandbox.LauncherBwrap:
+	default:
+		errs = append(errs, fmt.Errorf("invalid sandbox launcher %q: %s, %s or %s", c.SandboxLauncher, sandbox.LauncherAuto, sandbox.LauncherBuiltin, sandbox.LauncherBwrap))
 	}
 	switch c.SessionFS {
 	case SessionFSAuto, SessionFSOff:

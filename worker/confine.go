@@ -26,7 +26,7 @@ import (
 )
 
 // setupSandbox decides how this worker confines jobs (Config.Sandbox): it
-// probes bubblewrap, and finds the cgroups that give memory and process
+// probes the sandbox launcher (Config.SandboxLauncher), and finds the cgroups that give memory and process
 // limits their reach. It fails closed: unless the operator asked for
 // --sandbox off, a machine without a working sandbox gets no worker (auto
 // and require alike), since jobs run unconfined would run as the worker's
@@ -36,10 +36,10 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 	if name := strings.ToLower(w.cfg.Sandbox); name != SandboxOff {
 		box, err := w.probeSandbox(ctx)
 		if err != nil {
-			return fmt.Errorf("worker: no working sandbox, and without one no job runs (--sandbox %s): %w. "+
-				"Install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap) "+
-				"where namespaces are allowed (a container needs them allowed: docker run --privileged, or a seccomp profile that permits unshare), "+
-				"or pass --sandbox off to run jobs unconfined, as this worker's own user", name, err)
+			return fmt.Errorf("worker: no working sandbox, and without one no job runs (--sandbox %s, --sandbox-launcher %s): %w. "+
+				"%s"+
+				"Namespaces must be allowed (a container needs them allowed: docker run --privileged, or a seccomp profile that permits unshare), "+
+				"or pass --sandbox off to run jobs unconfined, as this worker's own user", name, w.cfg.SandboxLauncher, err, launcherAdvice(w.cfg.SandboxLauncher))
 		}
 		w.box = box
 	} else {
@@ -88,7 +88,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 		w.sandboxCfg = &runner.SandboxConfig{
 			Box: w.box, Mounts: mounts, Hidden: []string{w.sessionsRoot(), w.cfg.ScriptsDir}, Seccomp: filter,
 		}
-		w.log.Info("sandbox ready", "bwrap", w.box.Version(), "network", w.box.Network(), "cgroups", w.cgroups != nil,
+		w.log.Info("sandbox ready", "launcher", w.box.Version(), "network", w.box.Network(), "cgroups", w.cgroups != nil,
 			"seccomp", filter != nil, "seccomp_allow", w.cfg.SeccompAllow)
 	}
 	return nil
@@ -96,10 +96,19 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 
 func (w *Worker) probeSandbox(ctx context.Context) (*sandbox.Sandbox, error) {
 	return sandbox.Probe(ctx, sandbox.Config{
-		Bwrap:    w.cfg.Bwrap,
+		Launcher: w.cfg.SandboxLauncher, Bwrap: w.cfg.Bwrap,
 		Network:  strings.ToLower(w.cfg.JobNetwork) == NetworkAllow,
 		ReadOnly: w.cfg.SandboxReadOnly, Devices: w.cfg.SandboxDevices,
 	})
+}
+
+// launcherAdvice is what the error of a worker without a sandbox
+// suggests for the launcher it tried.
+func launcherAdvice(launcher string) string {
+	if launcher == sandbox.LauncherBwrap {
+		return "Install bubblewrap (Debian, Ubuntu: apt-get install bubblewrap; Fedora: dnf install bubblewrap), or use the built-in launcher (--sandbox-launcher builtin). "
+	}
+	return "The built-in launcher needs Linux with user, PID, mount and network namespaces; bubblewrap is the other choice (--sandbox-launcher bwrap). "
 }
 
 // cgroupName is the worker's id as a cgroup name, "" if it cannot be one.

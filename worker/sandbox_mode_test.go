@@ -41,7 +41,7 @@ func TestWorkerWithoutSandboxFailsClosed(t *testing.T) {
 		t.Run("mode="+mode, func(t *testing.T) {
 			var logs strings.Builder
 			w, err := New(Config{
-				ID: "nosandbox", DataDir: fx.dataDir, Sandbox: mode, Bwrap: "/nonexistent/bwrap",
+				ID: "nosandbox", DataDir: fx.dataDir, Sandbox: mode, SandboxLauncher: sandbox.LauncherBwrap, Bwrap: "/nonexistent/bwrap",
 				Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 			}, fx.broker, fx.store)
 			if err != nil {
@@ -88,4 +88,33 @@ func TestWorkerWithoutSandboxFailsClosed(t *testing.T) {
 			t.Errorf("a worker with --sandbox off did not say so; logs:\n%s", logs.String())
 		}
 	})
+}
+
+// On its defaults a worker needs no bubblewrap: the built-in launcher
+// builds its sandboxes. A worker without bubblewrap once refused to start
+// (and before that ran its jobs unconfined).
+func TestWorkerWithoutBwrapStartsSandboxed(t *testing.T) {
+	if os.Getenv("CI") != "true" {
+		if _, err := sandbox.Probe(context.Background(), sandbox.Config{Launcher: sandbox.LauncherBuiltin}); err != nil {
+			t.Skipf("no namespaces here: %v", err)
+		}
+	}
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var logs strings.Builder
+	w, err := New(Config{
+		ID: "builtin", DataDir: fx.dataDir, Bwrap: "/nonexistent/bwrap",
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.NewTextHandler(&logs, nil)),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatalf("a worker on its defaults, without bubblewrap, did not start: %v", err)
+	}
+	defer w.Stop(ctx)
+	if w.box == nil || w.box.Version() != sandbox.LauncherBuiltin {
+		t.Fatalf("the worker has no sandbox of the built-in launcher (%v); logs:\n%s", w.box, logs.String())
+	}
 }

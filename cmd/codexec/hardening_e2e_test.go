@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,11 +14,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// codexec never runs jobs unconfined unless told to: `codexec dev` on its
-// defaults, with a bubblewrap that cannot work (here a binary that does not
-// exist), refuses to start and says how to get a sandbox or how to go
-// without one; with --sandbox off it starts and says that jobs run
-// unconfined. It once served, with every job running as the worker's user
+// codexec never runs jobs unconfined unless told to: `codexec dev` told to
+// use bubblewrap, with a bubblewrap that cannot work (here a binary that
+// does not exist), refuses to start and says how to get a sandbox or how to
+// go without one; with --sandbox off it starts and says that jobs run
+// unconfined. On its defaults it needs no bubblewrap at all: it starts
+// sandboxed by its built-in launcher. It once served, with every job running as the worker's user
 // (root, reading /etc/shadow and the state store), after a warning in a log
 // an MCP client never shows.
 //
@@ -29,10 +31,10 @@ func TestDevWithoutSandboxFailsClosed(t *testing.T) {
 	run := func(t *testing.T, args ...string) (int, string) {
 		t.Helper()
 		// Not codexecEnv: these runs must get codexec's own default mode,
-		// whatever the machine.
+		// whatever the machine; and no bubblewrap, on PATH or elsewhere.
 		cmd := exec.Command(os.Args[0], append([]string{"dev"}, args...)...)
 		cmd.Env = e2e.CleanEnv("CODEXEC_E2E_MAIN=1", "CODEXEC_DATA_DIR="+t.TempDir(), "CODEXEC_VENV="+venvFor(t),
-			"CODEXEC_BWRAP=/nonexistent/bwrap")
+			"CODEXEC_BWRAP=/nonexistent/bwrap", "PATH="+pathWithout(t, "bwrap"))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		err := cmd.Run()
@@ -49,7 +51,7 @@ func TestDevWithoutSandboxFailsClosed(t *testing.T) {
 	for _, args := range [][]string{nil, {"--sandbox", "auto"}, {"--sandbox", "require"}} {
 		t.Run(fmt.Sprintf("%q", args), func(t *testing.T) {
 			t.Parallel()
-			code, log := run(t, args...)
+			code, log := run(t, append(args, "--sandbox-launcher", "bwrap")...)
 			if code == 0 || strings.Contains(log, "codexec dev ready") {
 				t.Fatalf("codexec dev without a working sandbox started (exit %d):\n%s", code, log)
 			}
@@ -60,6 +62,17 @@ func TestDevWithoutSandboxFailsClosed(t *testing.T) {
 			}
 		})
 	}
+	t.Run("defaults without bubblewrap", func(t *testing.T) {
+		t.Parallel()
+		requireSandbox(t)
+		code, log := run(t)
+		if code != 0 || !strings.Contains(log, "codexec dev ready") {
+			t.Fatalf("codexec dev on its defaults, without bubblewrap, did not start (exit %d):\n%s", code, log)
+		}
+		if !strings.Contains(log, "sandbox ready") || !strings.Contains(log, "launcher=builtin") || strings.Contains(log, "sandbox off") {
+			t.Errorf("codexec dev on its defaults did not start sandboxed by the built-in launcher:\n%s", log)
+		}
+	})
 	t.Run("--sandbox off", func(t *testing.T) {
 		t.Parallel()
 		code, log := run(t, "--sandbox", "off")
@@ -70,6 +83,18 @@ func TestDevWithoutSandboxFailsClosed(t *testing.T) {
 			t.Errorf("codexec dev --sandbox off did not say that jobs run unconfined:\n%s", log)
 		}
 	})
+}
+
+// pathWithout is $PATH without the directories that hold name.
+func pathWithout(t *testing.T, name string) string {
+	t.Helper()
+	var keep []string
+	for _, dir := range filepath.SplitList(os.Getenv("PATH")) {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			keep = append(keep, dir)
+		}
+	}
+	return strings.Join(keep, string(filepath.ListSeparator))
 }
 
 // An open_files limit that the pool's maximum allows but the host's hard

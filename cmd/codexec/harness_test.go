@@ -38,7 +38,18 @@ var clientInfo = mcp.Implementation{Name: "codexec-e2e", Version: "0"}
 // nothing of the developer's own codexec settings. extra comes last, so a
 // test's own CODEXEC_SANDBOX wins.
 func codexecEnv(extra ...string) []string {
-	return e2e.CleanEnv(append(append([]string{"CODEXEC_E2E_MAIN=1", "CODEXEC_UID_DIR=" + uidDir()}, defaultSandbox()...), extra...)...)
+	return e2e.CleanEnv(append(append([]string{"CODEXEC_E2E_MAIN=1", "CODEXEC_UID_DIR=" + uidDir()}, defaultSandbox()...), append(launcherEnv(), extra...)...)...)
+}
+
+// launcherEnv passes the test's own CODEXEC_SANDBOX_LAUNCHER on to codexec
+// (CleanEnv keeps the others out): `CODEXEC_SANDBOX_LAUNCHER=bwrap go test`
+// runs the suites with bubblewrap, and without it they run with codexec's
+// default, the built-in launcher.
+func launcherEnv() []string {
+	if l := os.Getenv("CODEXEC_SANDBOX_LAUNCHER"); l != "" {
+		return []string{"CODEXEC_SANDBOX_LAUNCHER=" + l}
+	}
+	return nil
 }
 
 // uidDir is the register of session uids (--uid-dir) of every codexec
@@ -55,14 +66,14 @@ var uidDir = sync.OnceValue(func() string {
 // defaultSandbox is what the tests that do not test the sandbox run with.
 // Where the sandbox works, nothing: codexec's default, which is the sandbox
 // or no start at all. codexec never falls back to running jobs unconfined
-// by itself, so on a developer's machine without bubblewrap these tests ask
-// for that explicitly (CODEXEC_SANDBOX=off) rather than fail; in CI, which
-// installs bubblewrap, they do not, and codexec refusing to start fails them.
+// by itself, so on a developer's machine without namespaces these tests ask
+// for that explicitly (CODEXEC_SANDBOX=off) rather than fail; in CI they do
+// not, and codexec refusing to start fails them.
 var defaultSandbox = sync.OnceValue(func() []string {
 	if os.Getenv("CI") == "true" {
 		return nil
 	}
-	if _, err := sandbox.Probe(context.Background(), sandbox.Config{}); err != nil {
+	if _, err := sandbox.Probe(context.Background(), sandbox.Config{Launcher: os.Getenv("CODEXEC_SANDBOX_LAUNCHER")}); err != nil {
 		fmt.Fprintf(os.Stderr, "e2e: no working sandbox here (%v): codexec runs with --sandbox off in the tests that do not test the sandbox\n", err)
 		return []string{"CODEXEC_SANDBOX=off"}
 	}

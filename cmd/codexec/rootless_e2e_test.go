@@ -34,10 +34,15 @@ func TestRootlessDevSandbox(t *testing.T) {
 	if err != nil {
 		requireOrSkip(t, "setpriv (util-linux)", err)
 	}
-	probe := exec.Command(setpriv, "--reuid", fmt.Sprint(nobody), "--regid", fmt.Sprint(nobody), "--clear-groups", "--",
-		"bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "/bin/true")
+	// What the launcher needs (user namespaces for unprivileged users):
+	// bubblewrap's when the suite runs with it, the kernel's otherwise.
+	userns := []string{"unshare", "--user", "--pid", "--fork", "--mount", "/bin/true"}
+	if os.Getenv("CODEXEC_SANDBOX_LAUNCHER") == "bwrap" {
+		userns = []string{"bwrap", "--unshare-user", "--unshare-pid", "--ro-bind", "/", "/", "/bin/true"}
+	}
+	probe := exec.Command(setpriv, append([]string{"--reuid", fmt.Sprint(nobody), "--regid", fmt.Sprint(nobody), "--clear-groups", "--"}, userns...)...)
 	if out, err := probe.CombinedOutput(); err != nil {
-		requireOrSkip(t, "bubblewrap for unprivileged users (user namespaces)", fmt.Errorf("%v: %s", err, out))
+		requireOrSkip(t, "user namespaces for unprivileged users", fmt.Errorf("%s: %v: %s", userns[0], err, out))
 	}
 	if _, err := os.Stat("/usr/bin/python3"); err != nil {
 		requireOrSkip(t, "/usr/bin/python3 (an interpreter an unprivileged user can run)", err)

@@ -28,7 +28,7 @@ import (
 // that nothing crashed.
 //
 // The deployments run with --sandbox require: on a machine without a
-// working bubblewrap the tests skip (CI=true: fail). SECURITY_E2E_BASELINE=1
+// working sandbox the tests skip (CI=true: fail). SECURITY_E2E_BASELINE=1
 // runs them without the sandbox flags, to see what an unconfined worker
 // lets through; the cases that would harm the host then refuse to run.
 

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -23,6 +24,7 @@ import (
 	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/statestore/redistest"
+	"github.com/codexec/codexec/worker/sandbox"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -69,11 +71,9 @@ func requireSandbox(t *testing.T) {
 	case os.Geteuid() != 0:
 		missing = "the sandbox gives each session a uid of its own, which needs a worker running as root"
 	default:
-		if _, err := exec.LookPath("bwrap"); err != nil {
-			missing = "bubblewrap (bwrap) is not installed (Debian: apt-get install bubblewrap)"
-		} else if out, err := exec.Command("bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-			"--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "true").CombinedOutput(); err != nil {
-			missing = fmt.Sprintf("bwrap cannot create namespaces on this machine: %v: %s", err, out)
+		// The launcher the suite's codexec processes get (launcherEnv).
+		if _, err := sandbox.Probe(context.Background(), sandbox.Config{Launcher: os.Getenv("CODEXEC_SANDBOX_LAUNCHER")}); err != nil {
+			missing = fmt.Sprintf("no working sandbox on this machine: %v", err)
 		}
 	}
 	if missing == "" {
@@ -650,20 +650,20 @@ func descendants(procs map[int]*hostProc, pid int) []*hostProc {
 }
 
 // zygotes lists the warm interpreters under pid: python processes whose
-// command line names the zygote (not the bwrap processes around them, nor
+// command line names the zygote (not the launcher processes around them, nor
 // the zygote's own children, which share its command line: the spare
 // child forked ahead of the next job, and the jobs).
 func zygotes(pid int) []*hostProc {
 	procs := scanProcs()
 	isZygote := func(p *hostProc) bool {
-		return p != nil && strings.Contains(p.cmdline, "codexec-zygote") && p.comm != "bwrap" && !strings.HasSuffix(p.argv0, "bwrap")
+		return p != nil && strings.Contains(p.cmdline, "codexec-zygote") && !isLauncher(p)
 	}
-	// A zygote's parent is the worker (no sandbox) or its bubblewrap. A
+	// A zygote's parent is the worker (no sandbox) or its launcher. A
 	// job's processes inherit the zygote's command line too, and while a
 	// finished job's PID namespace is torn down its parent may already be
 	// gone from /proc: so the parent must be seen, and be one of those two.
 	isParent := func(q *hostProc) bool {
-		return q != nil && (q.pid == pid || q.comm == "bwrap" || strings.HasSuffix(q.argv0, "bwrap"))
+		return q != nil && (q.pid == pid || isLauncher(q))
 	}
 	var out []*hostProc
 	for _, p := range descendants(procs, pid) {
@@ -672,6 +672,12 @@ func zygotes(pid int) []*hostProc {
 		}
 	}
 	return out
+}
+
+// isLauncher reports whether p is a sandbox launcher's process outside
+// the sandbox: bubblewrap, or the built-in launcher.
+func isLauncher(p *hostProc) bool {
+	return p.comm == "bwrap" || strings.HasSuffix(p.argv0, "bwrap") || p.comm == sandbox.LauncherName
 }
 
 // nowTicks is the time since boot in /proc/PID/stat's clock ticks (the

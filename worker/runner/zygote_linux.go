@@ -127,7 +127,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	extra := []*os.File{theirs}
 	var infoR *os.File
 	if sb := cfg.Sandbox; sb != nil {
-		// bubblewrap tells the zygote's pid on the host on fd 4.
+		// The launcher tells the zygote's pid on the host on fd 4.
 		var infoW *os.File
 		if infoR, infoW, err = os.Pipe(); err != nil {
 			conn.Close()
@@ -169,7 +169,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		if pid, err := readChildPID(infoR); err == nil {
 			hostPID = pid
 		} else {
-			log.Warn("sandbox: no child pid from bubblewrap", "err", err)
+			log.Warn("sandbox: no child pid from the launcher", "err", err)
 		}
 	}
 	go func() {

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -16,8 +17,11 @@ import (
 
 // Config says how sandboxes are built on this worker.
 type Config struct {
-	// Bwrap is the bubblewrap binary: a path or a name on PATH.
-	// Default "bwrap".
+	// Launcher builds the sandboxes: LauncherBuiltin (this program; the
+	// default, LauncherAuto, is the same) or LauncherBwrap (bubblewrap).
+	Launcher string
+	// Bwrap is the bubblewrap binary of LauncherBwrap: a path or a name
+	// on PATH. Default "bwrap".
 	Bwrap string
 	// Network lets jobs use the worker's network (egress). Without it a
 	// job has a private loopback only.
@@ -29,10 +33,10 @@ type Config struct {
 	Devices []string
 }
 
-// Sandbox builds bubblewrap command lines. Its zero value is not usable:
-// get one from Probe.
+// Sandbox builds the command lines of sandboxes. Its zero value is not
+// usable: get one from Probe.
 type Sandbox struct {
-	bwrap    string
+	launcher []string // what a command line starts with: bwrap, or this program and its marker
 	cfg      Config
 	version  string
 	system   []string // the arguments every sandbox starts with
@@ -40,24 +44,51 @@ type Sandbox struct {
 	devices  []Device // bound into these sandboxes only (WithDevices)
 }
 
-// ErrUnavailable is wrapped by Probe's error when bubblewrap is missing or
-// cannot create namespaces on this machine.
-var ErrUnavailable = errors.New("sandbox: bubblewrap is not usable")
+// ErrUnavailable is wrapped by Probe's error when the launcher is missing
+// or cannot create namespaces on this machine.
+var ErrUnavailable = errors.New("sandbox: no usable launcher")
 
-// Probe finds bubblewrap and proves that it can build a sandbox on this
+// Probe finds the launcher and proves that it can build a sandbox on this
 // machine (a container may forbid the namespaces it needs) by running
 // /bin/true in one. The error wraps ErrUnavailable and says why.
+// LauncherAuto is the built-in launcher, or bubblewrap where only
+// bubblewrap works (a setuid bwrap where unprivileged users may not make
+// user namespaces); with neither it fails, naming both reasons.
 func Probe(ctx context.Context, cfg Config) (*Sandbox, error) {
-	name := cfg.Bwrap
-	if name == "" {
-		name = "bwrap"
+	if cfg.Launcher != "" && cfg.Launcher != LauncherAuto {
+		return probe(ctx, cfg)
 	}
-	path, err := exec.LookPath(name)
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s not found", ErrUnavailable, name)
+	cfg.Launcher = LauncherBuiltin
+	s, err := probe(ctx, cfg)
+	if err == nil || !errors.Is(err, ErrUnavailable) {
+		return s, err
 	}
-	if path, err = filepath.Abs(path); err != nil {
-		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	cfg.Launcher = LauncherBwrap
+	s, bwErr := probe(ctx, cfg)
+	if bwErr != nil {
+		return nil, fmt.Errorf("%w; bubblewrap: %v", err, bwErr)
+	}
+	return s, nil
+}
+
+// probe is Probe of one launcher.
+func probe(ctx context.Context, cfg Config) (*Sandbox, error) {
+	var launcher []string
+	var version string
+	switch cfg.Launcher {
+	case LauncherBuiltin:
+		if runtime.GOOS != "linux" {
+			return nil, fmt.Errorf("%w: the built-in launcher needs Linux", ErrUnavailable)
+		}
+		launcher, version = []string{selfExe, launchMarker}, LauncherBuiltin
+	case LauncherBwrap:
+		path, err := findBwrap(cfg.Bwrap)
+		if err != nil {
+			return nil, err
+		}
+		launcher = []string{path}
+	default:
+		return nil, fmt.Errorf("sandbox: unknown launcher %q: %s, %s or %s", cfg.Launcher, LauncherAuto, LauncherBuiltin, LauncherBwrap)
 	}
 	for _, p := range append(slices.Clone(cfg.ReadOnly), cfg.Devices...) {
 		if !filepath.IsAbs(p) {
@@ -67,27 +98,45 @@ func Probe(ctx context.Context, cfg Config) (*Sandbox, error) {
 			return nil, fmt.Errorf("sandbox: %w", err)
 		}
 	}
-	s := &Sandbox{bwrap: path, cfg: cfg, rootless: os.Geteuid() != 0}
+	s := &Sandbox{launcher: launcher, cfg: cfg, rootless: os.Geteuid() != 0, version: version}
 	s.system = systemArgs()
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, path, "--version").CombinedOutput()
-	if err != nil {
-		return nil, fmt.Errorf("%w: %s --version: %v", ErrUnavailable, path, err)
+	if version == "" {
+		out, err := exec.CommandContext(ctx, launcher[0], "--version").CombinedOutput()
+		if err != nil {
+			return nil, fmt.Errorf("%w: %s --version: %v", ErrUnavailable, launcher[0], err)
+		}
+		s.version = strings.TrimSpace(string(out))
 	}
-	s.version = strings.TrimSpace(string(out))
 	probe := s.Args(Options{}, "/bin/true")
 	var stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, probe[0], probe[1:]...)
 	cmd.Stderr = &stderr
 	cmd.Env = []string{}
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("%w: a test sandbox failed: %v: %s", ErrUnavailable, err, strings.TrimSpace(stderr.String()))
+		return nil, fmt.Errorf("%w: a test sandbox (%s) failed: %v: %s", ErrUnavailable, s.version, err, strings.TrimSpace(stderr.String()))
 	}
 	return s, nil
 }
 
-// Version is what `bwrap --version` says.
+// findBwrap is the absolute path of bubblewrap, name (default "bwrap")
+// being a path or a name on PATH.
+func findBwrap(name string) (string, error) {
+	if name == "" {
+		name = "bwrap"
+	}
+	path, err := exec.LookPath(name)
+	if err != nil {
+		return "", fmt.Errorf("%w: %s not found", ErrUnavailable, name)
+	}
+	if path, err = filepath.Abs(path); err != nil {
+		return "", fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	return path, nil
+}
+
+// Version is what `bwrap --version` says, or "builtin".
 func (s *Sandbox) Version() string { return s.version }
 
 // Network reports whether jobs may use the worker's network.
@@ -135,10 +184,10 @@ type Options struct {
 // devices; the Options.Mounts; all capabilities dropped but Options.Caps;
 // and it dies with the process that started bubblewrap.
 func (s *Sandbox) Args(o Options, argv ...string) []string {
-	args := []string{s.bwrap,
+	args := append(slices.Clone(s.launcher),
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--hostname", "codexec",
-	}
+	)
 	if s.rootless {
 		args = append(args, "--unshare-user")
 	}

@@ -36,7 +36,7 @@ func TestAncestorsParentsFirstWithoutSystemDirs(t *testing.T) {
 }
 
 func TestArgsShape(t *testing.T) {
-	s := &Sandbox{bwrap: "/usr/bin/bwrap", cfg: Config{ReadOnly: []string{"/srv/data"}}, system: []string{"--ro-bind", "/usr", "/usr"}}
+	s := &Sandbox{launcher: []string{"/usr/bin/bwrap"}, cfg: Config{ReadOnly: []string{"/srv/data"}}, system: []string{"--ro-bind", "/usr", "/usr"}}
 	args := s.Args(Options{Mounts: []Mount{{Path: "/var/lib/codexec/sessions", Write: true}}, Caps: []string{"CAP_KILL"}}, "/usr/bin/python3", "-c", "pass")
 	line := strings.Join(args, " ")
 	for _, want := range []string{
@@ -54,9 +54,20 @@ func TestArgsShape(t *testing.T) {
 }
 
 func TestProbeWithoutBwrap(t *testing.T) {
-	_, err := Probe(context.Background(), Config{Bwrap: "/nonexistent/bwrap"})
+	_, err := Probe(context.Background(), Config{Launcher: LauncherBwrap, Bwrap: "/nonexistent/bwrap"})
 	if !errors.Is(err, ErrUnavailable) {
 		t.Fatalf("Probe = %v, want ErrUnavailable", err)
+	}
+	// The default launcher needs no bubblewrap.
+	s, err := Probe(context.Background(), Config{Bwrap: "/nonexistent/bwrap"})
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(err)
+		}
+		t.Skipf("no namespaces here: %v", err)
+	}
+	if s.Version() != LauncherBuiltin {
+		t.Fatalf("the default launcher is %q, want %q", s.Version(), LauncherBuiltin)
 	}
 }
 

@@ -142,6 +142,7 @@ type workerFlags struct {
 	maxLimits  limits.Set
 	sandbox    string
 	bwrap      string
+	launcher   string
 	jobNetwork string
 	sandboxRO  string
 	sandboxDev string
@@ -187,8 +188,10 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	limitSet(f, &wf.maxLimits, "max-limits", "CODEXEC_MAX_LIMITS", limits.DefaultMax,
 		"most a call's limits parameter may ask for, in the form of --limits (KEY=none: no maximum)")
 	f.Choice(&wf.sandbox, "sandbox", "CODEXEC_SANDBOX", worker.SandboxAuto, []string{worker.SandboxAuto, worker.SandboxRequire, worker.SandboxOff},
-		"auto and require: bubblewrap around every job, and refuse to start where it cannot work; off: jobs run unconfined, as the worker's own user")
-	f.String(&wf.bwrap, "bwrap", "CODEXEC_BWRAP", "bwrap", "the bubblewrap binary: a path, or a name on PATH")
+		"auto and require: a sandbox around every job, and refuse to start where it cannot work; off: jobs run unconfined, as the worker's own user")
+	f.String(&wf.bwrap, "bwrap", "CODEXEC_BWRAP", "bwrap", "the bubblewrap binary of --sandbox-launcher bwrap: a path, or a name on PATH")
+	f.Choice(&wf.launcher, "sandbox-launcher", "CODEXEC_SANDBOX_LAUNCHER", sandbox.LauncherAuto, []string{sandbox.LauncherAuto, sandbox.LauncherBuiltin, sandbox.LauncherBwrap},
+		"what builds the sandboxes: builtin, codexec itself (nothing to install); bwrap, bubblewrap (see --bwrap); auto: builtin, or bwrap where only bwrap works")
 	f.Choice(&wf.jobNetwork, "job-network", "CODEXEC_JOB_NETWORK", worker.NetworkNone, []string{worker.NetworkNone, worker.NetworkAllow},
 		"none: jobs get a private loopback only; allow: jobs share the worker's network (install jobs always get network)")
 	f.String(&wf.sandboxRO, "sandbox-ro", "CODEXEC_SANDBOX_RO", "", "comma-separated host paths bound read-only into every sandbox, e.g. a shared data set")
@@ -268,7 +271,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		},
 		FetchUV: wf.fetchUV, AllowURLRequirements: ff.allowURLReqs, Labels: parseLabels(wf.labels), ExistingEnvs: commaList(wf.existingEnvs),
 		Limits: wf.limits, MaxLimits: wf.maxLimits, ExplicitLimits: true,
-		Sandbox: wf.sandbox, Bwrap: wf.bwrap, JobNetwork: wf.jobNetwork,
+		Sandbox: wf.sandbox, Bwrap: wf.bwrap, SandboxLauncher: wf.launcher, JobNetwork: wf.jobNetwork,
 		SandboxReadOnly: commaList(wf.sandboxRO), SandboxDevices: commaList(wf.sandboxDev), UIDDir: wf.uidDir,
 		SeccompAllow: commaList(wf.seccompOK),
 		SessionFS:    wf.sessionFS, SessionFSSize: wf.sessionFSSize, SessionFSMounted: wf.sessionFSMounted, SessionFSIdle: wf.sessionFSIdle,
