@@ -15,6 +15,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/codexec/codexec/internal/connlimit"
 )
 
 // The MCP Streamable HTTP handler (mcp-go) reads a request's whole body
@@ -86,14 +88,22 @@ func newBodyLimit(next http.Handler, maxBody, budget int64, bodyTimeout time.Dur
 // connection's next request).
 type deadlineBody struct {
 	io.ReadCloser
-	rc   *http.ResponseController
+	rc   *http.ResponseController // nil: no deadline to lift
+	ctx  context.Context          // the request's, told when the body is read (connlimit)
 	once sync.Once
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
 	if err == io.EOF {
-		b.once.Do(func() { _ = b.rc.SetReadDeadline(time.Time{}) })
+		b.once.Do(func() {
+			if b.rc != nil {
+				_ = b.rc.SetReadDeadline(time.Time{})
+			}
+			if b.ctx != nil {
+				connlimit.BodyPending(b.ctx, false)
+			}
+		})
 	}
 	return n, err
 }
@@ -109,13 +119,20 @@ func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		l.refuse(w, n)
 		return
 	}
+	// Until its body is read, the request's connection is one a new
+	// connection may take the place of when the server has no room
+	// (connlimit): a client that sends headers and then nothing holds no
+	// place others need.
+	connlimit.BodyPending(r.Context(), true)
+	pending := &deadlineBody{ReadCloser: r.Body, ctx: r.Context()}
+	r.Body = pending
 	// The body must arrive within bodyTimeout of the headers, or of the
 	// moment a large request's turn comes (renew).
 	renew := func() {}
 	if l.bodyTimeout > 0 {
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) == nil {
-			r.Body = &deadlineBody{ReadCloser: r.Body, rc: rc}
+			pending.rc = rc
 			renew = func() { _ = rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) }
 		}
 	}
@@ -154,6 +171,7 @@ func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		writeRPCError(w, http.StatusBadRequest, mcp.PARSE_ERROR, "cannot read the request body: "+err.Error())
 		return
 	}
+	connlimit.BodyPending(r.Context(), false)
 	r.Body, r.ContentLength = io.NopCloser(bytes.NewReader(body)), int64(len(body))
 	l.next.ServeHTTP(w, r)
 }

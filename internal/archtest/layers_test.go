@@ -21,6 +21,7 @@ var layers = map[string]int{
 	"envspec":            0,
 	"internal/lifecycle": 0,
 	"internal/units":     0,
+	"internal/connlimit": 0, // the HTTP listener's bound on connections
 	"internal/archtest":  0, // this test
 
 	// 1: the wire vocabulary, the state store, mechanisms with one job each.

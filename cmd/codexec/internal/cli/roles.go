@@ -16,7 +16,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"golang.org/x/net/netutil"
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/cmd/codexec/internal/flagenv"
@@ -25,6 +24,7 @@ import (
 	"github.com/codexec/codexec/frontend"
 	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/frontend/quota"
+	"github.com/codexec/codexec/internal/connlimit"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
@@ -299,10 +299,14 @@ func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, 
 	}
 	// At most maxHTTPConns connections at once, so that many idle or slow
 	// ones cannot take every descriptor of the process (the bodies are
-	// bounded by the frontend); an idle keep-alive connection is closed
-	// after idleHTTPConn.
-	ln = netutil.LimitListener(ln, maxHTTPConns)
+	// bounded by the frontend); when all are taken, a new one takes the
+	// place of the oldest that waits for headers, is idle, or waits for its
+	// body (connlimit), so slow clients cannot keep others out. An idle
+	// keep-alive connection is closed after idleHTTPConn.
+	conns := connlimit.New(ln, maxHTTPConns)
+	ln = conns
 	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn, ErrorLog: stdLogger(log)}
+	conns.Hook(srv)
 	// The first line on stderr names the address, so scripts and tests can
 	// find a random port (--http 127.0.0.1:0).
 	log.Info("serving MCP over HTTP", "url", "http://"+ln.Addr().String()+"/mcp")
