@@ -134,7 +134,7 @@ func TestTimeout(t *testing.T) {
 		timeout time.Duration
 		stdout  string // what must be kept; "" means a child's pid, which must exit
 	}{
-		{name: "busy loop", timeout: 500 * time.Millisecond, stdout: "started\n", src: `
+		{name: "busy loop", timeout: 3 * time.Second, stdout: "started\n", src: `
 import signal
 signal.signal(signal.SIGTERM, signal.SIG_IGN)
 print('started', flush=True)
