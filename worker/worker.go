@@ -39,6 +39,7 @@ type Worker struct {
 	// auditTenants are the tenants whose audit key is known recorded (audit.go).
 	auditTenants sync.Map
 	workdirs     workdirReports // what the sessions' directories took, as last reported (workdir_bytes.go)
+	auditQ       auditQueue     // audit records on their way to the state store (audit.go)
 
 	python     string // the default environment's interpreter
 	venvDir    string
@@ -298,6 +299,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	waitBatch()
+	w.auditQ.flush()
 	w.stopContexts()
 	w.release()
 	return err
