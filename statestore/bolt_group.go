@@ -2,6 +2,8 @@ package statestore
 
 import (
 	"errors"
+	"fmt"
+	"runtime/debug"
 	"sync"
 
 	bolt "go.etcd.io/bbolt"
@@ -49,7 +51,7 @@ type boltGroup struct {
 // update runs fn in a write transaction, committed (and synced) with the
 // writes that queued while the previous commit ran.
 func (s *BoltStore) update(fn func(*bolt.Tx) error) error {
-	w := &boltWrite{fn: fn, done: make(chan error, 1)}
+	w := &boltWrite{fn: panicAsError(fn), done: make(chan error, 1)}
 	g := &s.group
 	g.mu.Lock()
 	g.queue = append(g.queue, w)
@@ -104,5 +106,20 @@ func (s *BoltStore) commitGroup(batch []*boltWrite) {
 		}
 		batch[failed].done <- s.db.Update(batch[failed].fn)
 		batch = append(batch[:failed:failed], batch[failed+1:]...)
+	}
+}
+
+// panicAsError returns fn with a panic turned into its error: a write
+// that panics in a shared transaction must not leave the writers queued
+// behind it waiting for ever, so it fails alone (and the transaction is
+// rolled back) like a write that returned an error.
+func panicAsError(fn func(*bolt.Tx) error) func(*bolt.Tx) error {
+	return func(tx *bolt.Tx) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				err = fmt.Errorf("statestore: bolt write panicked: %v\n%s", r, debug.Stack())
+			}
+		}()
+		return fn(tx)
 	}
 }

@@ -3,6 +3,7 @@ package statestore
 import (
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -100,8 +101,8 @@ func TestBoltWritesQueuedDuringACommitShareTheNextOne(t *testing.T) {
 	}
 }
 
-// A write that fails in a shared transaction gets its own error, and the
-// others are stored all the same; counted writes that each fit the quota
+// A write that fails (or panics) in a shared transaction gets its own
+// error, and the others are stored all the same; counted writes that each fit the quota
 // alone but not together are refused one by one, as if run in turn.
 func TestBoltGroupedWriteFailuresStayTheirOwn(t *testing.T) {
 	t.Parallel()
@@ -116,20 +117,27 @@ func TestBoltGroupedWriteFailuresStayTheirOwn(t *testing.T) {
 	wg.Add(2)
 	go func() { defer wg.Done(); failErr = s.update(func(*bolt.Tx) error { return boom }) }()
 	awaitQueued(t, s, 1)
-	go func() { defer wg.Done(); okErr = s.HSet(ctx, "h", "f", []byte("v")) }()
+	var panicErr error
+	wg.Add(1)
+	go func() { defer wg.Done(); panicErr = s.update(func(*bolt.Tx) error { panic("bug") }) }()
 	awaitQueued(t, s, 2)
+	go func() { defer wg.Done(); okErr = s.HSet(ctx, "h", "f", []byte("v")) }()
+	awaitQueued(t, s, 3)
 	for i := range counted {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			_, counted[i] = s.SetCounted(ctx, fmt.Sprintf("c%d", i), []byte("12345"), q)
 		}()
-		awaitQueued(t, s, 3+i)
+		awaitQueued(t, s, 4+i)
 	}
 	release()
 	wg.Wait()
 	if !errors.Is(failErr, boom) {
 		t.Errorf("failing write returned %v, want its own error", failErr)
+	}
+	if panicErr == nil || !strings.Contains(panicErr.Error(), "panicked: bug") {
+		t.Errorf("panicking write returned %v, want its panic as its error", panicErr)
 	}
 	if okErr != nil {
 		t.Errorf("write queued with a failing one: %v", okErr)
