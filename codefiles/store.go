@@ -12,6 +12,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -587,10 +588,24 @@ func (cs *CodeStore) putMeta(ctx context.Context, scope, name string, m fileMeta
 	return cs.st.HSet(ctx, cs.keys.CodeFiles(scope), name, raw)
 }
 
-// touchScope records that scope has state worth exporting. Best effort: a
-// failure only hides the scope from `codexec export`.
+// scopeTouchEvery is how stale a scope's recorded last write may be before
+// a write records it again: the time is read by collection, whose cutoffs
+// are hours or days.
+const scopeTouchEvery = time.Minute
+
+// touchScope records that scope has state worth exporting, and when it last
+// wrote. Best effort: a failure only hides the scope from `codexec export`.
+// A time recorded within scopeTouchEvery is left as it is: a read instead
+// of a write on every run (in `codexec dev`, a synced bbolt transaction
+// fewer per call).
 func (cs *CodeStore) touchScope(ctx context.Context, scope string) {
-	if err := cs.st.HSet(ctx, cs.keys.Scopes(), scope, fmt.Appendf(nil, "%d", time.Now().UnixMilli())); err != nil {
+	now := time.Now()
+	if v, err := cs.st.HGet(ctx, cs.keys.Scopes(), scope); err == nil {
+		if ms, err := strconv.ParseInt(string(v), 10, 64); err == nil && now.Sub(time.UnixMilli(ms)).Abs() < scopeTouchEvery {
+			return
+		}
+	}
+	if err := cs.st.HSet(ctx, cs.keys.Scopes(), scope, fmt.Appendf(nil, "%d", now.UnixMilli())); err != nil {
 		cs.log.Warn("record session scope", "scope", scope, "err", err)
 	}
 }

@@ -273,6 +273,55 @@ func runCodeStoreSuite(t *testing.T, newStore newStoreFunc) {
 		}
 	})
 
+	t.Run("LastWriteRecordedOncePerMinute", func(t *testing.T) {
+		t.Parallel()
+		b := setupCodeStore(t, newStore, Config{})
+		record := func() {
+			t.Helper()
+			run := RunInfo{JobID: ulid.Make().String(), Filename: "a.py", Time: time.Now().UTC()}
+			if err := b.cs.RecordRun(b.ctx, "local", run, "print(1)"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setLast := func(at time.Time) {
+			t.Helper()
+			if err := b.store.HSet(b.ctx, b.cfg.Keys.Scopes(), "local", fmt.Appendf(nil, "%d", at.UnixMilli())); err != nil {
+				t.Fatal(err)
+			}
+		}
+		last := func() time.Time {
+			t.Helper()
+			w, err := b.cs.LastWrites(b.ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return w["local"]
+		}
+		record()
+		if since := time.Since(last()); since < 0 || since > scopeTouchEvery {
+			t.Fatalf("last write %s ago after a run", since)
+		}
+		recent := time.Now().Add(-scopeTouchEvery / 2).Truncate(time.Millisecond)
+		setLast(recent)
+		record()
+		if got := last(); !got.Equal(recent) {
+			t.Errorf("a run rewrote a last write %s old (now %s): one write per run", scopeTouchEvery/2, got)
+		}
+		stale := time.Now().Add(-2 * scopeTouchEvery)
+		setLast(stale)
+		record()
+		if since := time.Since(last()); since > scopeTouchEvery/2 {
+			t.Errorf("last write %s ago after a run that found it %s old", since, 2*scopeTouchEvery)
+		}
+		if err := b.store.HDel(b.ctx, b.cfg.Keys.Scopes(), "local"); err != nil {
+			t.Fatal(err)
+		}
+		record()
+		if last().IsZero() {
+			t.Error("a run after the scope's entry was deleted did not record it again")
+		}
+	})
+
 	t.Run("RunRetention", func(t *testing.T) {
 		t.Parallel()
 		b := setupCodeStore(t, newStore, Config{RunRetention: 200 * time.Millisecond})

@@ -48,7 +48,7 @@ func (f *Frontend) presenceOf(ctx context.Context) (adverts []envspec.Advert, li
 		}
 		return nil, false, fmt.Errorf("%w: %v", ErrStoreUnreachable, err)
 	}
-	all := envspec.DecodeAdverts(members)
+	all := f.presence.decode(members)
 	mine := all[:0]
 	for _, a := range all {
 		if a.Pool == f.cfg.Pool {

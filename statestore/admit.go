@@ -81,7 +81,7 @@ func (s *BoltStore) Admit(ctx context.Context, set, member string, data []byte, 
 		return Admission{}, fmt.Errorf("statestore: admit: ttl must be positive, got %v", ttl)
 	}
 	var a Admission
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketPresence)
 		now := time.Now()
 		p := keyPrefix(set)

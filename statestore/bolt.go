@@ -46,14 +46,15 @@ const (
 
 // BoltStore is the Store for the single-process mode (`codexec dev`): an
 // embedded bbolt file, so state survives a restart. Every call is one bbolt
-// transaction; writers are serialised by bbolt and each write is synced to
-// disk before it returns. Expired values read as ErrNotFound and are deleted
+// transaction, or part of one shared with the writes made at the same time
+// (bolt_group.go); each write is synced to disk before it returns. Expired values read as ErrNotFound and are deleted
 // when read and by a background sweep.
 type BoltStore struct {
 	db     *bolt.DB
 	closed atomic.Bool
 	stop   chan struct{}
 	wg     sync.WaitGroup
+	group  boltGroup // writes committed together (bolt_group.go)
 }
 
 var _ Store = (*BoltStore)(nil)
@@ -120,7 +121,7 @@ func (s *BoltStore) Set(ctx context.Context, key string, value []byte, ttl time.
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return boltErr("set", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("set", s.update(func(tx *bolt.Tx) error {
 		return putValue(tx, key, value, ttl)
 	}))
 }
@@ -131,7 +132,8 @@ func (s *BoltStore) SetNX(ctx context.Context, key string, value []byte, ttl tim
 		return false, err
 	}
 	var set bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		set = false
 		if m, ok := readMeta(tx, key); ok && !m.expired(time.Now()) {
 			return nil
 		}
@@ -153,7 +155,7 @@ func (s *BoltStore) Delete(ctx context.Context, keys ...string) error {
 	if len(keys) == 0 {
 		return nil
 	}
-	return boltErr("delete", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("delete", s.update(func(tx *bolt.Tx) error {
 		for _, key := range keys {
 			if err := deleteValue(tx, key); err != nil {
 				return err
@@ -176,7 +178,7 @@ func (s *BoltStore) Append(ctx context.Context, key string, data []byte, maxLen 
 		return 0, err
 	}
 	var n int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		m, ok := readMeta(tx, key)
 		if ok && m.expired(time.Now()) {
 			if err := deleteValue(tx, key); err != nil {
@@ -228,7 +230,7 @@ func (s *BoltStore) HSet(ctx context.Context, key, field string, value []byte) e
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return boltErr("hset", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("hset", s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketHashes).Put(memberKey(key, field), value)
 	}))
 }
@@ -281,7 +283,7 @@ func (s *BoltStore) HDel(ctx context.Context, key string, fields ...string) erro
 	if len(fields) == 0 {
 		return nil
 	}
-	return boltErr("hdel", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("hdel", s.update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketHashes)
 		for _, f := range fields {
 			if err := b.Delete(memberKey(key, f)); err != nil {
@@ -323,7 +325,7 @@ func (s *BoltStore) Touch(ctx context.Context, set, member string, data []byte, 
 	v := make([]byte, 8+len(data))
 	binary.BigEndian.PutUint64(v, uint64(time.Now().Add(ttl).UnixNano()))
 	copy(v[8:], data)
-	return boltErr("touch", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("touch", s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketPresence).Put(memberKey(set, member), v)
 	}))
 }
@@ -354,7 +356,7 @@ func (s *BoltStore) Members(ctx context.Context, set string) (map[string][]byte,
 	}
 	if len(expired) > 0 {
 		// Best effort: a failure here leaves the members for the sweep.
-		_ = s.db.Update(func(tx *bolt.Tx) error {
+		_ = s.update(func(tx *bolt.Tx) error {
 			return deleteExpiredMembers(tx.Bucket(bucketPresence), expired, time.Now())
 		})
 	}
@@ -366,7 +368,7 @@ func (s *BoltStore) Leave(ctx context.Context, set, member string) error {
 	if err := s.check(ctx); err != nil {
 		return err
 	}
-	return boltErr("leave", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("leave", s.update(func(tx *bolt.Tx) error {
 		return tx.Bucket(bucketPresence).Delete(memberKey(set, member))
 	}))
 }
@@ -427,7 +429,7 @@ func (s *BoltStore) viewLive(key string, fn func(tx *bolt.Tx, m meta) error) err
 // dropExpired deletes key's value if it is still expired. It is best effort:
 // a failure leaves the value for the sweep.
 func (s *BoltStore) dropExpired(key string) {
-	_ = s.db.Update(func(tx *bolt.Tx) error {
+	_ = s.update(func(tx *bolt.Tx) error {
 		if m, ok := readMeta(tx, key); ok && m.expired(time.Now()) {
 			return deleteValue(tx, key)
 		}
@@ -451,7 +453,7 @@ func (s *BoltStore) sweepLoop() {
 
 // sweep deletes every expired value and presence member.
 func (s *BoltStore) sweep() error {
-	return s.db.Update(func(tx *bolt.Tx) error {
+	return s.update(func(tx *bolt.Tx) error {
 		now := time.Now()
 		var keys []string
 		c := tx.Bucket(bucketMeta).Cursor()

@@ -10,10 +10,11 @@ import (
 )
 
 // Counted writes and shared values of BoltStore (see counted.go). Each call
-// is one bbolt write transaction, so the write, the quota counter and the
-// reference counts change together. The counter is a value like any other,
-// holding a decimal integer as Redis's INCRBY keeps it, and the links and
-// refs hashes are hashes under the same names as in Redis.
+// is one bbolt write transaction (or part of one: bolt_group.go), so the
+// write, the quota counter and the reference counts change together. The
+// counter is a value like any other, holding a decimal integer as Redis's
+// INCRBY keeps it, and the links and refs hashes are hashes under the same
+// names as in Redis.
 
 // SetCounted implements Store.
 func (s *BoltStore) SetCounted(ctx context.Context, key string, value []byte, q Quota) (int64, error) {
@@ -21,7 +22,8 @@ func (s *BoltStore) SetCounted(ctx context.Context, key string, value []byte, q 
 		return 0, err
 	}
 	old := int64(-1)
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		old = -1
 		if m, ok := liveMeta(tx, key, time.Now()); ok {
 			old = int64(m.length)
 		}
@@ -42,7 +44,7 @@ func (s *BoltStore) AppendCounted(ctx context.Context, key string, data []byte, 
 		return 0, err
 	}
 	var n int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		m, ok := liveMeta(tx, key, time.Now())
 		if !ok {
 			if err := deleteValue(tx, key); err != nil {
@@ -79,7 +81,7 @@ func (s *BoltStore) DeleteCounted(ctx context.Context, key string, q Quota) (int
 		return 0, err
 	}
 	var n int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		m, ok := liveMeta(tx, key, time.Now())
 		if !ok {
 			return ErrNotFound
@@ -102,7 +104,8 @@ func (s *BoltStore) Link(ctx context.Context, l Link, data []byte) (bool, error)
 		return false, err
 	}
 	var linked bool
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
+		linked = false
 		hashes := tx.Bucket(bucketHashes)
 		if hashes.Get(memberKey(l.Index, l.Field)) != nil {
 			return nil
@@ -158,7 +161,7 @@ func (s *BoltStore) Unlink(ctx context.Context, index string, q Quota, fields ..
 	if len(fields) == 0 {
 		return nil
 	}
-	return boltErr("unlink", s.db.Update(func(tx *bolt.Tx) error {
+	return boltErr("unlink", s.update(func(tx *bolt.Tx) error {
 		for _, f := range fields {
 			if err := unlinkOne(tx, index, q, f); err != nil {
 				return err

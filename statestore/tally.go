@@ -56,7 +56,7 @@ func (s *BoltStore) Tally(ctx context.Context, key, field string, n int64) (int6
 	}
 	n = max(n, 0)
 	var sum int64
-	err := s.db.Update(func(tx *bolt.Tx) error {
+	err := s.update(func(tx *bolt.Tx) error {
 		hashes := tx.Bucket(bucketHashes)
 		mk := memberKey(key, field)
 		var old int64

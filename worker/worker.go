@@ -39,6 +39,7 @@ type Worker struct {
 	// auditTenants are the tenants whose audit key is known recorded (audit.go).
 	auditTenants sync.Map
 	workdirs     workdirReports // what the sessions' directories took, as last reported (workdir_bytes.go)
+	auditQ       auditQueue     // audit records on their way to the state store (audit.go)
 
 	python     string // the default environment's interpreter
 	venvDir    string
@@ -298,6 +299,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 		}
 	}
 	waitBatch()
+	w.auditQ.flush()
 	w.stopContexts()
 	w.release()
 	return err
@@ -438,8 +440,11 @@ func (w *Worker) sessionsRoot() string { return filepath.Join(w.cfg.DataDir, "se
 func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	job := d.Job
 	log := jobLogger(w.log, job, d.Attempt)
+	tDelivered := time.Now()
+	watch := w.startCancelWatch(ctx, job, log)
 	claim, ok := w.claimJob(ctx, d, log)
 	if !ok {
+		watch.stop()
 		return
 	}
 	defer claim.end()
@@ -447,7 +452,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	tStart := time.Now()
 	span := w.startJobSpan(job)
 	defer span.End()
-	jctx, stopWatch, cancelled := w.watchCancel(ctx, job, log)
+	jctx, stopWatch, cancelled := watch.await(ctx, w, job, log)
 	defer stopWatch()
 	var res *wire.Result
 	if cancelled {
@@ -486,20 +491,21 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	}
 	w.audit(ctx, job, res, log)
 	if log.Enabled(ctx, slog.LevelDebug) {
-		logStages(log, job, res, tStart, tRan, tStored, time.Now())
+		logStages(log, job, res, tDelivered, tStart, tRan, tStored, time.Now())
 	}
 }
 
 // logStages writes, at debug level, where a job's time on this worker went:
 // queue_ms from its publication to its handling here (the publisher's
-// clock: meaningful when both share one), setup_ms before the executor
+// clock: meaningful when both share one), claim_ms the part of it from
+// the delivery to the claim won, setup_ms before the executor
 // (limits, session directories, the script, the environment, the cgroup),
 // run_ms the executor's wall time (exec_ms: the process's own, as the
 // executor measures it), post_ms from the executor's return to the result
 // being ready, store_ms storing it, ack_ms the acknowledgement.
-func logStages(log *slog.Logger, job *wire.Job, res *wire.Result, start, ran, stored, acked time.Time) {
+func logStages(log *slog.Logger, job *wire.Job, res *wire.Result, delivered, start, ran, stored, acked time.Time) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	args := []any{"queue_ms", ms(start.Sub(job.EnqueuedAt))}
+	args := []any{"queue_ms", ms(start.Sub(job.EnqueuedAt)), "claim_ms", ms(start.Sub(delivered))}
 	if !res.StartedAt.IsZero() && res.FinishedAt.After(res.StartedAt) {
 		args = append(args, "setup_ms", ms(res.StartedAt.Sub(start)),
 			"run_ms", ms(res.FinishedAt.Sub(res.StartedAt)), "exec_ms", res.DurationMS,

@@ -22,6 +22,7 @@ func Main(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io
 		usage(stderr)
 		return 2
 	}
+	defer startCPUProfile(stderr)()
 	var err error
 	switch args[0] {
 	case "dev":

@@ -1,0 +1,86 @@
+package worker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/redistest"
+	"github.com/codexec/codexec/wire"
+	"github.com/oklog/ulid/v2"
+	"github.com/redis/go-redis/v9"
+)
+
+// A job's audit record is queued, not written on the job's slot: with the
+// state store's writes paused, audit returns (the job's handler goes on to
+// free its slot), and the records are in the store, in order, once the
+// queue is flushed (as Stop does). Before, the handler waited for the
+// store's write (a synced bbolt commit in codexec dev, milliseconds)
+// before the slot was free for the next job.
+func TestAuditIsQueuedOffTheJobsSlot(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := redistest.Start(t)
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	w, err := New(Config{ID: "audit", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
+	t.Cleanup(func() { _ = admin.Close() })
+	if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
+		t.Fatal(err)
+	}
+	unpause := func() { _ = admin.Do(context.Background(), "CLIENT", "UNPAUSE").Err() }
+	t.Cleanup(unpause)
+
+	var jobs []*wire.Job
+	returned := make(chan struct{})
+	go func() {
+		defer close(returned)
+		for i := range 3 {
+			job := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "s", Tenant: "acme", Code: fmt.Sprint(i)}
+			jobs = append(jobs, job)
+			res := &wire.Result{JobID: job.ID, Status: wire.StatusOK, FinishedAt: time.Now().UTC(), WorkerID: "audit"}
+			stampAudit(job, res)
+			w.audit(ctx, job, res, w.log)
+		}
+	}()
+	select {
+	case <-returned:
+	case <-time.After(20 * time.Second):
+		t.Fatal("audit waited for the state store's write (writes paused)")
+	}
+	unpause()
+	w.auditQ.flush()
+
+	data, err := st.Get(ctx, w.cfg.Keys.Audit(wire.TenantKey("acme"), wire.AuditDay(time.Now())))
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := bytes.Split(bytes.TrimSpace(data), []byte("\n"))
+	if len(lines) != len(jobs) {
+		t.Fatalf("%d audit records stored, want %d:\n%s", len(lines), len(jobs), data)
+	}
+	for i, line := range lines {
+		var rec wire.AuditRecord
+		if err := json.Unmarshal(line, &rec); err != nil || rec.JobID != jobs[i].ID || rec.Tenant != "acme" {
+			t.Errorf("record %d: %s (%v), want job %s", i, line, err, jobs[i].ID)
+		}
+	}
+	// After the flush (a stopped worker), a record is written at once.
+	late := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "s", Tenant: "late"}
+	w.audit(ctx, late, &wire.Result{JobID: late.ID, Status: wire.StatusOK, FinishedAt: time.Now().UTC()}, w.log)
+	if data, err := st.Get(ctx, w.cfg.Keys.Audit(wire.TenantKey("late"), wire.AuditDay(time.Now()))); err != nil || !bytes.Contains(data, []byte(late.ID)) {
+		t.Errorf("record audited after the flush: %q, %v", data, err)
+	}
+}
