@@ -72,6 +72,7 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	f.Bool(&o.baselines, "baselines", "", true, "measure plain interpreter starts for reference")
 	f.Bool(&o.fairness, "fairness", "", false, "measure only how the pool is shared: session B's print(1) while session A has -burst jobs in flight, against B idle, and 8 time.sleep(0.25) at once; each before (one job per CPU, no fair share) and after, side by side")
 	f.Int(&o.burst, "burst", "", 1000, "jobs session A sends at once in the -fairness scenarios")
+	f.Bool(&o.fairTenants, "fair-tenants", "", true, "in the -fairness scenarios, A and B are two tenants (--auth tokens, a token each); false: two sessions of one tenant")
 	f.Bool(&o.contexts, "contexts", "", false, "measure only contexts: a call in a context (x += 1; x) against execute_code print(1), alternated, -n each; and create_context, -n-slow times")
 	f.Bool(&o.keep, "keep", "", false, "keep the temporary directory (the servers' data directories)")
 	if err := f.Parse(args); err != nil {
@@ -130,6 +131,7 @@ type benchOptions struct {
 	fairness                    bool
 	contexts                    bool
 	burst                       int
+	fairTenants                 bool
 }
 
 type bench struct {

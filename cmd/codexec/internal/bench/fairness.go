@@ -2,7 +2,10 @@ package bench
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"os"
 	"path/filepath"
 	"runtime"
 	"sync"
@@ -67,7 +70,15 @@ func (b *bench) fairnessScenarios(ctx context.Context) error {
 func (b *bench) fairnessServer(ctx context.Context, mode string, s fairnessSetup) error {
 	b.logf("fairness, %s: codexec dev over HTTP, exec mode %s %v", s.name, mode, s.env)
 	env := append(b.devEnv(filepath.Join(b.tmp, "fair-"+s.name), mode), s.env...)
-	p, err := b.start(e2e.Command{Name: "fair-" + s.name, Path: b.exe, Args: []string{"dev", "--http", "127.0.0.1:0"}, Env: env})
+	args := []string{"dev", "--http", "127.0.0.1:0"}
+	if b.fairTenants {
+		tokens, err := writeFairTokens(filepath.Join(b.tmp, "fair-"+s.name+".tokens"))
+		if err != nil {
+			return err
+		}
+		args = append(args, "--auth", "tokens", "--auth-tokens", tokens)
+	}
+	p, err := b.start(e2e.Command{Name: "fair-" + s.name, Path: b.exe, Args: args, Env: env})
 	if err != nil {
 		return err
 	}
@@ -78,7 +89,9 @@ func (b *bench) fairnessServer(ctx context.Context, mode string, s fairnessSetup
 	if err != nil {
 		return err
 	}
-	// Each its own scope, as two users behind an authenticating proxy.
+	// Two tenants, each with its token (-fair-tenants), or two sessions of
+	// one tenant, each its own scope, as two users behind an
+	// authenticating proxy.
 	a, err := e2e.ConnectHTTP(ctx, url, mcp.LATEST_PROTOCOL_VERSION, clientInfo(),
 		transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer bench-a"}))
 	if err != nil {
@@ -192,4 +205,16 @@ type fairnessRatio struct {
 	P99      float64 `json:"p99_ms"`
 	P50Ratio float64 `json:"p50_over_idle_p50"`
 	P99Ratio float64 `json:"p99_over_idle_p50"`
+}
+
+// writeFairTokens writes the --auth-tokens file of the fairness scenarios:
+// bench-a is principal a of tenant tenant-a, bench-b principal b of
+// tenant-b.
+func writeFairTokens(path string) (string, error) {
+	var lines string
+	for _, t := range [][3]string{{"bench-a", "tenant-a", "a"}, {"bench-b", "tenant-b", "b"}} {
+		sum := sha256.Sum256([]byte(t[0]))
+		lines += fmt.Sprintf("sha256:%s %s %s\n", hex.EncodeToString(sum[:]), t[1], t[2])
+	}
+	return path, os.WriteFile(path, []byte(lines), 0o600)
 }
