@@ -145,7 +145,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if principal != "" {
 		who += fmt.Sprintf(", principal %q", principal)
 	}
-	field := frontend.RevokedField(tenant, principal)
+	field := statestore.RevokedField(tenant, principal)
 	if undo {
 		if err := st.HDel(ctx, adminKeys.Revoked(), field); err != nil {
 			return err
