@@ -171,6 +171,40 @@ func markRevoked(res *wire.Result, job *wire.Job) {
 	res.Message = revokedMessage(job.Tenant, job.Principal) + ": the job and every process it started were stopped"
 }
 
-// endRevokedContexts ends this worker's contexts of a revoked identity
-// (contexts.go); for now none: filled in by the contexts' watch.
-func (w *Worker) endRevokedContexts(statestore.Revocations) {}
+// endRevokedContexts ends this worker's contexts (contexts.go) of a
+// revoked identity, as their interpreters end: a call running in one is
+// stopped, and its reply says why (contextHost.run); an idle one is ended
+// here, and its next call is told why. One that a call has just taken is
+// left to the next read.
+func (w *Worker) endRevokedContexts(m statestore.Revocations) {
+	h := w.contexts
+	if h == nil || len(m) == 0 {
+		return
+	}
+	h.mu.Lock()
+	var idle []*liveContext
+	for _, c := range h.live {
+		if _, ok := m.Match(c.req.Tenant, c.req.Principal); !ok {
+			continue
+		}
+		if c.stopCall != nil {
+			c.stopCall(errJobRevoked)
+			continue
+		}
+		idle = append(idle, c)
+	}
+	h.mu.Unlock()
+	for _, c := range idle {
+		if !c.mu.TryLock() {
+			continue
+		}
+		h.mu.Lock()
+		still := h.live[contextKey(c.scope, c.id)] == c
+		h.mu.Unlock()
+		if still {
+			w.log.Info("context of a revoked identity; ending it", "context", c.id, "scope", c.scope)
+			h.endOnItsOwn(c, revokedMessage(c.req.Tenant, c.req.Principal))
+		}
+		c.mu.Unlock()
+	}
+}

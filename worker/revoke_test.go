@@ -201,3 +201,65 @@ func waitRevocationsRead(ctx context.Context, t *testing.T, w *Worker, tenant, p
 		}
 	}
 }
+
+// The contexts of a revoked tenant end on the worker that holds them: a
+// call running in one is stopped and its reply says why, an idle one is
+// ended and its next call is told why; another tenant's context goes on
+// with its variables.
+func TestRevokedTenantsContextsEnd(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "revoke-contexts", 4, time.Hour)
+	b := fx.broker
+	create := func(id, tenant string) {
+		r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: "s-" + tenant, ID: id, Tenant: tenant, Principal: "bob"})
+		if r.Result.Status != wire.StatusOK {
+			t.Fatalf("create %s: %+v", id, r.Result)
+		}
+	}
+	create("busy", "acme")
+	create("idle", "acme")
+	create("kept", "other")
+	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s-other", ID: "kept", Tenant: "other", Principal: "bob", Code: "x = 7", TimeoutMS: 60000}); r.Result.Status != wire.StatusOK {
+		t.Fatalf("run in kept: %+v", r.Result)
+	}
+	marker := "codexec-revoke-ctx-" + ulid.Make().String()
+	replies := make(chan *wire.ContextReply, 1)
+	go func() {
+		replies <- ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s-acme", ID: "busy", Tenant: "acme", Principal: "bob",
+			Code: fmt.Sprintf("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', %q])", marker), TimeoutMS: 600_000})
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	waitProcs(ctx, t, marker, true)
+	if err := fx.store.HSet(ctx, revokeKeys.Revoked(), statestore.RevokedField("acme", ""), []byte("2026-12-03T17:00:00Z")); err != nil {
+		t.Fatal(err)
+	}
+	var r *wire.ContextReply
+	select {
+	case r = <-replies:
+	case <-ctx.Done():
+		t.Fatal("the call in the revoked tenant's context was never stopped")
+	}
+	if r.Result.Status != wire.StatusCancelled || !strings.Contains(r.Ended, "revoked by the operator") {
+		t.Errorf("the running call: %+v (ended %q), want cancelled and the context ended for the revocation", r.Result, r.Ended)
+	}
+	for {
+		w.contexts.mu.Lock()
+		_, live := w.contexts.live[contextKey("s-acme", "idle")]
+		w.contexts.mu.Unlock()
+		if !live {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatal("the revoked tenant's idle context never ended")
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s-acme", ID: "idle", Tenant: "acme", Principal: "bob", Code: "1", TimeoutMS: 60000}); !strings.Contains(r.Ended, "revoked by the operator") {
+		t.Errorf("a call in the ended idle context: %+v (ended %q), want told of the revocation", r.Result, r.Ended)
+	}
+	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s-other", ID: "kept", Tenant: "other", Principal: "bob", Code: "print(x)", TimeoutMS: 60000}); r.Result.Stdout != "7\n" {
+		t.Errorf("the other tenant's context: %+v, want its variables kept", r.Result)
+	}
+}

@@ -149,7 +149,6 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	}
 	w.setupSessionFS(ctx) // before any interpreter starts: they see its mounts
 	w.startCollections(ctx)
-	w.startRevocations(ctx)
 	if err := w.prepareEnv(ctx); err != nil {
 		return err
 	}
@@ -171,6 +170,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if err := w.startContexts(); err != nil {
 		return fmt.Errorf("worker: contexts: %w", err)
 	}
+	w.startRevocations(ctx) // before the first job is taken
 	c, err := w.broker.Consume(ctx, w.cfg.Pool, w.cfg.Concurrency, w.handle)
 	if err != nil {
 		return fmt.Errorf("worker: consume: %w", err)
