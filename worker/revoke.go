@@ -58,14 +58,17 @@ type revocable struct {
 func (w *Worker) startRevocations(ctx context.Context) {
 	rw := &w.revocations
 	w.readRevocations(ctx)
-	rw.stop, rw.done = make(chan struct{}), make(chan struct{})
+	stop, done := make(chan struct{}), make(chan struct{})
+	rw.mu.Lock()
+	rw.stop, rw.done = stop, done
+	rw.mu.Unlock()
 	go func() {
-		defer close(rw.done)
+		defer close(done)
 		t := time.NewTicker(revokedPoll)
 		defer t.Stop()
 		for {
 			select {
-			case <-rw.stop:
+			case <-stop:
 				return
 			case <-t.C:
 				w.readRevocations(context.Background())
@@ -78,12 +81,12 @@ func (w *Worker) startRevocations(ctx context.Context) {
 func (w *Worker) stopRevocations() {
 	rw := &w.revocations
 	rw.mu.Lock()
-	stop := rw.stop
+	stop, done := rw.stop, rw.done
 	rw.stop = nil
 	rw.mu.Unlock()
 	if stop != nil {
 		close(stop)
-		<-rw.done
+		<-done
 	}
 }
 

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"path/filepath"
@@ -224,12 +225,18 @@ func TestRevokedTenantsContextsEnd(t *testing.T) {
 	}
 	marker := "codexec-revoke-ctx-" + ulid.Make().String()
 	replies := make(chan *wire.ContextReply, 1)
-	go func() {
-		replies <- ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s-acme", ID: "busy", Tenant: "acme", Principal: "bob",
-			Code: fmt.Sprintf("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', %q])", marker), TimeoutMS: 600_000})
-	}()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	go func() {
+		data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s-acme", ID: "busy", Tenant: "acme", Principal: "bob",
+			Code: fmt.Sprintf("import subprocess, sys\nsubprocess.run([sys.executable, '-c', 'import time; time.sleep(600)', %q])", marker), TimeoutMS: 600_000})
+		out, err := b.RequestContext(ctx, w.cfg.Pool, w.ID(), data)
+		var r wire.ContextReply
+		if err != nil || json.Unmarshal(out, &r) != nil || r.Result == nil {
+			t.Errorf("the running call: %v %q", err, out)
+		}
+		replies <- &r
+	}()
 	waitProcs(ctx, t, marker, true)
 	if err := fx.store.HSet(ctx, revokeKeys.Revoked(), statestore.RevokedField("acme", ""), []byte("2026-12-03T17:00:00Z")); err != nil {
 		t.Fatal(err)
@@ -240,7 +247,7 @@ func TestRevokedTenantsContextsEnd(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("the call in the revoked tenant's context was never stopped")
 	}
-	if r.Result.Status != wire.StatusCancelled || !strings.Contains(r.Ended, "revoked by the operator") {
+	if r.Result == nil || r.Result.Status != wire.StatusCancelled || !strings.Contains(r.Ended, "revoked by the operator") {
 		t.Errorf("the running call: %+v (ended %q), want cancelled and the context ended for the revocation", r.Result, r.Ended)
 	}
 	for {
