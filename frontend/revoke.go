@@ -15,13 +15,14 @@ import (
 
 // Revocation. An operator revokes a tenant, or one principal of a tenant,
 // with `codexec admin revoke`, which writes the hash Keys.Revoked in the
-// state store (field: statestore.RevokedField). Every frontend reads it at most once
-// a second, on a request, and refuses each request of a revoked identity
-// with 403 before it reaches a tool. WatchRevocations, run beside the
-// frontend, reads them every second too, and cancels the jobs of a revoked
-// identity that this frontend's calls wait for (broker.CancelJob: a queued
-// job never runs, a running one is stopped): with every frontend watching,
-// every job of the identity still awaited is stopped.
+// state store (field: statestore.RevokedField). Every frontend reads it at
+// most once a second, on a request, and refuses each request of a revoked
+// identity with 403 before it reaches a tool. WatchRevocations, run beside
+// the frontend, reads them every second too, and cancels the jobs of a
+// revoked identity that this frontend's calls wait for (broker.CancelJob: a
+// queued job never runs, a running one is stopped): with every frontend
+// watching, every job of the identity still awaited is stopped. The jobs no
+// call waits for are the workers' to stop (worker/revoke.go).
 
 // revokedEvery is how often a frontend reads the revocations again.
 const revokedEvery = time.Second
