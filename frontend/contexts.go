@@ -444,11 +444,12 @@ func unknownContext(id string) *toolError {
 	return rejected("unknown context %q: this session has no context of that name (list_contexts lists them; create_context makes one)", id)
 }
 
-// withTenantContext sets req's tenant as withTenant sets a job's.
+// withTenantContext sets req's tenant and principal as withTenant sets a
+// job's.
 func withTenantContext(ctx context.Context, req *wire.ContextRequest) {
-	job := &wire.Job{Tenant: req.Tenant}
+	job := &wire.Job{Tenant: req.Tenant, Principal: req.Principal}
 	withTenant(ctx, job)
-	req.Tenant = job.Tenant
+	req.Tenant, req.Principal = job.Tenant, job.Principal
 }
 
 func contextResult(r ContextResult) *mcp.CallToolResult {

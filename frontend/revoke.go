@@ -9,25 +9,20 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 )
 
 // Revocation. An operator revokes a tenant, or one principal of a tenant,
 // with `codexec admin revoke`, which writes the hash Keys.Revoked in the
-// state store (field: RevokedField). Every frontend reads it at most once
-// a second, on a request, and refuses each request of a revoked identity
-// with 403 before it reaches a tool. WatchRevocations, run beside the
-// frontend, reads them every second too, and cancels the jobs of a revoked
-// identity that this frontend's calls wait for (broker.CancelJob: a queued
-// job never runs, a running one is stopped): with every frontend watching,
-// every job of the identity still awaited is stopped.
-
-// RevokedField is the field of Keys.Revoked that revokes principal of
-// tenant, or, with principal "", the whole tenant.
-func RevokedField(tenant, principal string) string {
-	f, _ := json.Marshal([]string{tenant, principal})
-	return string(f)
-}
+// state store (field: statestore.RevokedField). Every frontend reads it at
+// most once a second, on a request, and refuses each request of a revoked
+// identity with 403 before it reaches a tool. WatchRevocations, run beside
+// the frontend, reads them every second too, and cancels the jobs of a
+// revoked identity that this frontend's calls wait for (broker.CancelJob: a
+// queued job never runs, a running one is stopped): with every frontend
+// watching, every job of the identity still awaited is stopped. The jobs no
+// call waits for are the workers' to stop (worker/revoke.go).
 
 // revokedEvery is how often a frontend reads the revocations again.
 const revokedEvery = time.Second
@@ -36,7 +31,7 @@ const revokedEvery = time.Second
 type revocations struct {
 	mu      sync.Mutex
 	read    time.Time
-	revoked map[string][]byte
+	revoked statestore.Revocations
 }
 
 // revoked says whether id is revoked, and since when, reading the
@@ -66,12 +61,7 @@ func (f *Frontend) readRevocations(ctx context.Context) {
 // match says whether principal of tenant is revoked, and since when; rv.mu
 // is held.
 func (rv *revocations) match(tenant, principal string) (string, bool) {
-	for _, field := range []string{RevokedField(tenant, ""), RevokedField(tenant, principal)} {
-		if at, ok := rv.revoked[field]; ok {
-			return string(at), true
-		}
-	}
-	return "", false
+	return rv.revoked.Match(tenant, principal)
 }
 
 // awaited are the jobs this frontend's calls wait for, with whose they are

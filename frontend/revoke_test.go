@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/mcp"
+
+	"github.com/codexec/codexec/statestore"
 )
 
 // A principal revoked in the state store is refused by the frontend on its
@@ -22,7 +24,7 @@ func TestHTTPRevoked(t *testing.T) {
 	ctx := t.Context()
 	revoke := func(tenant, principal string) {
 		t.Helper()
-		if err := fx.f.store.HSet(ctx, fx.f.cfg.Keys.Revoked(), RevokedField(tenant, principal), []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
+		if err := fx.f.store.HSet(ctx, fx.f.cfg.Keys.Revoked(), statestore.RevokedField(tenant, principal), []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -51,7 +53,7 @@ func TestHTTPRevoked(t *testing.T) {
 	revoke("acme", "")
 	refusedSoon("alice")
 
-	if err := fx.f.store.HDel(context.Background(), fx.f.cfg.Keys.Revoked(), RevokedField("acme", ""), RevokedField("acme", "bob")); err != nil {
+	if err := fx.f.store.HDel(context.Background(), fx.f.cfg.Keys.Revoked(), statestore.RevokedField("acme", ""), statestore.RevokedField("acme", "bob")); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(10 * time.Second)
@@ -93,7 +95,7 @@ func TestRevokedPrincipalsJobsCancelled(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer stopWatch()
-	if err := fx.f.store.HSet(ctx, fx.f.cfg.Keys.Revoked(), RevokedField("acme", "alice"), []byte("now")); err != nil {
+	if err := fx.f.store.HSet(ctx, fx.f.cfg.Keys.Revoked(), statestore.RevokedField("acme", "alice"), []byte("now")); err != nil {
 		t.Fatal(err)
 	}
 	select {

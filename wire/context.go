@@ -39,6 +39,9 @@ type ContextRequest struct {
 	ID     string `json:"id"`
 	Scope  string `json:"scope"`
 	Tenant string `json:"tenant,omitempty"`
+	// Principal is who, within Tenant, sent the request: a worker ends the
+	// contexts of a revoked principal (worker/revoke.go).
+	Principal string `json:"principal,omitempty"`
 	// Code, TimeoutMS and OutputLimit are a run's.
 	Code        string `json:"code,omitempty"`
 	TimeoutMS   int64  `json:"timeout_ms,omitempty"`

@@ -545,6 +545,13 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 	}
 	reply := &wire.ContextReply{Result: res}
 	switch {
+	case errors.Is(context.Cause(jctx), errJobRevoked):
+		why := revokedMessage(req.Tenant, req.Principal)
+		res.Status, res.ExitCode, res.Limit = wire.StatusCancelled, -1, ""
+		res.Message = why + ": the call was stopped and the context ended; its variables are lost"
+		reply.Ended = why
+		h.end(c, why)
+		log.Info("context of a revoked identity ended")
 	case errors.Is(err, runner.ErrInterpEnded):
 		why := strings.TrimPrefix(err.Error(), runner.ErrInterpEnded.Error()+": ")
 		res.Status = wire.StatusError

@@ -55,6 +55,9 @@ type Worker struct {
 	workspaces scopeLocks       // one restore or snapshot of a session's directory at a time (workspaces.go)
 	uses       scopeUses        // the scopes jobs use, against collections (collect.go)
 
+	// revocations are the operator's, against the jobs that run (revoke.go).
+	revocations revocationWatch
+
 	// contexts are the sessions' live interpreters (contexts.go).
 	contexts *contextHost
 
@@ -167,6 +170,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 	if err := w.startContexts(); err != nil {
 		return fmt.Errorf("worker: contexts: %w", err)
 	}
+	w.startRevocations(ctx) // before the first job is taken
 	c, err := w.broker.Consume(ctx, w.cfg.Pool, w.cfg.Concurrency, w.handle)
 	if err != nil {
 		return fmt.Errorf("worker: consume: %w", err)
@@ -340,6 +344,7 @@ func (w *Worker) release() {
 		}
 		w.closeCgroups()
 		w.stopCollections()
+		w.stopRevocations()
 		if w.sessionFS != nil {
 			w.sessionFS.close()
 		}
@@ -454,10 +459,15 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	defer span.End()
 	jctx, stopWatch, cancelled := watch.await(ctx, w, job, log)
 	defer stopWatch()
+	jctx, stopRevokedWatch, revokedAt, revoked := w.watchRevoked(jctx, job)
+	defer stopRevokedWatch()
 	var res *wire.Result
 	if cancelled {
 		log.Info("job cancelled before it started; not running it")
 		res = w.cancelledResult(job, d.Attempt)
+	} else if revoked {
+		log.Info("job of a revoked identity; not running it", "revoked", revokedAt)
+		res = w.revokedResult(job, d.Attempt, revokedAt)
 	} else {
 		log.Info("job started", "scope", job.Scope, "kind", job.Kind, "env", job.EnvID)
 		w.load.Add(1)
@@ -467,6 +477,9 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		w.load.Add(-1)
 		if jobCancelled(jctx) {
 			markCancelled(res)
+		} else if jobRevoked(jctx) {
+			log.Info("job of a revoked identity stopped")
+			markRevoked(res, job)
 		}
 	}
 	if ctx.Err() != nil && res.Status != wire.StatusOK && res.Status != wire.StatusError {

@@ -145,7 +145,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if principal != "" {
 		who += fmt.Sprintf(", principal %q", principal)
 	}
-	field := frontend.RevokedField(tenant, principal)
+	field := statestore.RevokedField(tenant, principal)
 	if undo {
 		if err := st.HDel(ctx, adminKeys.Revoked(), field); err != nil {
 			return err
@@ -156,8 +156,7 @@ func runRevoke(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := st.HSet(ctx, adminKeys.Revoked(), field, []byte(time.Now().UTC().Format(time.RFC3339))); err != nil {
 		return err
 	}
-	fmt.Fprintf(stdout, "%s revoked: every frontend refuses its requests (403) within a second, and cancels the jobs its calls still wait for.\n", who)
-	fmt.Fprintln(stdout, "Not stopped: a job no call waits for any more (its frontend stopped before the result) runs to its end, at most its timeout.")
+	fmt.Fprintf(stdout, "%s revoked: every frontend refuses its requests (403) within a second and cancels the jobs its calls still wait for; every worker stops its running jobs and contexts, and refuses its queued jobs, within a second too.\n", who)
 	return nil
 }
 
