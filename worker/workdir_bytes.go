@@ -20,7 +20,10 @@ import (
 //
 // A report that would say what the worker said last about the same
 // directory, less than workdirRefresh ago, is not sent: most jobs change
-// nothing worth a store call.
+// nothing worth a store call. A directory without a file system of its
+// own is measured by walking it, which is on the job's path: like the disk
+// watch (watchDisk), such walks take at most a tenth of the time, so a
+// large tree is measured again only after ten times its last walk.
 
 // workdirRefresh is how long an unchanged figure goes unreported.
 const workdirRefresh = time.Minute
@@ -38,8 +41,27 @@ type workdirReport struct {
 
 // workdirReports are the worker's latest reports, by scope.
 type workdirReports struct {
-	mu   sync.Mutex
-	last map[string]workdirReport
+	mu    sync.Mutex
+	last  map[string]workdirReport
+	walks map[string]time.Time // by scope: when a measured directory may be walked again
+}
+
+// walkDue says whether scope's measured directory may be walked at now.
+func (w *workdirReports) walkDue(scope string, now time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return !now.Before(w.walks[scope])
+}
+
+// walked records a walk of scope's directory that started at and took
+// took: the next may come ten times took later.
+func (w *workdirReports) walked(scope string, at time.Time, took time.Duration) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.walks == nil || len(w.walks) >= maxWorkdirReports {
+		w.walks = map[string]time.Time{}
+	}
+	w.walks[scope] = at.Add(10 * took)
 }
 
 // due says whether r differs from what was last reported for scope, or
@@ -83,7 +105,14 @@ func (w *Worker) reportWorkdir(ctx context.Context, scope, tenant string, disk *
 	if !ok {
 		return
 	}
-	r := workdirReport{tenant: tenant, bytes: disk.usage(cwd), at: time.Now()}
+	now := time.Now()
+	if disk == nil && !w.workdirs.walkDue(scope, now) {
+		return
+	}
+	r := workdirReport{tenant: tenant, bytes: disk.usage(cwd), at: now}
+	if disk == nil {
+		w.workdirs.walked(scope, now, time.Since(now))
+	}
 	if !w.workdirs.due(scope, r) {
 		return
 	}

@@ -85,3 +85,22 @@ func TestWorkerReportsWorkdirBytes(t *testing.T) {
 		t.Fatalf("a batch job's directory was recorded: %d bytes", got)
 	}
 }
+
+// A measured directory (no file system of its own) is walked on the job's
+// path: after a walk that took d, the next comes no sooner than 10·d
+// later, as the disk watch's walks, so a large tree costs its jobs at most
+// a tenth of their time.
+func TestMeasuredWorkdirWalkedAtMostATenthOfTheTime(t *testing.T) {
+	var r workdirReports
+	t0 := time.Unix(1_000_000, 0)
+	if !r.walkDue("s", t0) {
+		t.Fatal("a directory never walked is not due")
+	}
+	r.walked("s", t0, 30*time.Millisecond)
+	if r.walkDue("s", t0.Add(299*time.Millisecond)) {
+		t.Fatal("walked again within ten times its last walk's 30 ms")
+	}
+	if !r.walkDue("s", t0.Add(300*time.Millisecond)) || !r.walkDue("other", t0) {
+		t.Fatal("not due once ten times the walk has passed, or another scope held back")
+	}
+}
