@@ -22,6 +22,7 @@ var layers = map[string]int{
 	"internal/lifecycle": 0,
 	"internal/units":     0,
 	"internal/connlimit": 0, // the HTTP listener's bound on connections
+	"internal/mountinfo": 0, // /proc/<pid>/mountinfo fields
 	"internal/archtest":  0, // this test
 
 	// 1: the wire vocabulary, the state store, mechanisms with one job each.

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/codexec/codexec/internal/mountinfo"
 )
 
 // workerLeaf is the v2 cgroup, next to codexec/, that Detect moves the
@@ -266,30 +268,13 @@ func parseMountinfo(r io.Reader) ([]mount, error) {
 			continue
 		}
 		mounts = append(mounts, mount{
-			root:   unescape(fields[3]),
-			point:  unescape(fields[4]),
+			root:   mountinfo.Unescape(fields[3]),
+			point:  mountinfo.Unescape(fields[4]),
 			fstype: fstype,
 			opts:   strings.Split(fields[sep+3], ","),
 		})
 	}
 	return mounts, sc.Err()
-}
-
-// unescape undoes mountinfo's octal escapes of space, tab, newline and
-// backslash ("\040").
-func unescape(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // parseMemberships parses /proc/self/cgroup: "id:controllers:path" lines.

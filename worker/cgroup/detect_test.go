@@ -72,11 +72,3 @@ func TestParseErrors(t *testing.T) {
 		t.Error("parseMemberships accepted a malformed line")
 	}
 }
-
-func TestUnescape(t *testing.T) {
-	for in, want := range map[string]string{`a\040b`: "a b", `a\134b`: `a\b`, `end\04`: `end\04`, `\011`: "\t", `plain`: "plain"} {
-		if got := unescape(in); got != want {
-			t.Errorf("unescape(%q) = %q, want %q", in, got, want)
-		}
-	}
-}

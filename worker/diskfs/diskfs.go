@@ -15,6 +15,8 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/codexec/codexec/internal/mountinfo"
 )
 
 // Work is the name of the job's directory at the root of a file system.
@@ -365,7 +367,7 @@ func mountedFrom(dir, image string) (bool, error) {
 	for sc.Scan() {
 		// id parent major:minor root mountpoint options ... - fstype source superoptions
 		fields := strings.Fields(sc.Text())
-		if len(fields) < 5 || unescape(fields[4]) != dir {
+		if len(fields) < 5 || mountinfo.Unescape(fields[4]) != dir {
 			continue
 		}
 		for i, fld := range fields {
@@ -386,16 +388,9 @@ func MountsUnder(dir string) ([]string, error) {
 	if err != nil {
 		return nil, fmt.Errorf("diskfs: %w", err)
 	}
-	var out []string
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(nil, 1<<20)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) >= 5 {
-			if p := unescape(fields[4]); strings.HasPrefix(p, dir+"/") {
-				out = append(out, p)
-			}
-		}
+	out, err := mountinfo.Under(bytes.NewReader(data), dir)
+	if err != nil {
+		return nil, fmt.Errorf("diskfs: %w", err)
 	}
 	// Deeper paths are longer: reverse order of length is deepest first.
 	slices.SortFunc(out, func(a, b string) int {
@@ -404,7 +399,7 @@ func MountsUnder(dir string) ([]string, error) {
 		}
 		return strings.Compare(a, b)
 	})
-	return slices.Compact(out), sc.Err()
+	return slices.Compact(out), nil
 }
 
 // IsMountPoint says whether dir (absolute, no links) is a mount point.
@@ -414,7 +409,7 @@ func IsMountPoint(dir string) (bool, error) {
 		return false, fmt.Errorf("diskfs: %w", err)
 	}
 	for _, line := range strings.Split(string(data), "\n") {
-		if fields := strings.Fields(line); len(fields) >= 5 && unescape(fields[4]) == dir {
+		if fields := strings.Fields(line); len(fields) >= 5 && mountinfo.Unescape(fields[4]) == dir {
 			return true, nil
 		}
 	}
@@ -439,23 +434,4 @@ func backing(name string) string {
 		return ""
 	}
 	return strings.TrimSuffix(string(b), "\n")
-}
-
-// unescape undoes mountinfo's octal escapes (\040 for a space).
-func unescape(s string) string {
-	if !strings.Contains(s, `\`) {
-		return s
-	}
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+3 < len(s) {
-			if n, err := strconv.ParseUint(s[i+1:i+4], 8, 8); err == nil {
-				b.WriteByte(byte(n))
-				i += 3
-				continue
-			}
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
