@@ -145,4 +145,8 @@ type ZygoteInfo struct {
 	Failed    map[string]string
 	// ImportTime is what the preloads cost; StartTime the whole start.
 	ImportTime, StartTime time.Duration
+	// Keeper says whether a job's process leaves its address space to a
+	// keeper when it ends, so that its exit is quick (zygote.py:
+	// _keep_address_space; x86-64 only).
+	Keeper bool
 }

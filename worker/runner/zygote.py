@@ -69,6 +69,7 @@ except Exception:  # an interpreter without ctypes: jobs outlive a killed zygote
     _libc = _prctl = None
 _PR_SET_PDEATHSIG = 1
 _PR_SET_DUMPABLE = 4
+_PR_SET_CHILD_SUBREAPER = 36
 _PR_SET_NO_NEW_PRIVS = 38
 _PR_SET_SECCOMP, _SECCOMP_MODE_FILTER = 22, 2
 _CLONE_NEWNS = 0x00020000
@@ -88,6 +89,8 @@ try:
     from importlib.machinery import SourceFileLoader as _SourceFileLoader
 except ImportError:
     _SourceFileLoader = None
+
+_KEEPER = None  # _keeper(), made by _main
 
 # Rich output: richout.py, whose source the worker sets as _RICHOUT_SOURCE in
 # a line before this file's (zygote.go), compiled once by _main and called
@@ -228,6 +231,67 @@ def _spawn_init(fd):
     """Start the small init (vfork and exec: the interpreter is not
     copied); in a new PID namespace it is that namespace's pid 1."""
     return os.posix_spawn('/proc/self/fd/%d' % fd, ['codexec-init'], {})
+
+
+# The keeper (_keep_address_space), as x86-64 machine code:
+#   loop: mov eax, 34 (pause); syscall; jmp loop
+_KEEPER_X86_64 = bytes.fromhex('b8220000000f05ebf7')
+_CLONE_VM = 0x100
+_PROT_READ, _PROT_EXEC = 1, 4
+
+
+def _keeper():
+    """(code, stack top) for _keep_address_space, made once in the zygote
+    (every job inherits them): the keeper's code in a page of its own,
+    read and execute only, and a stack. None where there is no keeper (not
+    x86-64, no ctypes): a job's exit then tears its address space down on
+    the job's path, as it always did."""
+    if _libc is None or os.uname().machine != 'x86_64' or not hasattr(_libc, 'close_range'):
+        return None
+    try:
+        import mmap
+        page = mmap.PAGESIZE
+        code = mmap.mmap(-1, page)
+        code.write(_KEEPER_X86_64)
+        addr = ctypes.addressof(ctypes.c_char.from_buffer(code))
+        if _libc.mprotect(ctypes.c_void_p(addr), page, _PROT_READ | _PROT_EXEC) != 0:
+            return None
+        stack = mmap.mmap(-1, 4 * page)
+        top = ctypes.addressof(ctypes.c_char.from_buffer(stack)) + 4 * page - 64
+        fn = ctypes.cast(addr, ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p))
+        return fn, top, (code, stack)  # the maps stay referenced: never unmapped
+    except Exception:
+        return None
+
+
+def _keep_address_space():
+    """Leave the job's address space to a keeper, so that this process's
+    exit is quick: a process whose memory no other process shares tears it
+    down (a forked interpreter's whole page tables, 1 to 3 ms here) before
+    its parent hears that it exited, which put that teardown between the
+    job's last output and its result. The keeper is a process made with
+    clone(CLONE_VM) that shares this address space and runs four
+    instructions of machine code (_KEEPER_X86_64), never Python: it waits
+    with every signal blocked, so only SIGKILL ends it, and the teardown is
+    its exit's. It dies with the job's group or PID namespace, which the
+    zygote kills once it has the job's status (reap, finish), so after the
+    result is on its way. It holds no descriptor (close_range below), runs
+    as the job's uid under the job's system-call filter, in its cgroups
+    and namespaces, and is made after the job's code and its shutdown ran:
+    the job never sees it. Where it cannot be made (no keeper, the job's
+    process limit reached) the exit is as before."""
+    if _KEEPER is None:
+        return
+    fn, top, _ = _KEEPER
+    try:
+        _libc.close_range(3, 0xFFFFFFFF, 0)
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
+        try:
+            _libc.clone(fn, ctypes.c_void_p(top), _CLONE_VM | int(signal.SIGCHLD), None)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+    except BaseException:
+        pass
 
 
 def _threads():
@@ -678,7 +742,7 @@ class _Zygote:
 
 def _spare_main(z, sock):
     code = 126
-    received = False
+    received = done = False
     try:
         job_sock = _prepare_child(z, sock)
         msg, fds = _receive_job(job_sock, 3 if z.nethome is None else 4)
@@ -692,10 +756,13 @@ def _spare_main(z, sock):
         if _richout is not None:
             _richout.job_start()
         code, interrupted = _run_main(req['script'])
+        done = True
         if interrupted:
             # Like CPython: an uncaught KeyboardInterrupt ends the process by
             # SIGINT, so its parent sees the signal.
             signal.signal(signal.SIGINT, signal.SIG_DFL)
+            _close_std()
+            _keep_address_space()
             os.kill(os.getpid(), signal.SIGINT)
     except _NoJob:
         os._exit(0)
@@ -708,12 +775,18 @@ def _spare_main(z, sock):
         if received:
             # Output is flushed; closing it now lets the worker see the end
             # of it without waiting for this process's teardown.
-            for fd in (0, 1, 2):
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
+            _close_std()
+        if done:
+            _keep_address_space()
         os._exit(code)
+
+
+def _close_std():
+    for fd in (0, 1, 2):
+        try:
+            os.close(fd)
+        except OSError:
+            pass
 
 
 class _NoJob(Exception):
@@ -1445,6 +1518,15 @@ def _main():
         # Each job mounts a /proc of its own PID namespace; this one is the
         # zygote's, hidden from other uids all the same.
         _mount('proc', '/proc', 'proc', _MS_REMOUNT | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+    global _KEEPER
+    _KEEPER = _keeper()
+    if sandbox is None and _prctl is not None:
+        # What a job leaves behind (its keeper, what it started) comes to
+        # the zygote when the job's process ends, and reap() collects it;
+        # not to the worker's namespace's init, which may be a process
+        # that never reaps (the worker itself, as a container's pid 1).
+        # In a sandbox the zygote is its PID namespace's init already.
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     z = _Zygote(ctl, sandbox)
     t0 = time.monotonic()
     loaded, failed = z.preload(cfg.get('preload') or [])
@@ -1455,6 +1537,7 @@ def _main():
     _send(ctl, {
         'op': 'ready', 'pid': z.pid, 'python': '%d.%d.%d' % sys.version_info[:3],
         'preloaded': loaded, 'failed': failed, 'threads': threads, 'import_ms': round(import_ms, 1),
+        'keeper': _KEEPER is not None,
     })
     if threads:
         # Forking now could copy a lock that another thread holds.

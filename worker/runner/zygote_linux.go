@@ -187,6 +187,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	z.info = ZygoteInfo{
 		PID: hostPID, Version: ready.Python, Preloaded: ready.Preloaded, Failed: ready.Failed,
 		ImportTime: time.Duration(ready.ImportMS * float64(time.Millisecond)), StartTime: time.Since(began),
+		Keeper: ready.Keeper,
 	}
 	go z.readLoop()
 	return z, nil

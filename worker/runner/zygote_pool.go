@@ -388,7 +388,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 			info := z.Info()
 			attrs := []any{"python", e.python, "pid", info.PID, "version", info.Version,
 				"preloaded", len(info.Preloaded), "import_ms", info.ImportTime.Milliseconds(),
-				"start_ms", time.Since(began).Milliseconds(), "rss_bytes", z.RSS()}
+				"start_ms", time.Since(began).Milliseconds(), "rss_bytes", z.RSS(), "keeper", info.Keeper}
 			if len(info.Failed) > 0 {
 				attrs = append(attrs, "failed", info.Failed)
 			}

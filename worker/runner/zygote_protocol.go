@@ -34,6 +34,7 @@ type zygoteMsg struct {
 	Failed    map[string]string `json:"failed"`
 	Threads   []string          `json:"threads"`
 	ImportMS  float64           `json:"import_ms"`
+	Keeper    bool              `json:"keeper"`
 }
 
 // zygoteRequest is a run request. It travels with three descriptors
