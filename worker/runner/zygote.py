@@ -345,6 +345,7 @@ class _Zygote:
         self.nspares = 1 if sandbox is None else _spares(sandbox)
         self.spare_failed = False
         self.cgroup_dirs = []  # learn_cgroup_dirs
+        self.last_run = None  # the last run request, for the rehearsals
         # Network namespaces per session (session_netns): the zygote's own
         # network namespace, to return to after making one, and session ->
         # [namespace descriptor, last use]. None: each spare makes one of
@@ -416,6 +417,7 @@ class _Zygote:
                 self.spare_failed = spare is None
                 if spare is not None:
                     self.spares.append(spare)
+                    self.rehearse()
                 continue
             self.spare_failed = False
             for fd, _ in events:
@@ -431,6 +433,33 @@ class _Zygote:
                         self.shutdown()
                 else:
                     self.report(fd)
+
+    def rehearse(self):
+        """Copy ahead the pages that handling a run request writes. A fork
+        shares every page of the zygote with the spare, copy-on-write: the
+        zygote's first write to each after the fork copies it (a fault and
+        4 KiB), and handling a request writes a few hundred (reference
+        counts, the allocator's pools, the frame stack), which put about
+        0.35 ms on the next job's path, against 0.04 ms with no fork since
+        (json.loads and json.dumps of a request, measured here). So after
+        each fork the zygote goes through the last request it had once
+        more, acting on nothing: decoded, and its answers encoded and sent
+        nowhere."""
+        msg = self.last_run
+        if msg is None:
+            return
+        try:
+            req = json.loads(msg)
+            jid = req.get('id')
+            c = req.get('confine')
+            if isinstance(c, dict):
+                c.get('session')
+            json.dumps({'op': 'started', 'id': jid, 'pid': self.pid}, separators=(',', ':')).encode()
+            json.dumps({'op': 'exited', 'id': jid, 'status': 0}, separators=(',', ':')).encode()
+            struct.pack('4i', 0, 1, 2, 3)
+            time.monotonic()
+        except Exception:
+            pass
 
     def idle(self):
         # A context waits for its next call most of its life: it does not
@@ -521,6 +550,7 @@ class _Zygote:
                     _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
                     self.learn_cgroup_dirs(req)
+                    self.last_run = msg
                     self.run(jid, msg, fds, req)
             elif op == 'kill':
                 self.kill(req.get('id'))
@@ -846,7 +876,45 @@ def _prepare_child(z, sock):
                 _enter_pid_namespace(report)  # returns in the namespace's init only
             _fork_job_process(report)  # returns in the job's process only
     gc.enable()
+    _rehearse_job(z.last_run)
     return report
+
+
+def _rehearse_job(msg):
+    """Copy ahead, while the spare waits, pages that the job's own steps
+    write (as the zygote's rehearse does for its part): the spare shares
+    every page with the zygote, copy-on-write, and a forked interpreter's
+    first writes to a page (reference counts, the allocator's pools) copy
+    it, a few hundred of them on the way from the request to the job's
+    first line and after its last. Goes through the last request the zygote
+    had, side-effect free: decoded, its environment and script path read,
+    a module like the job's made, a statement compiled and run in it, the
+    standard streams flushed (they hold nothing yet)."""
+    if msg is None:
+        return
+    try:
+        req = json.loads(msg)
+        env = {}
+        for kv in req.get('env') or ():
+            name, sep, value = kv.partition('=')
+            if name and sep:
+                env[name] = value
+        for name in os.environ:
+            env.get(name) == os.environ.get(name)
+        path = req.get('script')
+        if not isinstance(path, str):
+            return
+        os.path.dirname(os.path.realpath(path))
+        d = type(sys)('__main__').__dict__
+        for name in _MAIN_NAMES:
+            d.get(name)
+        exec(compile(b'pass\n', path, 'exec', dont_inherit=True), d)
+        d.clear()
+        sys.modules.get('numpy.random')
+        sys.modules.get('threading')
+        _flush_std()
+    except Exception:
+        pass
 
 
 def _receive_job(sock, nfds):
