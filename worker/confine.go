@@ -204,26 +204,49 @@ type cgroupPool struct {
 	m    *cgroup.Manager
 	max  int
 	mu   sync.Mutex
-	free []*cgroup.Group
+	free []freeGroup
 	made int
 }
 
-func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, error) {
+// freeGroup is an empty group of the pool, with its counters as they were
+// once it was emptied: nothing runs in it until its next job, so they are
+// that job's base, read off the job's path (the release after a job runs
+// beside its result's way back). Only a job process that joins its group
+// after its run returned (a start cut short) could move them meanwhile;
+// get kills it and reads them again when it finds one.
+type freeGroup struct {
+	g    *cgroup.Group
+	base cgroup.Usage
+}
+
+// get returns a group with limits l for a job, and its counters now (the
+// base its job's usage is counted from).
+func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, cgroup.Usage, error) {
 	p.mu.Lock()
-	var g *cgroup.Group
+	var f freeGroup
 	if n := len(p.free); n > 0 {
-		g, p.free = p.free[n-1], p.free[:n-1]
+		f, p.free = p.free[n-1], p.free[:n-1]
 	}
 	p.made++
 	name := fmt.Sprintf("job-%d", p.made)
 	p.mu.Unlock()
-	if g != nil {
-		if err := g.Reset(l); err == nil {
-			return g, nil
+	if f.g != nil {
+		found, err := f.g.ResetFound(l)
+		if err == nil {
+			if found {
+				// Something joined it after it was emptied (and is killed
+				// now): its counters may have moved.
+				f.base = f.g.Usage()
+			}
+			return f.g, f.base, nil
 		}
-		_ = g.Remove()
+		_ = f.g.Remove()
 	}
-	return p.m.New(name, l)
+	g, err := p.m.New(name, l)
+	if err != nil {
+		return nil, cgroup.Usage{}, err
+	}
+	return g, g.Usage(), nil
 }
 
 // put takes g back after its job, killing what is left in it; a group that
@@ -232,9 +255,10 @@ func (p *cgroupPool) put(g *cgroup.Group) error {
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
 	}
+	base := g.Usage()
 	p.mu.Lock()
 	if len(p.free) < p.max {
-		p.free = append(p.free, g)
+		p.free = append(p.free, freeGroup{g: g, base: base})
 		p.mu.Unlock()
 		return nil
 	}
@@ -259,11 +283,11 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 			Session: job.Scope,
 		}
 		if w.cgroups != nil {
-			g, err := w.cgroupPool.get(cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})
+			g, base, err := w.cgroupPool.get(cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})
 			if err != nil {
 				return nil, fmt.Errorf("job cgroup: %w", err)
 			}
-			jl.pool, jl.group, jl.base = w.cgroupPool, g, g.Usage()
+			jl.pool, jl.group, jl.base = w.cgroupPool, g, base
 			c.Cgroups, c.Unmount = g.ProcsFiles(), w.cgroups.Dirs()
 		}
 		spec.Confine = c

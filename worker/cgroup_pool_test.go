@@ -1,0 +1,106 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/codexec/codexec/worker/cgroup"
+)
+
+var poolSerial atomic.Int64
+
+// newCgroupPool is a pool of job groups under a manager of the test's own.
+func newCgroupPool(t *testing.T) *cgroupPool {
+	t.Helper()
+	m, err := cgroup.Detect(fmt.Sprintf("t%d-pool%d", os.Getpid(), poolSerial.Add(1)))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cgroups not usable here: %v", err)
+		}
+		t.Skipf("cgroups not usable here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return &cgroupPool{m: m, max: 2}
+}
+
+// runInGroup runs python code in g (a shell joins g, then becomes python)
+// and returns how it ended.
+func runInGroup(t *testing.T, g *cgroup.Group, code string) *os.ProcessState {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	join := ""
+	for _, f := range g.ProcsFiles() {
+		join += "echo 0 > " + strconv.Quote(f) + " && "
+	}
+	cmd := exec.Command("/bin/sh", "-c", join+`exec "$@"`, "sh", py, "-c", code)
+	_ = cmd.Run()
+	return cmd.ProcessState
+}
+
+// A reused group's counters are read when it goes back to the pool, and
+// its next job's usage is counted from them: an OOM kill of one job is
+// not the next job's, and the next job's own is counted.
+func TestCgroupPoolCountsEachJobFromItsStart(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	hog := "chunks = []\nfor _ in range(200):\n    chunks.append(b'x' * (1 << 20))"
+	tight := cgroup.Limits{MemoryBytes: 48 << 20, Pids: 8}
+
+	g, base, err := p.get(tight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &jobLimits{group: g, base: base}
+	if st := runInGroup(t, g, hog); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("first job ended %v, want the OOM kill", st)
+	}
+	if u := first.usage(); u.OOMKills < 1 {
+		t.Fatalf("first job's usage %+v, want its OOM kill", u)
+	}
+	if err := p.put(g); err != nil {
+		t.Fatal(err)
+	}
+
+	g2, base, err := p.get(cgroup.Limits{MemoryBytes: 256 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2 != g {
+		t.Fatalf("the pool made a new group instead of reusing its free one")
+	}
+	second := &jobLimits{group: g2, base: base}
+	if st := runInGroup(t, g2, "x = b'x' * (64 << 20)\nprint('fine')"); !st.Success() {
+		t.Fatalf("second job ended %v", st)
+	}
+	if u := second.usage(); u.OOMKills != 0 || u.PidsMaxHits != 0 {
+		t.Fatalf("second job's usage %+v, want none of the first job's", u)
+	}
+	if err := p.put(g2); err != nil {
+		t.Fatal(err)
+	}
+
+	g3, base, err := p.get(tight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	third := &jobLimits{group: g3, base: base}
+	runInGroup(t, g3, hog)
+	if u := third.usage(); u.OOMKills != 1 {
+		t.Fatalf("third job's usage %+v, want its own OOM kill", u)
+	}
+	if err := p.put(g3); err != nil {
+		t.Fatal(err)
+	}
+}
