@@ -29,7 +29,7 @@ func newCgroupPool(t *testing.T) *cgroupPool {
 			t.Errorf("Close: %v", err)
 		}
 	})
-	return &cgroupPool{m: m, max: 2}
+	return &cgroupPool{m: m, max: 2, keepLimits: true}
 }
 
 // runInGroup runs python code in g (a shell joins g, then becomes python)
@@ -51,7 +51,8 @@ func runInGroup(t *testing.T, g *cgroup.Group, code string) *os.ProcessState {
 
 // A reused group's counters are read when it goes back to the pool, and
 // its next job's usage is counted from them: an OOM kill of one job is
-// not the next job's, and the next job's own is counted.
+// not the next job's, and the next job's own is counted. Each job gets its
+// own limits, whether they are written again or kept from the last job.
 func TestCgroupPoolCountsEachJobFromItsStart(t *testing.T) {
 	t.Parallel()
 	p := newCgroupPool(t)
@@ -69,11 +70,12 @@ func TestCgroupPoolCountsEachJobFromItsStart(t *testing.T) {
 	if u := first.usage(); u.OOMKills < 1 {
 		t.Fatalf("first job's usage %+v, want its OOM kill", u)
 	}
-	if err := p.put(g); err != nil {
+	if err := p.put(g, tight); err != nil {
 		t.Fatal(err)
 	}
 
-	g2, base, err := p.get(cgroup.Limits{MemoryBytes: 256 << 20})
+	loose := cgroup.Limits{MemoryBytes: 256 << 20}
+	g2, base, err := p.get(loose)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,20 +89,28 @@ func TestCgroupPoolCountsEachJobFromItsStart(t *testing.T) {
 	if u := second.usage(); u.OOMKills != 0 || u.PidsMaxHits != 0 {
 		t.Fatalf("second job's usage %+v, want none of the first job's", u)
 	}
-	if err := p.put(g2); err != nil {
+	if err := p.put(g2, loose); err != nil {
 		t.Fatal(err)
 	}
 
-	g3, base, err := p.get(tight)
-	if err != nil {
-		t.Fatal(err)
-	}
-	third := &jobLimits{group: g3, base: base}
-	runInGroup(t, g3, hog)
-	if u := third.usage(); u.OOMKills != 1 {
-		t.Fatalf("third job's usage %+v, want its own OOM kill", u)
-	}
-	if err := p.put(g3); err != nil {
-		t.Fatal(err)
+	// Back to the tight limits, written again; then the same once more,
+	// which the group keeps from its last job.
+	for i := 3; i <= 4; i++ {
+		g, base, err := p.get(tight)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jl := &jobLimits{group: g, base: base}
+		runInGroup(t, g, hog)
+		if u := jl.usage(); u.OOMKills != 1 {
+			t.Fatalf("job %d's usage %+v, want its own OOM kill", i, u)
+		}
+		st := runInGroup(t, g, "import os\npids = [os.fork() for _ in range(12)]")
+		if st.Success() || jl.usage().PidsMaxHits < 1 {
+			t.Fatalf("job %d forked past its process limit: %v, usage %+v", i, st, jl.usage())
+		}
+		if err := p.put(g, tight); err != nil {
+			t.Fatal(err)
+		}
 	}
 }

@@ -183,6 +183,9 @@ func (g *Group) Usage() Usage { return g.l.usage() }
 // empty after a short while.
 func (g *Group) Kill() error { return g.l.kill() }
 
+// KillFound is Kill, and reports whether the group held processes.
+func (g *Group) KillFound() (bool, error) { return g.l.killFound() }
+
 // Remove kills the group's processes and removes the group. Removing a
 // removed group does nothing.
 func (g *Group) Remove() error { return g.l.remove() }
