@@ -169,6 +169,7 @@ func (b *Broker) setup(ctx context.Context) error {
 		Description: "codexec results by job id",
 		History:     1,
 		TTL:         b.cfg.Retention,
+		RePublish:   resultsRepublish,
 	}))
 	if err != nil {
 		return fmt.Errorf("broker: create bucket %s: %w", wire.ResultsBucket, err)
@@ -774,22 +775,24 @@ func (b *Broker) DeleteJobRecord(ctx context.Context, jobID string) error {
 // WaitResult returns the result for jobID as soon as it exists, which may
 // be at once; when ctx ends first it returns ctx.Err() unwrapped.
 //
-// It subscribes to the key's subject, then reads the key: a result stored
-// before the subscription took effect is found by the read, one stored
-// after it arrives as a message. No consumer is created per call. A message
-// is the put as a worker published it, which subscribers may see before the
-// bucket has stored it, so WaitResult reads the key once more and prefers
-// what the bucket holds (a message can also be a create-only put that lost
-// to another worker's); when the bucket has nothing yet, the message is the
-// first put to arrive and its result is returned. In case a message is
-// missed all the same (interest still propagating through a NATS cluster,
-// a reconnect), the key is read again after a while, at growing intervals.
+// It subscribes to the subject the results bucket republishes jobID's key
+// on (resultsRepublish), then reads the key: a result stored before the
+// subscription took effect is found by the read, one stored after it
+// arrives as a message. No consumer is created per call. The server
+// republishes a put only once the bucket has stored it, so a message is
+// the key's value: a create-only put that lost to another worker's, which
+// subscribers of the key's own subject would see too, is never
+// republished, and the message is returned without reading the key again.
+// In case a message is missed all the same (interest still propagating
+// through a NATS cluster, a reconnect, a bucket whose configuration a
+// process of an earlier version wrote back without the republishing), the
+// key is read again after a while, at growing intervals.
 func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, error) {
 	if !idRe.MatchString(jobID) {
 		return nil, fmt.Errorf("broker: wait result: invalid job id %q", jobID)
 	}
 	msgs := make(chan *nats.Msg, 4)
-	sub, err := b.nc.Subscribe(resultSubject(jobID), func(m *nats.Msg) {
+	sub, err := b.nc.Subscribe(storedResultSubject(jobID), func(m *nats.Msg) {
 		select {
 		case msgs <- m:
 		default: // enough of them queued already
@@ -843,9 +846,6 @@ func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, er
 			if op := m.Header.Get(kvOperationHeader); op != "" && op != "PUT" {
 				continue // a delete or purge: read the key again
 			}
-			if r, done, err := read(); done {
-				return r, err
-			}
 			return b.decodeResult(ctx, jobID, m.Data)
 		case <-timer.C:
 			recheck = min(2*recheck, waitRecheckMax)
@@ -853,6 +853,23 @@ func (b *Broker) WaitResult(ctx context.Context, jobID string) (*wire.Result, er
 		}
 	}
 }
+
+// resultsRepublish makes the results bucket republish every result it
+// stores (a key of one token: a job id, not a "job.<id>" record) on
+// storedResultSubject, once stored: WaitResult's wake-up, which needs no
+// read of the key to tell a stored result from a refused put.
+var resultsRepublish = &jetstream.RePublish{
+	Source:      "$KV." + wire.ResultsBucket + ".*",
+	Destination: storedResultsPre + "{{wildcard(1)}}",
+}
+
+// storedResultsPre begins the subjects results are republished on. It lies
+// outside every stream's subjects.
+const storedResultsPre = "codexec.results.stored."
+
+// storedResultSubject is the subject the results bucket republishes jobID's
+// result on.
+func storedResultSubject(jobID string) string { return storedResultsPre + jobID }
 
 // kvOperationHeader marks deletes and purges in a key-value bucket.
 const kvOperationHeader = "KV-Operation"
@@ -866,9 +883,6 @@ const (
 	waitRecheckMin = 500 * time.Millisecond
 	waitRecheckMax = 5 * time.Second
 )
-
-// resultSubject is the subject of jobID's key in the results bucket.
-func resultSubject(jobID string) string { return "$KV." + wire.ResultsBucket + "." + jobID }
 
 func (b *Broker) decodeResult(ctx context.Context, jobID string, data []byte) (*wire.Result, error) {
 	var sr storedResult

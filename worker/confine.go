@@ -68,7 +68,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 			w.log.Warn("no cgroups: memory and process limits fall back to rlimits (per process)", "reason", err)
 		} else {
 			w.cgroups = cg
-			w.cgroupPool = &cgroupPool{m: cg, max: 2 * w.cfg.Concurrency}
+			w.cgroupPool = &cgroupPool{m: cg, max: 2 * w.cfg.Concurrency, keepLimits: !w.box.Rootless()}
 		}
 	}
 	if w.box != nil {
@@ -181,11 +181,12 @@ func (w *Worker) sessionDirsAt(cwd, scope string) (_, scripts string, uid int, e
 // jobLimits is what confines one execution job besides the sandbox: its
 // cgroup, if the worker has cgroups, and the disk watch.
 type jobLimits struct {
-	set   limits.Set
-	pool  *cgroupPool
-	group *cgroup.Group
-	base  cgroup.Usage // the group's counters when the job started
-	after func()       // called once the group is empty (a GPU lease's release)
+	set    limits.Set
+	pool   *cgroupPool
+	group  *cgroup.Group
+	limits cgroup.Limits // the group's
+	base   cgroup.Usage  // the group's counters when the job started
+	after  func()        // called once the group is empty (a GPU lease's release)
 }
 
 // usage is what the kernel counted for this job in its cgroup.
@@ -204,37 +205,74 @@ type cgroupPool struct {
 	m    *cgroup.Manager
 	max  int
 	mu   sync.Mutex
-	free []*cgroup.Group
+	free []freeGroup
 	made int
+	// keepLimits lets a group keep the limits its last job had when the
+	// next job has the same, rather than write them again: only root can
+	// change them (the worker runs as root, its jobs as other uids), so
+	// they are what was written. A rootless worker's jobs run as its own
+	// uid, the owner of its groups' files: it writes them for every job.
+	keepLimits bool
 }
 
-func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, error) {
+// freeGroup is an empty group of the pool, with its counters as they were
+// once it was emptied: nothing runs in it until its next job, so they are
+// that job's base, read off the job's path (the release after a job runs
+// beside its result's way back). Only a job process that joins its group
+// after its run returned (a start cut short) could move them meanwhile;
+// get kills it and reads them again when it finds one.
+type freeGroup struct {
+	g      *cgroup.Group
+	base   cgroup.Usage
+	limits cgroup.Limits // written for its last job
+}
+
+// get returns a group with limits l for a job, and its counters now (the
+// base its job's usage is counted from).
+func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, cgroup.Usage, error) {
 	p.mu.Lock()
-	var g *cgroup.Group
+	var f freeGroup
 	if n := len(p.free); n > 0 {
-		g, p.free = p.free[n-1], p.free[:n-1]
+		f, p.free = p.free[n-1], p.free[:n-1]
 	}
 	p.made++
 	name := fmt.Sprintf("job-%d", p.made)
 	p.mu.Unlock()
-	if g != nil {
-		if err := g.Reset(l); err == nil {
-			return g, nil
+	if f.g != nil {
+		var found bool
+		var err error
+		if p.keepLimits && f.limits == l {
+			found, err = f.g.KillFound()
+		} else {
+			found, err = f.g.ResetFound(l)
 		}
-		_ = g.Remove()
+		if err == nil {
+			if found {
+				// Something joined it after it was emptied (and is killed
+				// now): its counters may have moved.
+				f.base = f.g.Usage()
+			}
+			return f.g, f.base, nil
+		}
+		_ = f.g.Remove()
 	}
-	return p.m.New(name, l)
+	g, err := p.m.New(name, l)
+	if err != nil {
+		return nil, cgroup.Usage{}, err
+	}
+	return g, g.Usage(), nil
 }
 
 // put takes g back after its job, killing what is left in it; a group that
 // cannot be emptied, or one too many, is removed.
-func (p *cgroupPool) put(g *cgroup.Group) error {
+func (p *cgroupPool) put(g *cgroup.Group, l cgroup.Limits) error {
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
 	}
+	base := g.Usage()
 	p.mu.Lock()
 	if len(p.free) < p.max {
-		p.free = append(p.free, g)
+		p.free = append(p.free, freeGroup{g: g, base: base, limits: l})
 		p.mu.Unlock()
 		return nil
 	}
@@ -259,11 +297,12 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 			Session: job.Scope,
 		}
 		if w.cgroups != nil {
-			g, err := w.cgroupPool.get(cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs})
+			l := cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs}
+			g, base, err := w.cgroupPool.get(l)
 			if err != nil {
 				return nil, fmt.Errorf("job cgroup: %w", err)
 			}
-			jl.pool, jl.group, jl.base = w.cgroupPool, g, g.Usage()
+			jl.pool, jl.group, jl.base, jl.limits = w.cgroupPool, g, base, l
 			c.Cgroups, c.Unmount = g.ProcsFiles(), w.cgroups.Dirs()
 		}
 		spec.Confine = c
@@ -317,7 +356,7 @@ func uidProcesses(uid int) int {
 // release gives the job's cgroup back, killing whatever is left in it.
 func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 	if jl.group != nil {
-		if err := jl.pool.put(jl.group); err != nil {
+		if err := jl.pool.put(jl.group, jl.limits); err != nil {
 			log.Warn("job cgroup not emptied", "err", err)
 		}
 	}

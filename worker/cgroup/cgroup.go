@@ -118,13 +118,21 @@ func (m *Manager) New(job string, l Limits) (*Group, error) {
 // group) costs more CPU than a small job. Counters (Usage) keep counting:
 // compare them with their value at the job's start.
 func (g *Group) Reset(l Limits) error {
+	_, err := g.ResetFound(l)
+	return err
+}
+
+// ResetFound is Reset, and reports whether the group still held
+// processes, which Reset killed: the group's counters may have moved since
+// it was last emptied.
+func (g *Group) ResetFound(l Limits) (found bool, err error) {
 	if l.MemoryBytes < 0 || l.Pids < 0 {
-		return fmt.Errorf("cgroup: negative limit in %+v", l)
+		return false, fmt.Errorf("cgroup: negative limit in %+v", l)
 	}
-	if err := g.l.kill(); err != nil {
-		return err
+	if found, err = g.l.killFound(); err != nil {
+		return found, err
 	}
-	return g.l.resetLimits(l)
+	return found, g.l.resetLimits(l)
 }
 
 // Sub returns u less base, counter by counter (MemoryPeak is u's).
@@ -174,6 +182,9 @@ func (g *Group) Usage() Usage { return g.l.usage() }
 // meanwhile, and waits for the group to be empty; it fails if it is not
 // empty after a short while.
 func (g *Group) Kill() error { return g.l.kill() }
+
+// KillFound is Kill, and reports whether the group held processes.
+func (g *Group) KillFound() (bool, error) { return g.l.killFound() }
 
 // Remove kills the group's processes and removes the group. Removing a
 // removed group does nothing.
@@ -343,25 +354,32 @@ func (l layout) procs() ([]int, error) {
 // kill empties l's groups. Neither v1 nor v2 says when a group becomes
 // empty in a way that covers both, so it polls, backing off.
 func (l layout) kill() error {
+	_, err := l.killFound()
+	return err
+}
+
+// killFound is kill, and reports whether l's groups held processes.
+func (l layout) killFound() (found bool, err error) {
 	deadline := time.Now().Add(killTimeout)
 	pause := time.Millisecond
 	for {
 		pids, err := l.procs()
 		if err != nil {
-			return fmt.Errorf("cgroup: kill: %w", err)
+			return found, fmt.Errorf("cgroup: kill: %w", err)
 		}
 		if len(pids) == 0 {
-			return nil
+			return found, nil
 		}
+		found = true
 		if time.Now().After(deadline) {
-			return fmt.Errorf("cgroup: kill: processes %v still in %s after %v", pids, l.mem, killTimeout)
+			return found, fmt.Errorf("cgroup: kill: processes %v still in %s after %v", pids, l.mem, killTimeout)
 		}
 		// v2's cgroup.kill (Linux 5.14) reaches every process at once, even
 		// one forking meanwhile. Without it, each listed process gets its
 		// signal and the next round catches what they forked meanwhile.
 		if l.version != 2 || write(l.mem, "cgroup.kill", "1") != nil {
 			if err := l.signal(pids); err != nil {
-				return fmt.Errorf("cgroup: kill: %w", err)
+				return found, fmt.Errorf("cgroup: kill: %w", err)
 			}
 		}
 		time.Sleep(pause)

@@ -1,0 +1,116 @@
+package worker
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strconv"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/codexec/codexec/worker/cgroup"
+)
+
+var poolSerial atomic.Int64
+
+// newCgroupPool is a pool of job groups under a manager of the test's own.
+func newCgroupPool(t *testing.T) *cgroupPool {
+	t.Helper()
+	m, err := cgroup.Detect(fmt.Sprintf("t%d-pool%d", os.Getpid(), poolSerial.Add(1)))
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("cgroups not usable here: %v", err)
+		}
+		t.Skipf("cgroups not usable here: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("Close: %v", err)
+		}
+	})
+	return &cgroupPool{m: m, max: 2, keepLimits: true}
+}
+
+// runInGroup runs python code in g (a shell joins g, then becomes python)
+// and returns how it ended.
+func runInGroup(t *testing.T, g *cgroup.Group, code string) *os.ProcessState {
+	t.Helper()
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	join := ""
+	for _, f := range g.ProcsFiles() {
+		join += "echo 0 > " + strconv.Quote(f) + " && "
+	}
+	cmd := exec.Command("/bin/sh", "-c", join+`exec "$@"`, "sh", py, "-c", code)
+	_ = cmd.Run()
+	return cmd.ProcessState
+}
+
+// A reused group's counters are read when it goes back to the pool, and
+// its next job's usage is counted from them: an OOM kill of one job is
+// not the next job's, and the next job's own is counted. Each job gets its
+// own limits, whether they are written again or kept from the last job.
+func TestCgroupPoolCountsEachJobFromItsStart(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	hog := "chunks = []\nfor _ in range(200):\n    chunks.append(b'x' * (1 << 20))"
+	tight := cgroup.Limits{MemoryBytes: 48 << 20, Pids: 8}
+
+	g, base, err := p.get(tight)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := &jobLimits{group: g, base: base}
+	if st := runInGroup(t, g, hog); st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("first job ended %v, want the OOM kill", st)
+	}
+	if u := first.usage(); u.OOMKills < 1 {
+		t.Fatalf("first job's usage %+v, want its OOM kill", u)
+	}
+	if err := p.put(g, tight); err != nil {
+		t.Fatal(err)
+	}
+
+	loose := cgroup.Limits{MemoryBytes: 256 << 20}
+	g2, base, err := p.get(loose)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2 != g {
+		t.Fatalf("the pool made a new group instead of reusing its free one")
+	}
+	second := &jobLimits{group: g2, base: base}
+	if st := runInGroup(t, g2, "x = b'x' * (64 << 20)\nprint('fine')"); !st.Success() {
+		t.Fatalf("second job ended %v", st)
+	}
+	if u := second.usage(); u.OOMKills != 0 || u.PidsMaxHits != 0 {
+		t.Fatalf("second job's usage %+v, want none of the first job's", u)
+	}
+	if err := p.put(g2, loose); err != nil {
+		t.Fatal(err)
+	}
+
+	// Back to the tight limits, written again; then the same once more,
+	// which the group keeps from its last job.
+	for i := 3; i <= 4; i++ {
+		g, base, err := p.get(tight)
+		if err != nil {
+			t.Fatal(err)
+		}
+		jl := &jobLimits{group: g, base: base}
+		runInGroup(t, g, hog)
+		if u := jl.usage(); u.OOMKills != 1 {
+			t.Fatalf("job %d's usage %+v, want its own OOM kill", i, u)
+		}
+		st := runInGroup(t, g, "import os\npids = [os.fork() for _ in range(12)]")
+		if st.Success() || jl.usage().PidsMaxHits < 1 {
+			t.Fatalf("job %d forked past its process limit: %v, usage %+v", i, st, jl.usage())
+		}
+		if err := p.put(g, tight); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
