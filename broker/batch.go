@@ -19,8 +19,9 @@ import (
 // acknowledgements awaited together. A record that exists already means
 // the job was submitted before (batch job ids are derived from the batch,
 // the row and the attempt, so a client that resumes sends the same id), and
-// the job is not published again: a job is queued once even past the
-// stream's duplicate window.
+// the job is not published again unless nothing says it was ever delivered
+// (batch_requeue.go): a record can be left without its message by a
+// submitter that died between the two writes.
 
 // ErrJobSubmitted is returned, wrapped, by SubmitJobs for a job whose record
 // exists already: it was submitted before and is not published again.
@@ -28,7 +29,8 @@ var ErrJobSubmitted = errors.New("broker: job submitted before")
 
 // SubmitJobs submits batch jobs (each with Batch set) on
 // wire.BatchSubject(job.Pool): errs[i] is nil when jobs[i] is queued,
-// wraps ErrJobSubmitted when it was submitted before, and is any other
+// wraps ErrJobSubmitted when it was submitted before (and is queued again
+// when it had no result, no claim and its message may be lost), and is any other
 // failure otherwise (NotSent tells whether the job may have been stored
 // all the same). It stamps each job as PublishJob does.
 func (b *Broker) SubmitJobs(ctx context.Context, jobs []*wire.Job) (errs []error) {
@@ -43,9 +45,10 @@ func (b *Broker) SubmitJobs(ctx context.Context, jobs []*wire.Job) (errs []error
 			errs[i] = b.settleBatchRecord(ctx, f, jobs[i])
 		}
 	}
+	again := b.requeueSubmitted(ctx, jobs, msgs, errs)
 	pubs := make([]jetstream.PubAckFuture, len(jobs))
 	for i, m := range msgs {
-		if errs[i] == nil {
+		if errs[i] == nil || again[i] {
 			pubs[i], errs[i] = b.js.PublishMsgAsync(&nats.Msg{Subject: m.subject, Data: m.data},
 				jetstream.WithMsgID(m.msgID), jetstream.WithExpectStream(wire.JobsStream))
 		}
@@ -62,10 +65,14 @@ func (b *Broker) SubmitJobs(ctx context.Context, jobs []*wire.Job) (errs []error
 		} else {
 			errs[i] = err
 		}
-		if errs[i] == nil {
-			b.jobPublished()
-		} else {
+		switch {
+		case errs[i] != nil:
 			errs[i] = fmt.Errorf("broker: publish job %s: %w", jobs[i].ID, errs[i])
+		case again[i]:
+			b.jobPublished()
+			errs[i] = fmt.Errorf("broker: job %s: %w", jobs[i].ID, ErrJobSubmitted)
+		default:
+			b.jobPublished()
 		}
 	}
 	return errs

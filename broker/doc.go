@@ -85,7 +85,8 @@
 //   - Nak(delay): retry later, on any worker of the pool; each delivery
 //     counts against MaxDeliver, so a job that can never succeed stops
 //     coming back. A panicking handler is recovered and its job Nak'd
-//     after a delay.
+//     after a delay. A job whose deliveries ran out is handed to
+//     OnExhausted's subscribers (exhausted.go), so that it gets a result.
 //   - Term(reason): the job can never run (undecodable, unknown wire
 //     version, foreign or missing code blob); it leaves the stream and the
 //     server publishes the reason in a MSG_TERMINATED advisory. Such

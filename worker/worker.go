@@ -85,6 +85,10 @@ type Worker struct {
 	stopDone    chan struct{} // closed when the first Stop has finished
 	releaseOnce sync.Once     // closes what Start opened, once
 	health      readiness     // what the readiness check reads (telemetry.go)
+
+	// stopExhausted ends the subscription to jobs whose deliveries ran
+	// out (exhausted.go); under mu.
+	stopExhausted func()
 }
 
 // New checks cfg and returns a Worker that is not yet consuming.
@@ -193,6 +197,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 		_ = w.heartbeat(ctx) // advertise Targeted
 	}
 	w.startBatch(ctx)
+	w.startExhausted()
 	w.health.started.Store(true)
 	w.log.Info("worker ready", "python", w.python, "concurrency", w.cfg.Concurrency, "exec_mode", w.cfg.ExecMode)
 	return nil
@@ -281,6 +286,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	w.mu.Unlock()
 	defer close(w.stopDone)
 	w.stopHeartbeat()
+	w.stopExhaustedJobs()
 	w.leave(ctx)
 	waitBatch := w.stopBatch(ctx)
 	var err error
