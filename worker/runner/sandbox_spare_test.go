@@ -28,6 +28,21 @@ func children(t *testing.T, pid int) []string {
 	return strings.Fields(string(data))
 }
 
+// nsPIDOrGone is nsPID, or "" for a process gone since it was listed.
+func nsPIDOrGone(pid string) string {
+	data, err := os.ReadFile("/proc/" + pid + "/status")
+	if err != nil {
+		return ""
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if rest, ok := strings.CutPrefix(line, "NSpid:"); ok {
+			f := strings.Fields(rest)
+			return f[len(f)-1]
+		}
+	}
+	return ""
+}
+
 // nsPID returns the last field of NSpid in /proc/<pid>/status: the pid
 // of the process in its own PID namespace.
 func nsPID(t *testing.T, pid string) string {
@@ -83,8 +98,11 @@ func waitForSpares(t *testing.T, z *Zygote, n int) []string {
 					spares = append(spares, k)
 				}
 			case "1":
-				if p, err := os.ReadFile("/proc/" + k + "/task/" + k + "/children"); err == nil && len(strings.Fields(string(p))) == 1 && procMounts(k) >= 2 {
-					spares = append(spares, k) // no small init: the spare is the init
+				// No small init: the spare is the init, and its one child the
+				// job's process, pid 2 (not a job's keeper, pid 3, which a
+				// job's init that has not yet exited may hold a moment).
+				if p, err := os.ReadFile("/proc/" + k + "/task/" + k + "/children"); err == nil && len(strings.Fields(string(p))) == 1 && procMounts(k) >= 2 && nsPIDOrGone(strings.Fields(string(p))[0]) == "2" {
+					spares = append(spares, k)
 				} else {
 					inits++
 				}
