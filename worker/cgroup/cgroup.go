@@ -183,6 +183,21 @@ func (g *Group) Usage() Usage { return g.l.usage() }
 // empty after a short while.
 func (g *Group) Kill() error { return g.l.kill() }
 
+// Tasks returns how many tasks the group holds, as its pids controller
+// counts them (pids.current, one small read: a task that exited counts
+// until it is reaped), and false where it cannot say (no pids controller).
+func (g *Group) Tasks() (int64, bool) {
+	if g.l.pids == "" {
+		return 0, false
+	}
+	b, err := os.ReadFile(filepath.Join(g.l.pids, "pids.current"))
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
 // KillFound is Kill, and reports whether the group held processes.
 func (g *Group) KillFound() (bool, error) { return g.l.killFound() }
 

@@ -21,3 +21,30 @@ func TestResetFoundSaysWhetherItKilled(t *testing.T) {
 		t.Fatalf("after ResetFound the group holds %v (%v)", pids, err)
 	}
 }
+
+// Tasks counts the group's tasks from its pids controller: none in a new
+// group, one with a process in it, still one once it is killed and not yet
+// reaped, none once it is reaped.
+func TestTasksCountsTheGroupsTasks(t *testing.T) {
+	t.Parallel()
+	m := newManager(t)
+	g := newGroup(t, m, Limits{})
+	if n, ok := g.Tasks(); !ok || n != 0 {
+		t.Fatalf("Tasks of an empty group = %d, %v; want 0, true", n, ok)
+	}
+	cmd, _ := startIn(t, g, "/bin/sleep", "30")
+	waitProcs(t, g, 1)
+	if n, ok := g.Tasks(); !ok || n != 1 {
+		t.Fatalf("Tasks of a group with a sleep = %d, %v; want 1, true", n, ok)
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := g.Tasks(); !ok || n != 1 {
+		t.Fatalf("Tasks of a group whose process is killed but not reaped = %d, %v; want 1, true", n, ok)
+	}
+	_ = cmd.Wait()
+	if n, ok := g.Tasks(); !ok || n != 0 {
+		t.Fatalf("Tasks of a group whose process is reaped = %d, %v; want 0, true", n, ok)
+	}
+}

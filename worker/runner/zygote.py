@@ -275,7 +275,8 @@ def _keep_address_space():
     with every signal blocked, so only SIGKILL ends it, and the teardown is
     its exit's. It dies with the job's group or PID namespace, which the
     zygote kills once it has the job's status (reap, finish), so after the
-    result is on its way. It holds no descriptor (close_range below), runs
+    result is on its way. It holds no descriptor (close_range below) nor
+    the job's working directory, runs
     as the job's uid under the job's system-call filter, in its cgroups
     and namespaces, and is made after the job's code and its shutdown ran:
     the job never sees it. Where it cannot be made (no keeper, the job's
@@ -285,6 +286,7 @@ def _keep_address_space():
     fn, top, _ = _KEEPER
     try:
         _libc.close_range(3, 0xFFFFFFFF, 0)
+        os.chdir('/')  # nor the working directory (a session's file system)
         old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         try:
             _libc.clone(fn, ctypes.c_void_p(top), _CLONE_VM | int(signal.SIGCHLD), None)
