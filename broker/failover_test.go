@@ -73,14 +73,19 @@ func TestWaitResultRidesOutBucketWithoutLeader(t *testing.T) {
 	}
 	jobID := newJob("").ID
 	reopenAfter(t, tb, 500*time.Millisecond)
+	put := make(chan error, 1)
 	go func() {
 		time.Sleep(time.Second)
-		if _, err := tb.b.PutResult(ctx, newResult(jobID, "late\n")); err != nil {
-			t.Errorf("PutResult: %v", err)
-		}
+		_, err := tb.b.PutResult(ctx, newResult(jobID, "late\n"))
+		put <- err
 	}()
 	r, err := tb.b.WaitResult(ctx, jobID)
 	if err != nil || r.Stdout != "late\n" {
 		t.Fatalf("WaitResult through a bucket without a leader: %+v %v", r, err)
+	}
+	// WaitResult may return once the result is stored, before PutResult
+	// has its acknowledgement: wait for it before the test's context ends.
+	if err := <-put; err != nil {
+		t.Errorf("PutResult: %v", err)
 	}
 }

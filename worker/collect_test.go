@@ -177,8 +177,19 @@ func TestCollectedWorkspaceLeavesTheWorker(t *testing.T) {
 	if mounts, err := diskfs.MountsUnder(w.sessionsRoot()); err != nil || strings.Contains(strings.Join(mounts, " "), "gc-gone") {
 		t.Errorf("mounts after the collection: %v %v", mounts, err)
 	}
-	if _, err := fx.broker.GetWorkspace(ctx, snap); !errors.Is(err, broker.ErrWorkspaceNotFound) {
-		t.Errorf("the collected workspace's snapshot: %v, want not found", err)
+	// The snapshot is deleted after the files (removeScope): wait for it.
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		r, err := fx.broker.GetWorkspace(ctx, snap)
+		if errors.Is(err, broker.ErrWorkspaceNotFound) {
+			break
+		}
+		if err == nil {
+			r.Close()
+		}
+		if time.Now().After(deadline) {
+			t.Errorf("the collected workspace's snapshot: %v, want not found", err)
+			break
+		}
 	}
 	res := runGCJob(t, fx, "gc-gone", "import os\nprint(os.path.exists('big'))")
 	if strings.TrimSpace(res.Stdout) != "False" {
