@@ -181,12 +181,16 @@ func (w *Worker) sessionDirsAt(cwd, scope string) (_, scripts string, uid int, e
 // jobLimits is what confines one execution job besides the sandbox: its
 // cgroup, if the worker has cgroups, and the disk watch.
 type jobLimits struct {
-	set    limits.Set
-	pool   *cgroupPool
-	group  *cgroup.Group
-	limits cgroup.Limits // the group's
-	base   cgroup.Usage  // the group's counters when the job started
-	after  func()        // called once the group is empty (a GPU lease's release)
+	set   limits.Set
+	pool  *cgroupPool
+	group *cgroup.Group
+	base  cgroup.Usage // the group's counters when the job started
+	after func()       // called once the group is empty (a GPU lease's release)
+}
+
+// cgroupLimits are the limits of set that a job's cgroup enforces.
+func cgroupLimits(set limits.Set) cgroup.Limits {
+	return cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs}
 }
 
 // usage is what the kernel counted for this job in its cgroup.
@@ -244,7 +248,7 @@ func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, cgroup.Usage, error) {
 		if p.keepLimits && f.limits == l {
 			found, err = f.g.KillFound()
 		} else {
-			found, err = f.g.ResetFound(l)
+			found, err = f.g.Reset(l)
 		}
 		if err == nil {
 			if found {
@@ -297,12 +301,11 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 			Session: job.Scope,
 		}
 		if w.cgroups != nil {
-			l := cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs}
-			g, base, err := w.cgroupPool.get(l)
+			g, base, err := w.cgroupPool.get(cgroupLimits(set))
 			if err != nil {
 				return nil, fmt.Errorf("job cgroup: %w", err)
 			}
-			jl.pool, jl.group, jl.base, jl.limits = w.cgroupPool, g, base, l
+			jl.pool, jl.group, jl.base = w.cgroupPool, g, base
 			c.Cgroups, c.Unmount = g.ProcsFiles(), w.cgroups.Dirs()
 		}
 		spec.Confine = c
@@ -381,7 +384,7 @@ func settle(g *cgroup.Group) {
 func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 	if jl.group != nil {
 		settle(jl.group)
-		if err := jl.pool.put(jl.group, jl.limits); err != nil {
+		if err := jl.pool.put(jl.group, cgroupLimits(jl.set)); err != nil {
 			log.Warn("job cgroup not emptied", "err", err)
 		}
 	}

@@ -116,16 +116,10 @@ func (m *Manager) New(job string, l Limits) (*Group, error) {
 // left in it and writes l, a zero field lifting that limit. A worker
 // reuses groups because creating and removing one (above all a v1 memory
 // group) costs more CPU than a small job. Counters (Usage) keep counting:
-// compare them with their value at the job's start.
-func (g *Group) Reset(l Limits) error {
-	_, err := g.ResetFound(l)
-	return err
-}
-
-// ResetFound is Reset, and reports whether the group still held
-// processes, which Reset killed: the group's counters may have moved since
-// it was last emptied.
-func (g *Group) ResetFound(l Limits) (found bool, err error) {
+// compare them with their value at the job's start. found says whether
+// the group still held processes, which Reset killed: its counters may
+// have moved since it was last emptied.
+func (g *Group) Reset(l Limits) (found bool, err error) {
 	if l.MemoryBytes < 0 || l.Pids < 0 {
 		return false, fmt.Errorf("cgroup: negative limit in %+v", l)
 	}

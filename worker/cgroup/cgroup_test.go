@@ -543,7 +543,7 @@ func TestResetForAnotherJob(t *testing.T) {
 		t.Fatalf("first job: %+v", base)
 	}
 	// The next job may use 256 MiB and any number of processes.
-	if err := g.Reset(Limits{MemoryBytes: 256 << 20}); err != nil {
+	if _, err := g.Reset(Limits{MemoryBytes: 256 << 20}); err != nil {
 		t.Fatal(err)
 	}
 	cmd, out = startIn(t, g, py, "-c", "import os\nchunks = [b'x' * (1 << 20) for _ in range(128)]\npids = [os.fork() for _ in range(3)]\nprint('fine')")
@@ -554,7 +554,7 @@ func TestResetForAnotherJob(t *testing.T) {
 		t.Fatalf("second job's own counters %+v, want none", u)
 	}
 	// And back to a tight limit.
-	if err := g.Reset(Limits{MemoryBytes: 32 << 20, Pids: 4}); err != nil {
+	if _, err := g.Reset(Limits{MemoryBytes: 32 << 20, Pids: 4}); err != nil {
 		t.Fatal(err)
 	}
 	base = g.Usage()
