@@ -176,15 +176,9 @@ func TestBuiltinSandboxWithoutRootMapsTheCallersIDs(t *testing.T) {
 // is the command itself with AsPID1; the launcher exits as the command did.
 func TestBuiltinSandboxInfoFDAndExitStatus(t *testing.T) {
 	s := builtin(t, Config{})
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	tag := fmt.Sprintf("nsbox-%d", time.Now().UnixNano())
 	argv := s.Args(Options{AsPID1: true, InfoFD: 3}, "/bin/sh", "-c", `echo "pid: $$"; read x; exit 7`, tag)
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.ExtraFiles = []*os.File{w}
 	stdin, err := cmd.StdinPipe()
 	if err != nil {
 		t.Fatal(err)
@@ -193,24 +187,15 @@ func TestBuiltinSandboxInfoFDAndExitStatus(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	var info struct {
-		ChildPID int `json:"child-pid"`
-	}
-	if err := json.NewDecoder(r).Decode(&info); err != nil {
-		t.Fatal(err)
-	}
+	child := startWithInfo(t, cmd)
 	line, _ := bufio.NewReader(stdout).ReadString('\n')
 	if got := field(line, "pid"); got != "1" {
 		t.Errorf("with AsPID1 the command is pid %s in the sandbox, want 1", got)
 	}
-	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", info.ChildPID))
-	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", info.ChildPID))
+	cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", child))
+	status, _ := os.ReadFile(fmt.Sprintf("/proc/%d/status", child))
 	if !strings.Contains(string(cmdline), tag) || !strings.HasSuffix(field(string(status), "NSpid"), "\t1") {
-		t.Errorf("child-pid %d is not the command (cmdline %q, NSpid %q)", info.ChildPID, cmdline, field(string(status), "NSpid"))
+		t.Errorf("child-pid %d is not the command (cmdline %q, NSpid %q)", child, cmdline, field(string(status), "NSpid"))
 	}
 	stdin.Close()
 	err = cmd.Wait()
@@ -227,11 +212,6 @@ func TestBuiltinSandboxInfoFDAndExitStatus(t *testing.T) {
 // The sandbox dies with the process that started the launcher.
 func TestBuiltinSandboxDiesWithItsParent(t *testing.T) {
 	s := builtin(t, Config{})
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	argv := s.Args(Options{AsPID1: true, InfoFD: 3}, "/bin/sleep", "1000")
 	// A shell starts the launcher and is then killed; the sandbox must go
 	// with it. The shell cannot name this program /proc/self/exe, as a
@@ -242,26 +222,48 @@ func TestBuiltinSandboxDiesWithItsParent(t *testing.T) {
 	}
 	argv[0] = self
 	parent := exec.Command("/bin/sh", append([]string{"-c", `"$@" & wait`, "sh"}, argv...)...)
-	parent.ExtraFiles = []*os.File{w}
-	if err := parent.Start(); err != nil {
+	child := startWithInfo(t, parent)
+	if err := parent.Process.Kill(); err != nil {
 		t.Fatal(err)
 	}
+	_ = parent.Wait()
+	waitEnded(t, child, "the launcher's parent")
+}
+
+// startWithInfo starts cmd, whose sandbox's launcher has InfoFD 3, and
+// returns the host pid of the sandbox's command that the launcher tells
+// there.
+func startWithInfo(t *testing.T, cmd *exec.Cmd) int {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	cmd.ExtraFiles = []*os.File{w}
+	err = cmd.Start()
 	w.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
 	var info struct {
 		ChildPID int `json:"child-pid"`
 	}
 	if err := json.NewDecoder(r).Decode(&info); err != nil {
 		t.Fatal(err)
 	}
-	if err := parent.Process.Kill(); err != nil {
-		t.Fatal(err)
-	}
-	_ = parent.Wait()
+	return info.ChildPID
+}
+
+// waitEnded waits, 30 s at most, for the sandboxed command pid to end
+// once what it must not outlive has ended.
+func waitEnded(t *testing.T, pid int, outlived string) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
-	for processAlive(info.ChildPID) {
+	for processAlive(pid) {
 		if time.Now().After(deadline) {
-			_ = syscall.Kill(info.ChildPID, syscall.SIGKILL)
-			t.Fatalf("the sandboxed command %d outlived the launcher's parent", info.ChildPID)
+			_ = syscall.Kill(pid, syscall.SIGKILL)
+			t.Fatalf("the sandboxed command %d outlived %s", pid, outlived)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
@@ -448,24 +450,9 @@ func TestBuiltinSandboxReaperHoldsNoMoreThanTheCommand(t *testing.T) {
 // PID 1, has no handler for it (the kernel would drop it there).
 func TestBuiltinSandboxEndsWithItsLauncher(t *testing.T) {
 	s := builtin(t, Config{})
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.Close()
 	argv := s.Args(Options{AsPID1: true, InfoFD: 3}, "/bin/sleep", "1000")
 	cmd := exec.Command(argv[0], argv[1:]...)
-	cmd.ExtraFiles = []*os.File{w}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	w.Close()
-	var info struct {
-		ChildPID int `json:"child-pid"`
-	}
-	if err := json.NewDecoder(r).Decode(&info); err != nil {
-		t.Fatal(err)
-	}
+	child := startWithInfo(t, cmd)
 	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
@@ -475,15 +462,8 @@ func TestBuiltinSandboxEndsWithItsLauncher(t *testing.T) {
 	case <-done:
 	case <-time.After(30 * time.Second):
 		_ = cmd.Process.Kill()
-		_ = syscall.Kill(info.ChildPID, syscall.SIGKILL)
+		_ = syscall.Kill(child, syscall.SIGKILL)
 		t.Fatal("the launcher outlived a SIGTERM")
 	}
-	deadline := time.Now().Add(30 * time.Second)
-	for processAlive(info.ChildPID) {
-		if time.Now().After(deadline) {
-			_ = syscall.Kill(info.ChildPID, syscall.SIGKILL)
-			t.Fatalf("the sandboxed command %d outlived its launcher", info.ChildPID)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitEnded(t, child, "its launcher")
 }
