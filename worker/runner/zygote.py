@@ -233,20 +233,51 @@ def _spawn_init(fd):
     return os.posix_spawn('/proc/self/fd/%d' % fd, ['codexec-init'], {})
 
 
-# The keeper (_keep_address_space), as x86-64 machine code:
-#   loop: mov eax, 34 (pause); syscall; jmp loop
-_KEEPER_X86_64 = bytes.fromhex('b8220000000f05ebf7')
-_CLONE_VM = 0x100
+# The keeper (_keep_address_space), as x86-64 machine code: a function
+# long keep(void *stack_top) that makes the keeper and returns its pid (or
+# -errno), all its steps system calls, none of them Python's: done in
+# Python (signal.pthread_sigmask, os.chdir, ctypes' close_range and
+# clone) they took 0.46 ms at the end of every job, mostly the first
+# writes of a forked interpreter to the pages that code touches. Assembled
+# from:
+#
+#   mov r8, rdi; sub rsp, 24                          the stack top; room for two signal sets
+#   mov qword ptr [rsp], -1; mov eax, 14;             rt_sigprocmask(SIG_BLOCK, all, &old, 8): the
+#     xor edi, edi; mov rsi, rsp;                     keeper starts with every signal blocked, so
+#     lea rdx, [rsp+8]; mov r10d, 8; syscall          no handler of the job's ever runs in it
+#   mov eax, 56; mov edi, 0x111; mov rsi, r8;         clone(CLONE_VM | SIGCHLD, stack top, 0, 0, 0)
+#     xor edx, edx; xor r10d, r10d; xor r8d, r8d; syscall
+#   test rax, rax; jz child
+#   mov r9, rax; mov eax, 14; mov edi, 2;             this process: rt_sigprocmask(SIG_SETMASK,
+#     lea rsi, [rsp+8]; xor edx, edx;                 &old, NULL, 8), then return the pid
+#     mov r10d, 8; syscall
+#   mov rax, r9; add rsp, 24; ret
+#   child: mov eax, 436; xor edi, edi;                the keeper, on its own stack, touching no
+#     mov esi, -1; xor edx, edx; syscall              memory: close_range(0, ~0U, 0)
+#   test rax, rax; jz closed; xor edi, edi            failing that (before Linux 5.9):
+#   closeloop: mov eax, 3; syscall; inc edi;          close(0) ... close(1023)
+#     cmp edi, 1024; jb closeloop
+#   closed: lea rdi, [rip+slash]; mov eax, 80;        chdir("/"): not the job's working directory
+#     syscall                                         (a session's file system)
+#   pauseloop: mov eax, 34; syscall; jmp pauseloop    pause() until SIGKILL
+#   slash: .byte 0x2f, 0
+_KEEPER_X86_64 = bytes.fromhex(
+    '4989f84883ec1848c70424ffffffffb80e00000031ff4889e6488d54240841ba080000000f05b838'
+    '000000bf110100004c89c631d24531d24531c00f054885c074244989c1b80e000000bf0200000048'
+    '8d74240831d241ba080000000f054c89c84883c418c3b8b401000031ffbeffffffff31d20f054885'
+    'c0741331ffb8030000000f05ffc781ff0004000072ef488d3d10000000b8500000000f05b8220000'
+    '000f05ebf72f00'
+)
 _PROT_READ, _PROT_EXEC = 1, 4
 
 
 def _keeper():
-    """(code, stack top) for _keep_address_space, made once in the zygote
-    (every job inherits them): the keeper's code in a page of its own,
-    read and execute only, and a stack. None where there is no keeper (not
-    x86-64, no ctypes): a job's exit then tears its address space down on
-    the job's path, as it always did."""
-    if _libc is None or os.uname().machine != 'x86_64' or not hasattr(_libc, 'close_range'):
+    """(function, stack top) for _keep_address_space, made once in the
+    zygote (every job inherits them): the keeper's code in a page of its
+    own, read and execute only, and a stack. None where there is no keeper
+    (not x86-64, no ctypes): a job's exit then tears its address space
+    down on the job's path, as it always did."""
+    if _libc is None or os.uname().machine != 'x86_64':
         return None
     try:
         import mmap
@@ -258,7 +289,7 @@ def _keeper():
             return None
         stack = mmap.mmap(-1, 4 * page)
         top = ctypes.addressof(ctypes.c_char.from_buffer(stack)) + 4 * page - 64
-        fn = ctypes.cast(addr, ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p))
+        fn = ctypes.cast(addr, ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p))
         return fn, top, (code, stack)  # the maps stay referenced: never unmapped
     except Exception:
         return None
@@ -270,30 +301,25 @@ def _keep_address_space():
     down (a forked interpreter's whole page tables, 1 to 3 ms here) before
     its parent hears that it exited, which put that teardown between the
     job's last output and its result. The keeper is a process made with
-    clone(CLONE_VM) that shares this address space and runs four
-    instructions of machine code (_KEEPER_X86_64), never Python: it waits
+    clone(CLONE_VM) that shares this address space and runs a few
+    instructions of machine code (_KEEPER_X86_64), never Python: it closes
+    every descriptor and leaves the job's working directory, then waits
     with every signal blocked, so only SIGKILL ends it, and the teardown is
     its exit's. It dies with the job's group or PID namespace, which the
     zygote kills once it has the job's status (reap, finish), so after the
-    result is on its way. It holds no descriptor (close_range below) nor
-    the job's working directory, runs
-    as the job's uid under the job's system-call filter, in its cgroups
-    and namespaces, and is made after the job's code and its shutdown ran:
-    the job never sees it. Where it cannot be made (no keeper, the job's
-    process limit reached) the exit is as before."""
+    result is on its way. It runs as the job's uid under the job's
+    system-call filter, in its cgroups and namespaces, and is made after
+    the job's code and its shutdown ran: the job never sees it. Returns
+    the keeper's pid, or None where it cannot be made (no keeper, the job's
+    process limit reached): the exit is then as before."""
     if _KEEPER is None:
-        return
+        return None
     fn, top, _ = _KEEPER
     try:
-        _libc.close_range(3, 0xFFFFFFFF, 0)
-        os.chdir('/')  # nor the working directory (a session's file system)
-        old = signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
-        try:
-            _libc.clone(fn, ctypes.c_void_p(top), _CLONE_VM | int(signal.SIGCHLD), None)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        pid = fn(top)
     except BaseException:
-        pass
+        return None
+    return pid if pid > 0 else None
 
 
 def _threads():

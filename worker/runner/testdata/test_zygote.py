@@ -14,6 +14,7 @@ No root, no bubblewrap, nothing but the standard library.
 """
 
 import ast
+import ctypes
 import fcntl
 import json
 import os
@@ -674,6 +675,100 @@ class ZygoteTest(unittest.TestCase):
         for job in jobs:
             # Every process of the job (and its fork) held the pipes.
             self.assertEqual(job.output()[1], b'')
+
+
+
+def zygote_functions():
+    """zygote.py's definitions, without running its _main."""
+    body, tail = SOURCE.decode().rsplit('\n_main()', 1)
+    if tail.strip():
+        raise AssertionError('zygote.py does not end with _main(): %r' % tail)
+    g = {'__name__': 'zygote_under_test'}
+    exec(compile(body, ZYGOTE_PY, 'exec'), g)
+    return g
+
+
+def proc_status(pid):
+    with open('/proc/%d/status' % pid) as f:
+        return dict(line.split(':\t', 1) for line in f.read().splitlines() if ':\t' in line)
+
+
+class KeeperTest(unittest.TestCase):
+    """The keeper a job's process leaves its address space to
+    (_keep_address_space): machine code that must hold none of the job's
+    descriptors nor its working directory, and take no signal but SIGKILL."""
+
+    def test_keeper_holds_nothing_and_takes_no_signal(self):
+        g = zygote_functions()
+        keeper = g['_keeper']()
+        if os.uname().machine != 'x86_64':
+            self.assertIsNone(keeper, 'a keeper on %s' % os.uname().machine)
+            return
+        self.assertIsNotNone(keeper)
+        g['_KEEPER'] = keeper
+        report_r, report_w = os.pipe()
+        with tempfile.TemporaryDirectory() as d:
+            m = os.fork()
+            if m == 0:
+                # M: the keeper's reaper once the job's process (J) is gone.
+                code = 1
+                try:
+                    os.close(report_r)
+                    os.write(report_w, json.dumps(self.keeper_of_a_job(g, d)).encode())
+                    code = 0
+                finally:
+                    os._exit(code)
+            os.close(report_w)
+            data = read_all(report_r)
+            _, st = os.waitpid(m, 0)
+        self.assertEqual(st, 0, data)
+        r = json.loads(data)
+        self.assertGreater(r['keeper'], 0)
+        self.assertEqual(r['mask_after'], r['mask_before'], "the job's signal mask was not given back")
+        self.assertEqual(r['fds'], [], 'the keeper holds descriptors')
+        self.assertEqual(r['cwd'], '/')
+        every = (1 << 64) - 1
+        unblockable = (1 << (signal.SIGKILL - 1)) | (1 << (signal.SIGSTOP - 1))
+        self.assertEqual(int(r['sigblk'], 16), every & ~unblockable, 'signals the keeper does not block')
+        # It holds the job's address space: an interpreter's pages, not a
+        # few of its own.
+        self.assertGreater(int(r['rss_kb']), 1024)
+        self.assertEqual(r['reaped'], signal.SIGKILL)
+
+    @staticmethod
+    def keeper_of_a_job(g, d):
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+        r, w = os.pipe()
+        held = os.open(d, os.O_RDONLY)  # a descriptor the job still holds at its end
+        j = os.fork()
+        if j == 0:
+            try:
+                os.chdir(d)
+                before = proc_status(os.getpid())['SigBlk']
+                pid = g['_keep_address_space']()
+                after = proc_status(os.getpid())['SigBlk']
+                os.write(w, json.dumps([pid, before, after]).encode())
+            finally:
+                os._exit(0)
+        os.close(w)
+        os.close(held)
+        # EOF once J has exited and the keeper has closed its copy of w.
+        pid, before, after = json.loads(read_all(r))
+        os.waitpid(j, 0)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            fds = os.listdir('/proc/%d/fd' % pid)
+            cwd = os.readlink('/proc/%d/cwd' % pid)
+            st = proc_status(pid)
+            if (not fds and cwd == '/' and st['State'].startswith('S')) or time.monotonic() > deadline:
+                break
+            time.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        _, status = os.waitpid(pid, 0)
+        return {'keeper': pid, 'mask_before': before, 'mask_after': after, 'fds': fds, 'cwd': cwd,
+                'sigblk': st['SigBlk'], 'rss_kb': st['VmRSS'].split()[0],
+                'reaped': os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1}
 
 
 if __name__ == '__main__':
