@@ -338,6 +338,16 @@ def _threads():
     return names
 
 
+def _wait_status(info):
+    """The wait status, as os.waitpid gives it, of a child that waitid
+    found exited (info, from waitid with WEXITED)."""
+    if info.si_code == os.CLD_EXITED:
+        return (info.si_status & 0xFF) << 8
+    if info.si_code == os.CLD_DUMPED:
+        return (info.si_status & 0x7F) | 0x80
+    return info.si_status & 0x7F  # CLD_KILLED
+
+
 class _Job:
     __slots__ = ('id', 'sock', 'done', 'net', 'context', 'init')
 
@@ -714,10 +724,14 @@ class _Zygote:
                 _kill_job(pid, job.init)
 
     def finish(self, pid, job, status):
-        """Kill what the job left behind and tell the worker how it ended."""
-        _kill_job(pid, job.init)
+        """Tell the worker how the job ended, then kill what it left
+        behind. In that order: the kill ends the keeper too, whose teardown
+        of the job's address space (a millisecond of CPU) then runs beside
+        the result's way back instead of before it. pid must not be reaped
+        yet, so that it still names the job's group."""
         job.done = True
         _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})
+        _kill_job(pid, job.init)
 
     def close_report(self, job):
         if job.sock is not None:
@@ -769,12 +783,10 @@ class _Zygote:
                 # It died without reporting (a signal, os._exit, a crash),
                 # or, under a small init, it is the job's process and the
                 # kernel reports for it. Not reaped yet, its pid still
-                # names its group: kill the group first, then reap.
-                _kill_job(pid, job.init)
-                _, status = self.wait(pid)
-                self.finish(pid, job, status)
-            else:
-                self.wait(pid)
+                # names its group: finish (which kills the group) first,
+                # then reap.
+                self.finish(pid, job, _wait_status(info))
+            self.wait(pid)
             if job is not None:
                 self.close_report(job)
                 del self.jobs[pid]

@@ -771,5 +771,26 @@ class KeeperTest(unittest.TestCase):
                 'reaped': os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1}
 
 
+
+class WaitStatusTest(unittest.TestCase):
+    """The zygote tells the worker a job's status from waitid's report,
+    before it reaps the job (_wait_status): the same as waitpid's."""
+
+    def test_wait_status_is_waitpids(self):
+        wait_status = zygote_functions()['_wait_status']
+        ends = [('exit', 0), ('exit', 3), ('exit', 255), ('signal', signal.SIGKILL),
+                ('signal', signal.SIGTERM), ('signal', signal.SIGINT)]
+        for how, n in ends:
+            pid = os.fork()
+            if pid == 0:
+                if how == 'signal':
+                    signal.signal(n, signal.SIG_DFL)
+                    os.kill(os.getpid(), n)
+                os._exit(n)
+            info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
+            _, status = os.waitpid(pid, 0)
+            self.assertEqual(wait_status(info), status, '%s %d' % (how, n))
+
+
 if __name__ == '__main__':
     unittest.main()
