@@ -1,6 +1,9 @@
 package runner
 
-import "io"
+import (
+	"io"
+	"sync"
+)
 
 // headTail is an io.Writer that keeps the first and the last bytes written
 // to it, half of its limit each, and counts what it drops between them: when
@@ -31,6 +34,23 @@ type headTail struct {
 	sink     io.Writer
 	spilled  int64
 	spillErr error
+}
+
+// copyBuffers are the buffers a job's output is copied from its pipes
+// with. io.Copy made a 32 KiB buffer for each pipe of each job: a third of
+// the bytes the whole server allocated per print(1) call, and as much
+// garbage to collect (a collection every ten calls or so).
+var copyBuffers = sync.Pool{New: func() any { return new([32 << 10]byte) }}
+
+// copyOutput copies r into w until r's end or an error, through a pooled
+// buffer. w must not keep what it is given (headTail copies it, and so
+// must its watch and sink).
+func copyOutput(w io.Writer, r io.Reader) {
+	buf := copyBuffers.Get().(*[32 << 10]byte)
+	defer copyBuffers.Put(buf)
+	// struct{ io.Reader } hides *os.File's WriteTo, which would copy with a
+	// buffer of its own.
+	_, _ = io.CopyBuffer(w, struct{ io.Reader }{r}, buf[:])
 }
 
 // newHeadTail returns a headTail of limit bytes; spill may be nil.

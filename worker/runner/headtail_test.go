@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"math/rand/v2"
+	"os"
+	"runtime"
 	"testing"
 )
 
@@ -84,5 +86,42 @@ func TestHeadTailSpillFails(t *testing.T) {
 	none.Write([]byte("abcdefgh"))
 	if none.Spilled() != 0 || string(none.Bytes()) != "abgh" {
 		t.Errorf("no spill writer: spilled %d, kept %q", none.Spilled(), none.Bytes())
+	}
+}
+
+// copyOutput copies a job's pipe whole, through buffers it reuses: io.Copy
+// made a 32 KiB one per pipe per job, a third of what a call allocated.
+func TestCopyOutputReusesItsBuffer(t *testing.T) {
+	data := bytes.Repeat([]byte("0123456789abcdef"), 5000) // 80,000 bytes: more than one buffer
+	f, err := os.CreateTemp(t.TempDir(), "out")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.Write(data); err != nil {
+		t.Fatal(err)
+	}
+	copyFile := func(w io.Writer) {
+		if _, err := f.Seek(0, io.SeekStart); err != nil {
+			t.Fatal(err)
+		}
+		copyOutput(w, f)
+	}
+	b := newHeadTail(int64(len(data)), nil)
+	copyFile(b)
+	if !bytes.Equal(b.Bytes(), data) {
+		t.Fatalf("copied %d bytes, not the %d written", len(b.Bytes()), len(data))
+	}
+	sink := newHeadTail(16, nil) // keeps 16 bytes: allocates nothing once full
+	copyFile(sink)
+	const n = 50
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	for range n {
+		copyFile(sink)
+	}
+	runtime.ReadMemStats(&after)
+	if per := (after.TotalAlloc - before.TotalAlloc) / n; per > 4<<10 {
+		t.Errorf("each copy allocated %d bytes; want the buffer reused", per)
 	}
 }

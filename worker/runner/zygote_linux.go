@@ -385,8 +385,8 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 	unix.Close(errW)
 	var copying sync.WaitGroup
 	copying.Add(2)
-	go func() { defer copying.Done(); _, _ = io.Copy(stdout, outR) }()
-	go func() { defer copying.Done(); _, _ = io.Copy(stderr, errR) }()
+	go func() { defer copying.Done(); copyOutput(stdout, outR) }()
+	go func() { defer copying.Done(); copyOutput(stderr, errR) }()
 	closePipes := func() {
 		_ = outR.SetReadDeadline(time.Now())
 		_ = errR.SetReadDeadline(time.Now())
