@@ -125,7 +125,7 @@ func (g *Group) Reset(l Limits) (found bool, err error) {
 	if l.MemoryBytes < 0 || l.Pids < 0 {
 		return false, fmt.Errorf("cgroup: negative limit in %+v", l)
 	}
-	if found, err = g.l.killFound(); err != nil {
+	if found, err = g.killFound(); err != nil {
 		return found, err
 	}
 	return found, g.l.resetLimits(l)
@@ -149,11 +149,12 @@ func (m *Manager) Close() error {
 }
 
 // ProcsFiles returns the cgroup.procs files of the group, one per
-// hierarchy. A process joins the group by writing "0" (itself) into each:
-// unlike its pid, "0" means the same process in every pid namespace.
+// hierarchy. A process joins the group by writing "0" (itself) into each,
+// in this order (the pids controller's first: see joinOrder): unlike its
+// pid, "0" means the same process in every pid namespace.
 func (g *Group) ProcsFiles() []string {
 	var files []string
-	for _, d := range g.l.dirs() {
+	for _, d := range g.l.joinOrder() {
 		files = append(files, filepath.Join(d, "cgroup.procs"))
 	}
 	return files
@@ -162,7 +163,7 @@ func (g *Group) ProcsFiles() []string {
 // Add moves the process pid, as the worker's pid namespace numbers it, and
 // all its threads into the group.
 func (g *Group) Add(pid int) error {
-	for _, d := range g.l.dirs() {
+	for _, d := range g.l.joinOrder() {
 		if err := write(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: add %d: %w", pid, err)
 		}
@@ -177,7 +178,10 @@ func (g *Group) Usage() Usage { return g.l.usage(g.kept.read) }
 // Kill sends SIGKILL to every process in the group, including any forked
 // meanwhile, and waits for the group to be empty; it fails if it is not
 // empty after a short while.
-func (g *Group) Kill() error { return g.l.kill() }
+func (g *Group) Kill() error {
+	_, err := g.killFound()
+	return err
+}
 
 // Tasks returns how many tasks the group holds, as its pids controller
 // counts them (pids.current, one small read: a task that exited counts
@@ -195,7 +199,7 @@ func (g *Group) Tasks() (int64, bool) {
 }
 
 // KillFound is Kill, and reports whether the group held processes.
-func (g *Group) KillFound() (bool, error) { return g.l.killFound() }
+func (g *Group) KillFound() (bool, error) { return g.killFound() }
 
 // Remove kills the group's processes and removes the group. Removing a
 // removed group does nothing.
