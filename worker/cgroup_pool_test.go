@@ -2,6 +2,7 @@ package worker
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"strconv"
@@ -112,5 +113,77 @@ func TestCgroupPoolCountsEachJobFromItsStart(t *testing.T) {
 		if err := p.put(g, tight); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// startInGroup starts a sleep in g (a shell joins g, then becomes sleep)
+// and waits until g counts it; the test's cleanup kills and reaps it.
+func startInGroup(t *testing.T, g *cgroup.Group) *exec.Cmd {
+	t.Helper()
+	join := ""
+	for _, f := range g.ProcsFiles() {
+		join += "echo 0 > " + strconv.Quote(f) + " && "
+	}
+	cmd := exec.Command("/bin/sh", "-c", join+"echo joined && exec sleep 1000")
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line := make([]byte, len("joined"))
+	if _, err := io.ReadFull(out, line); err != nil || string(line) != "joined" {
+		t.Fatalf("the process did not join its group: %q, %v", line, err)
+	}
+	return cmd
+}
+
+// A group is never handed out with a process in it: put kills what is
+// left in a group that did not empty by itself (settle), and a process
+// that joins a pooled group afterwards (a start cut short) is killed by
+// the get that hands it out next, which counts the job from the group's
+// counters read again then.
+func TestCgroupPoolNeverHandsOutAGroupWithAProcess(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	l := cgroup.Limits{Pids: 8}
+	g, _, err := p.get(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	left := startInGroup(t, g)
+	settle(g)
+	if err := p.put(g, l); err != nil {
+		t.Fatal(err)
+	}
+	if err := left.Wait(); err == nil || left.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the process left in the group ended %v, want killed by put", left.ProcessState)
+	}
+
+	late := startInGroup(t, g)
+	g2, base, err := p.get(l)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if g2 != g {
+		t.Fatal("the pool did not reuse its group")
+	}
+	if err := late.Wait(); err == nil || late.ProcessState.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+		t.Fatalf("the process that joined the pooled group ended %v, want killed by get", late.ProcessState)
+	}
+	if u := g2.Usage().Sub(base); u.PidsMaxHits != 0 || u.OOMKills != 0 {
+		t.Fatalf("the next job starts with counters %+v, want none", u)
+	}
+	settle(g2)
+	if n, ok := g2.Tasks(); !ok || n != 0 {
+		t.Fatalf("the group handed out counts %d tasks (%v) once its killed process is reaped, want 0", n, ok)
+	}
+	if err := p.put(g2, l); err != nil {
+		t.Fatal(err)
 	}
 }

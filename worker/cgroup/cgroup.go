@@ -61,7 +61,8 @@ type Manager struct {
 // Group is the cgroup (one per v1 hierarchy, or one v2 cgroup) of one job.
 // Its methods may be called concurrently.
 type Group struct {
-	l layout
+	l    layout
+	kept keptFiles // its counter files, open (kept.go)
 }
 
 // parentDir is the directory, in the worker's own cgroup, that holds the
@@ -94,7 +95,7 @@ func (m *Manager) New(job string, l Limits) (*Group, error) {
 	if l.MemoryBytes < 0 || l.Pids < 0 {
 		return nil, fmt.Errorf("cgroup: negative limit in %+v", l)
 	}
-	g := &Group{m.l.child(job)}
+	g := &Group{l: m.l.child(job)}
 	var made []string
 	for _, d := range g.l.dirs() {
 		if err := os.Mkdir(d, 0o755); err != nil {
@@ -109,6 +110,7 @@ func (m *Manager) New(job string, l Limits) (*Group, error) {
 	if err := g.l.setLimits(l); err != nil {
 		return nil, errors.Join(fmt.Errorf("cgroup: limits of %q: %w", job, err), g.Remove())
 	}
+	g.kept = keepFiles(g.l.counterFiles())
 	return g, nil
 }
 
@@ -123,7 +125,7 @@ func (g *Group) Reset(l Limits) (found bool, err error) {
 	if l.MemoryBytes < 0 || l.Pids < 0 {
 		return false, fmt.Errorf("cgroup: negative limit in %+v", l)
 	}
-	if found, err = g.l.killFound(); err != nil {
+	if found, err = g.killFound(); err != nil {
 		return found, err
 	}
 	return found, g.l.resetLimits(l)
@@ -147,11 +149,12 @@ func (m *Manager) Close() error {
 }
 
 // ProcsFiles returns the cgroup.procs files of the group, one per
-// hierarchy. A process joins the group by writing "0" (itself) into each:
-// unlike its pid, "0" means the same process in every pid namespace.
+// hierarchy. A process joins the group by writing "0" (itself) into each,
+// in this order (the pids controller's first: see joinOrder): unlike its
+// pid, "0" means the same process in every pid namespace.
 func (g *Group) ProcsFiles() []string {
 	var files []string
-	for _, d := range g.l.dirs() {
+	for _, d := range g.l.joinOrder() {
 		files = append(files, filepath.Join(d, "cgroup.procs"))
 	}
 	return files
@@ -160,7 +163,7 @@ func (g *Group) ProcsFiles() []string {
 // Add moves the process pid, as the worker's pid namespace numbers it, and
 // all its threads into the group.
 func (g *Group) Add(pid int) error {
-	for _, d := range g.l.dirs() {
+	for _, d := range g.l.joinOrder() {
 		if err := write(d, "cgroup.procs", strconv.Itoa(pid)); err != nil {
 			return fmt.Errorf("cgroup: add %d: %w", pid, err)
 		}
@@ -170,12 +173,15 @@ func (g *Group) Add(pid int) error {
 
 // Usage reads the group's counters, so call it before Remove; a counter
 // that cannot be read is 0.
-func (g *Group) Usage() Usage { return g.l.usage() }
+func (g *Group) Usage() Usage { return g.l.usage(g.kept.read) }
 
 // Kill sends SIGKILL to every process in the group, including any forked
 // meanwhile, and waits for the group to be empty; it fails if it is not
 // empty after a short while.
-func (g *Group) Kill() error { return g.l.kill() }
+func (g *Group) Kill() error {
+	_, err := g.killFound()
+	return err
+}
 
 // Tasks returns how many tasks the group holds, as its pids controller
 // counts them (pids.current, one small read: a task that exited counts
@@ -184,7 +190,7 @@ func (g *Group) Tasks() (int64, bool) {
 	if g.l.pids == "" {
 		return 0, false
 	}
-	b, err := os.ReadFile(filepath.Join(g.l.pids, "pids.current"))
+	b, err := g.kept.read(g.l.pids, "pids.current")
 	if err != nil {
 		return 0, false
 	}
@@ -193,11 +199,14 @@ func (g *Group) Tasks() (int64, bool) {
 }
 
 // KillFound is Kill, and reports whether the group held processes.
-func (g *Group) KillFound() (bool, error) { return g.l.killFound() }
+func (g *Group) KillFound() (bool, error) { return g.killFound() }
 
 // Remove kills the group's processes and removes the group. Removing a
 // removed group does nothing.
-func (g *Group) Remove() error { return g.l.remove() }
+func (g *Group) Remove() error {
+	g.kept.close()
+	return g.l.remove()
+}
 
 // layout says where a group's controllers are. A Manager's layout is its
 // parent groups; a Group's, the job's groups inside them.
@@ -320,19 +329,30 @@ func (l layout) resetLimits(lim Limits) error {
 	return write(l.pids, "pids.max", pids)
 }
 
-func (l layout) usage() Usage {
+// counterFiles are the files usage reads, and pids.current (Tasks).
+func (l layout) counterFiles() []string {
+	files := []string{filepath.Join(l.pids, "pids.events"), filepath.Join(l.pids, "pids.current")}
+	if l.version == 2 {
+		return append(files, filepath.Join(l.mem, "memory.events"), filepath.Join(l.mem, "memory.peak"))
+	}
+	return append(files, filepath.Join(l.mem, "memory.oom_control"), filepath.Join(l.mem, "memory.failcnt"),
+		filepath.Join(l.mem, "memory.max_usage_in_bytes"))
+}
+
+// usage reads the counters with read (a path's content).
+func (l layout) usage(read func(dir, file string) ([]byte, error)) Usage {
 	var u Usage
 	if l.version == 2 {
-		u.OOMKills, _ = readKey(l.mem, "memory.events", "oom_kill")
-		u.MemoryPeak = readInt(l.mem, "memory.peak")
+		u.OOMKills, _ = readKeyWith(read, l.mem, "memory.events", "oom_kill")
+		u.MemoryPeak = readIntWith(read, l.mem, "memory.peak")
 	} else {
 		var ok bool
-		if u.OOMKills, ok = readKey(l.mem, "memory.oom_control", "oom_kill"); !ok && readInt(l.mem, "memory.failcnt") > 0 {
+		if u.OOMKills, ok = readKeyWith(read, l.mem, "memory.oom_control", "oom_kill"); !ok && readIntWith(read, l.mem, "memory.failcnt") > 0 {
 			u.OOMKills = 1
 		}
-		u.MemoryPeak = readInt(l.mem, "memory.max_usage_in_bytes")
+		u.MemoryPeak = readIntWith(read, l.mem, "memory.max_usage_in_bytes")
 	}
-	u.PidsMaxHits, _ = readKey(l.pids, "pids.events", "max")
+	u.PidsMaxHits, _ = readKeyWith(read, l.pids, "pids.events", "max")
 	return u
 }
 
@@ -459,7 +479,12 @@ func write(dir, file, value string) error {
 
 // readInt reads a file holding one number; 0 if it cannot.
 func readInt(dir, file string) int64 {
-	b, err := os.ReadFile(filepath.Join(dir, file))
+	return readIntWith(func(dir, file string) ([]byte, error) { return os.ReadFile(filepath.Join(dir, file)) }, dir, file)
+}
+
+// readIntWith is readInt through read.
+func readIntWith(read func(dir, file string) ([]byte, error), dir, file string) int64 {
+	b, err := read(dir, file)
 	if err != nil {
 		return 0
 	}
@@ -467,9 +492,10 @@ func readInt(dir, file string) int64 {
 	return n
 }
 
-// readKey reads the value of key in a file of "key value" lines.
-func readKey(dir, file, key string) (int64, bool) {
-	b, err := os.ReadFile(filepath.Join(dir, file))
+// readKeyWith reads, through read, the value of key in a file of
+// "key value" lines.
+func readKeyWith(read func(dir, file string) ([]byte, error), dir, file, key string) (int64, bool) {
+	b, err := read(dir, file)
 	if err != nil {
 		return 0, false
 	}

@@ -63,7 +63,10 @@
 // but the process may have run by then. A sandboxed job instead joins its
 // group itself, before it runs anything of the job's: the sandbox binds
 // Manager.Dirs read-write, and the process writes "0" into each of
-// Group.ProcsFiles. "0" means the writer itself; a pid would be wrong,
+// Group.ProcsFiles, in their order: the pids controller's group first, so
+// that a group whose pids.current is 0 holds no process in any controller
+// and Kill need not read each cgroup.procs to know it is empty. "0" means
+// the writer itself; a pid would be wrong,
 // since inside a new pid namespace the process's pid (often 1) is not the
 // number the cgroup files use on the worker's side. The write needs
 // privilege over the file (root, not in a user namespace of its own), so

@@ -1,6 +1,13 @@
 package cgroup
 
-import "testing"
+import (
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
 
 // Reset says whether the group still held processes (which it
 // killed): a pool that read the group's counters once it was emptied reads
@@ -46,5 +53,70 @@ func TestTasksCountsTheGroupsTasks(t *testing.T) {
 	_ = cmd.Wait()
 	if n, ok := g.Tasks(); !ok || n != 0 {
 		t.Fatalf("Tasks of a group whose process is reaped = %d, %v; want 0, true", n, ok)
+	}
+}
+
+// openIn lists the descriptors of this process open on files under dir.
+func openIn(t *testing.T, dir string) []string {
+	t.Helper()
+	entries, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var files []string
+	for _, e := range entries {
+		if target, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasPrefix(target, dir+"/") {
+			files = append(files, target)
+		}
+	}
+	return files
+}
+
+// A group keeps its counter files open from New to Remove, and what it
+// reads through them is what the kernel counts now, not what it counted
+// at the first read: Tasks follows a process in and out, Usage a refused
+// fork. Remove closes them (a pooled group leaks no descriptor) and still
+// removes the group.
+func TestGroupReadsCountersThroughKeptFiles(t *testing.T) {
+	t.Parallel()
+	m := newManager(t)
+	g, err := m.New(uniqueName("g"), Limits{Pids: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kept := openIn(t, g.l.pids)
+	if !slices.Contains(kept, filepath.Join(g.l.pids, "pids.current")) || !slices.Contains(kept, filepath.Join(g.l.pids, "pids.events")) {
+		t.Fatalf("open under the group: %v; want its pids.current and pids.events", kept)
+	}
+	for i := range 2 {
+		if n, ok := g.Tasks(); !ok || n != 0 {
+			t.Fatalf("read %d: Tasks of an empty group = %d, %v", i, n, ok)
+		}
+	}
+	base := g.Usage()
+	cmd, _ := startIn(t, g, "/bin/sh", "-c", "sleep 1000 & sleep 1000 & wait")
+	deadline := time.Now().Add(10 * time.Second)
+	for g.Usage().Sub(base).PidsMaxHits == 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("no refused fork counted: %+v", g.Usage())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n, ok := g.Tasks(); !ok || n != 2 {
+		t.Fatalf("Tasks of a group at its limit of 2 = %d, %v", n, ok)
+	}
+	if err := g.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = cmd.Wait()
+	if err := g.Remove(); err != nil {
+		t.Fatalf("Remove with the counter files open: %v", err)
+	}
+	assertGone(t, g.l.dirs()...)
+	if left := openIn(t, g.l.pids); len(left) != 0 {
+		t.Fatalf("still open after Remove: %v", left)
+	}
+	if n, ok := g.Tasks(); ok {
+		t.Fatalf("Tasks of a removed group = %d, true", n)
 	}
 }
