@@ -792,5 +792,21 @@ class WaitStatusTest(unittest.TestCase):
             self.assertEqual(wait_status(info), status, '%s %d' % (how, n))
 
 
+
+class JobWaitingTest(unittest.TestCase):
+    """A spare forked for a job that is already on its socket skips the
+    rehearsal (_job_waiting), which would only delay that job."""
+
+    def test_job_waiting(self):
+        job_waiting = zygote_functions()['_job_waiting']
+        a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        with a, b:
+            self.assertFalse(job_waiting(b))
+            a.send(b'{"op": "run"}')
+            self.assertTrue(job_waiting(b))
+            self.assertEqual(b.recv(64), b'{"op": "run"}')
+            self.assertFalse(job_waiting(b))
+
+
 if __name__ == '__main__':
     unittest.main()
