@@ -263,10 +263,12 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	req.Params.Task = nil
 	r.f.tasks.Add(1)
 	started = true
+	// The request's values (the caller's credentials) without its end.
+	caller := context.WithoutCancel(ctx)
 	go func() {
 		defer r.f.tasks.Done()
 		defer r.f.taskSlots.give(size)
-		r.f.runTask(rec, tool.Handler, req)
+		r.f.runTask(caller, rec, tool.Handler, req)
 	}()
 	return mcp.CreateTaskResult{Task: taskOf(rec, mcp.TaskStatusWorking, "", now)}, nil
 }
@@ -284,12 +286,15 @@ func taskOf(rec *broker.TaskRecord, status mcp.TaskStatus, message string, updat
 }
 
 // runTask runs the tool of task rec (handler, as registered) and stores
-// its outcome. Its context ends when the task is cancelled (the tool then
-// cancels its job) or when the frontend is aborted (the job runs on, and
-// no outcome is stored: a job that is the task answers for it).
-func (f *Frontend) runTask(rec *broker.TaskRecord, handler server.ToolHandlerFunc, req mcp.CallToolRequest) {
+// its outcome. caller holds the values of the request that created the
+// task (who called: quotas, audit, revocation and workspace handles go by
+// it) and never ends; the task's context ends when the task is cancelled
+// (the tool then cancels its job) or when the frontend is aborted (the job
+// runs on, and no outcome is stored: a job that is the task answers for
+// it).
+func (f *Frontend) runTask(caller context.Context, rec *broker.TaskRecord, handler server.ToolHandlerFunc, req mcp.CallToolRequest) {
 	log := f.log.With("task", rec.TaskID, "tool", rec.Tool, "scope", rec.Scope)
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(caller)
 	defer cancel(nil)
 	stopHard := context.AfterFunc(f.hard, func() { cancel(errFrontendStopped) })
 	defer stopHard()

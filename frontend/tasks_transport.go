@@ -42,7 +42,7 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 		_ = req.Body.Close()
 		if mayConcernTasks(body) {
 			scope, valid := httpScope(req)
-			if answer, ok := r.take(req.Context(), body, scope); ok && valid {
+			if answer, ok := r.take(httpContext(req.Context(), req), body, scope); ok && valid {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write(answer())
 				return
