@@ -3,6 +3,7 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -92,5 +93,77 @@ func TestRevokedPrincipalsTaskCancelled(t *testing.T) {
 	case <-marked:
 	case <-time.After(30 * time.Second):
 		t.Fatal("the job of alice's task was not cancelled after her revocation")
+	}
+}
+
+// A task's tool goes through the tool middlewares a call goes through:
+// its `workspace` argument is resolved (a handle that names nothing of the
+// caller's fails the task, as it fails a call), not ignored, which ran the
+// task in the session's own workspace.
+func TestTaskInAnUnknownWorkspaceRefused(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	a := httpSession(t, serveHTTP(t, jb.f))
+	handle := "wsp_" + strings.Repeat("a", 26)
+	task := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(1)", "workspace": handle}))
+	t.Cleanup(func() { // were the task run, its tool would wait for its job's result
+		if rec, err := jb.b.GetJobRecord(context.Background(), task.TaskId); err == nil {
+			_, _ = jb.b.PutResult(context.Background(), &wire.Result{JobID: task.TaskId, Scope: rec.Scope, Status: wire.StatusCancelled})
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		got, err := a.GetTask(t.Context(), mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: task.TaskId}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != mcp.TaskStatusWorking {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("a task naming an unknown workspace is still %s: its job was queued", got.Status)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	res, err := a.TaskResult(t.Context(), mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: task.TaskId}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if text := textOf(&mcp.CallToolResult{Content: res.Content}); !res.IsError || !strings.Contains(text, "no workspace "+handle) {
+		t.Fatalf("want the task refused for its unknown workspace: %s", text)
+	}
+}
+
+// A task naming a workspace of the caller's runs its job there.
+func TestTaskRunsInTheWorkspaceItNames(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	a := httpSession(t, serveHTTP(t, jb.f))
+	_, ws := callTool[WorkspaceResult](t, a, "new_workspace", nil)
+	want, err := jb.f.resolveHandle(t.Context(), "anonymous", ws.Workspace)
+	if err != nil {
+		t.Fatal(err)
+	}
+	task := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(1)", "workspace": ws.Workspace}))
+	t.Cleanup(func() {
+		if rec, err := jb.b.GetJobRecord(context.Background(), task.TaskId); err == nil {
+			_, _ = jb.b.PutResult(context.Background(), &wire.Result{JobID: task.TaskId, Scope: rec.Scope, Status: wire.StatusCancelled})
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		rec, err := jb.b.GetJobRecord(t.Context(), task.TaskId)
+		if err == nil {
+			if rec.Scope != want {
+				t.Fatalf("the task's job runs in scope %s, want the workspace's %s", rec.Scope, want)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the task's job was never queued: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
 	}
 }
