@@ -187,6 +187,9 @@ type Frontend struct {
 	files  *codefiles.CodeStore
 	log    *slog.Logger
 	bodies *bodyLimit // of the last HTTPHandler (tests watch it)
+	// callers counts each identified caller's HTTP requests in progress
+	// (boundCallers).
+	callers callerRequests
 	// unqueued are the jobs whose publishing this frontend is still
 	// retrying, or gave up (see submit.go).
 	unqueued unqueuedJobs
@@ -310,7 +313,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 	)
 	f.bodies = newBodyLimit(f.taskHTTP(srv, bindSessions(forgetInitialized(h))), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
-	mux.Handle("/mcp", f.refuseRevoked(f.bodies))
+	mux.Handle("/mcp", f.refuseRevoked(f.boundCallers(f.bodies)))
 	f.mountProbe(mux)
 	return f.cfg.Access.Handler(mux, "/mcp"), h
 }

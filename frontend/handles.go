@@ -98,21 +98,27 @@ func (f *Frontend) handleKey(owner, h string) string {
 func (f *Frontend) useWorkspace(stdio bool) server.ToolHandlerMiddleware {
 	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			var c workspaceChoice
-			switch v, present := req.GetArguments()[workspaceArg]; {
-			case !present || v == nil || v == "":
-				c.scope = scopeFrom(ctx, stdio)
-			case isString(v):
-				c.scope, c.err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), v.(string))
-			default:
-				c.err = rejected("argument '%s' must be a string: a handle that workspace_info or new_workspace returned", workspaceArg)
-			}
-			if c.err == nil {
-				f.noteOwner(ctx, c.scope)
-			}
-			return next(context.WithValue(ctx, workspaceCtxKey{}, c), req)
+			return next(f.withWorkspace(ctx, stdio, req), req)
 		}
 	}
+}
+
+// withWorkspace is ctx with the workspace req's `workspace` argument
+// chooses (useWorkspace; a task's before it starts, createTask).
+func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallToolRequest) context.Context {
+	var c workspaceChoice
+	switch v, present := req.GetArguments()[workspaceArg]; {
+	case !present || v == nil || v == "":
+		c.scope = scopeFrom(ctx, stdio)
+	case isString(v):
+		c.scope, c.err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), v.(string))
+	default:
+		c.err = rejected("argument '%s' must be a string: a handle that workspace_info or new_workspace returned", workspaceArg)
+	}
+	if c.err == nil {
+		f.noteOwner(ctx, c.scope)
+	}
+	return context.WithValue(ctx, workspaceCtxKey{}, c)
 }
 
 func isString(v any) bool {

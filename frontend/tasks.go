@@ -122,8 +122,33 @@ type taskOutcome struct {
 // taskRouter answers the task methods and task-augmented tool calls of one
 // MCP server, and passes everything else on.
 type taskRouter struct {
-	f   *Frontend
-	srv *server.MCPServer
+	f     *Frontend
+	srv   *server.MCPServer
+	stdio bool
+}
+
+// taskTool is handler wrapped as MCPServer's tool middlewares wrap a call
+// (mcp-go applies them to the calls it serves, not to a handler taken with
+// GetTool): a panic recovered, and the links of a call in another
+// workspace naming it. The `workspace` argument is resolved before the
+// task starts (createTask); keepThroughDrain is a call's: a task's context
+// never ends with its request (runTask).
+func taskTool(handler server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return recoverTool(linkWorkspace(handler))
+}
+
+// recoverTool turns a panic of a task's tool into its error, as
+// server.WithRecovery does for a call: a task runs on a goroutine of its
+// own, where a panic would end the process.
+func recoverTool(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (res *mcp.CallToolResult, err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				res, err = nil, fmt.Errorf("panic recovered in %s tool handler: %v", req.Params.Name, r)
+			}
+		}()
+		return next(ctx, req)
+	}
 }
 
 // rpcMessage is the part of a JSON-RPC message the router reads.
@@ -263,10 +288,15 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	req.Params.Task = nil
 	r.f.tasks.Add(1)
 	started = true
+	// The request's values (the caller's credentials) without its end, and
+	// the workspace its `workspace` argument names, as useWorkspace gives a
+	// call's tool.
+	caller := context.WithValue(context.WithoutCancel(ctx), taskScopeKey{}, scope)
+	caller = r.f.withWorkspace(caller, r.stdio, req)
 	go func() {
 		defer r.f.tasks.Done()
 		defer r.f.taskSlots.give(size)
-		r.f.runTask(rec, tool.Handler, req)
+		r.f.runTask(caller, rec, taskTool(tool.Handler), req)
 	}()
 	return mcp.CreateTaskResult{Task: taskOf(rec, mcp.TaskStatusWorking, "", now)}, nil
 }
@@ -284,12 +314,15 @@ func taskOf(rec *broker.TaskRecord, status mcp.TaskStatus, message string, updat
 }
 
 // runTask runs the tool of task rec (handler, as registered) and stores
-// its outcome. Its context ends when the task is cancelled (the tool then
-// cancels its job) or when the frontend is aborted (the job runs on, and
-// no outcome is stored: a job that is the task answers for it).
-func (f *Frontend) runTask(rec *broker.TaskRecord, handler server.ToolHandlerFunc, req mcp.CallToolRequest) {
+// its outcome. caller holds the values of the request that created the
+// task (who called: quotas, audit, revocation and workspace handles go by
+// it) and never ends; the task's context ends when the task is cancelled
+// (the tool then cancels its job) or when the frontend is aborted (the job
+// runs on, and no outcome is stored: a job that is the task answers for
+// it).
+func (f *Frontend) runTask(caller context.Context, rec *broker.TaskRecord, handler server.ToolHandlerFunc, req mcp.CallToolRequest) {
 	log := f.log.With("task", rec.TaskID, "tool", rec.Tool, "scope", rec.Scope)
-	ctx, cancel := context.WithCancelCause(context.Background())
+	ctx, cancel := context.WithCancelCause(caller)
 	defer cancel(nil)
 	stopHard := context.AfterFunc(f.hard, func() { cancel(errFrontendStopped) })
 	defer stopHard()

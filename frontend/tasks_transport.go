@@ -42,7 +42,7 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 		_ = req.Body.Close()
 		if mayConcernTasks(body) {
 			scope, valid := httpScope(req)
-			if answer, ok := r.take(req.Context(), body, scope); ok && valid {
+			if answer, ok := r.take(httpContext(req.Context(), req), body, scope); ok && valid {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write(answer())
 				return
@@ -90,7 +90,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // stdio server must write to. wait returns once every request it took is
 // answered (or its context ended); ctx ending ends them.
 func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.Reader, out io.Writer) (pass io.Reader, locked io.Writer, wait func()) {
-	r := &taskRouter{f: f, srv: srv}
+	r := &taskRouter{f: f, srv: srv, stdio: true}
 	lw := &lockedWriter{w: out}
 	pr, pw := io.Pipe()
 	var (

@@ -918,6 +918,7 @@ def _prepare_child(z, sock):
     gc.enable()
     if not _job_waiting(report):
         _rehearse_job(z.last_run)
+    _forget_other_jobs(z)
     return report
 
 
@@ -930,6 +931,22 @@ def _job_waiting(sock):
         return bool(select.select([sock], [], [], 0)[0])
     except (OSError, ValueError):
         return False
+
+
+def _forget_other_jobs(z):
+    """Drop what the zygote knew of other jobs, which this process got
+    with its copy of the zygote's memory and its job could read there: the
+    last run request (another session's script, directory, uid and scope),
+    the sessions whose network namespaces are open, the jobs running, and
+    the bytes of the requests read into _BUF (none holds a NUL: the longest
+    of them ends at the first)."""
+    z.last_run = None
+    z.netns.clear()
+    z.jobs.clear()
+    n = _BUF.find(0)
+    if n < 0:
+        n = len(_BUF)
+    _BUF[:n] = bytes(n)
 
 
 def _rehearse_job(msg):

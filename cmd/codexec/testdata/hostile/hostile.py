@@ -56,6 +56,8 @@ async def sandbox_section(a, b, srv):
     walk = jobs.HOST_WALK.replace("CANARIES", repr(["BOB+SECRET", "CANARY_WORKER+_ENV_77"])).replace("DATA_DIR", repr(srv.data_dir))
     await probe(a, "host walk: no other session's files, no worker env, no state store", walk, timeout_seconds=120)
     await probe(a, "shared memory / SysV IPC of other sessions", jobs.SHM)
+    for _ in range(3):  # spares forked after bob's run
+        await probe(a, "zygote's memory: no other session's scope in a job's objects or pages", jobs.ZYGOTE_MEMORY)
     # Concurrent: bob listens on loopback and an abstract socket while alice looks.
     listen = ("import socket,time\ns=socket.socket();s.setsockopt(socket.SOL_SOCKET,socket.SO_REUSEADDR,1);s.bind(('127.0.0.1',45678));s.listen()\n"
               "u=socket.socket(socket.AF_UNIX);u.bind('\\0BOBSECRET_abs');u.listen()\ntime.sleep(6)\nprint('bob done')")
