@@ -2,7 +2,9 @@
 # zygote), print(1) through execute_code. Each of R rounds makes N sequential calls alternating between the servers,
 # then C callers for D seconds on each server in turn. Reports the sequential p50, and per server the median of the
 # rounds' calls/s and of the Go process's CPU per call (utime+stime of the codexec process from /proc, so the
-# interpreters' own CPU is not counted: what the Go side spends per call). With LVL=debug it also gives, for the
+# interpreters' own CPU is not counted: what the Go side spends per call), and the CPU of the server and of all it
+# runs per call ("all CPU": the interpreters and jobs too, reaped ones through their reapers' c-times; the client's
+# is not counted). With LVL=debug it also gives, for the
 # sequential calls, the medians of where the time outside the job went, from the servers' `call timing`,
 # `dispatched` and `job timing` debug lines (logs in /tmp/pg/LABEL.log). PROF=1 writes a Go CPU profile of each
 # server to /tmp/pg/LABEL.prof (CODEXEC_CPU_PROFILE). VENV is the interpreter's venv (codexec bench prints the
@@ -33,6 +35,28 @@ class Srv:
     def cpu(self):
         f = open('/proc/%d/stat' % self.p.pid).read().rsplit(')', 1)[1].split()
         return (int(f[11]) + int(f[12])) * 1000.0 / TCK
+
+    def tree_cpu(self):
+        """CPU of the server and of everything it runs: utime, stime,
+        cutime and cstime of it and of each live descendant (a process
+        reaped counts in its reaper's c-times: jobs in their zygote's)."""
+        kids, stats = {}, {}
+        for p in os.listdir('/proc'):
+            if p.isdigit():
+                try:
+                    f = open('/proc/%s/stat' % p).read().rsplit(')', 1)[1].split()
+                except OSError:
+                    continue
+                kids.setdefault(int(f[1]), []).append(int(p))
+                stats[int(p)] = f
+        total, todo = 0, [self.p.pid]
+        while todo:
+            q = todo.pop()
+            f = stats.get(q)
+            if f:
+                total += int(f[11]) + int(f[12]) + int(f[13]) + int(f[14])
+            todo.extend(kids.get(q, ()))
+        return total * 1000.0 / TCK
 
     def reader(self):
         for line in self.p.stdout:
@@ -90,7 +114,7 @@ for a in sys.argv[1:]:
 for s in srvs:
     for _ in range(30):
         s.ex()
-seq = {s.label: [] for s in srvs}; rates = {s.label: [] for s in srvs}; cpus = {s.label: [] for s in srvs}
+seq = {s.label: [] for s in srvs}; rates = {s.label: [] for s in srvs}; cpus = {s.label: [] for s in srvs}; alls = {s.label: [] for s in srvs}
 for r in range(R):
     marks = {s.label: os.path.getsize(s.log) for s in srvs}
     for i in range(N):
@@ -109,16 +133,19 @@ for r in range(R):
                 with lk:
                     cnt[0] += 1
         th = [threading.Thread(target=loop) for _ in range(C)]
-        c0 = s.cpu(); t0 = time.monotonic(); [t.start() for t in th]; [t.join() for t in th]
+        c0 = s.cpu(); a0 = s.tree_cpu(); t0 = time.monotonic(); [t.start() for t in th]; [t.join() for t in th]
         el = time.monotonic() - t0; c1 = s.cpu()
-        rates[s.label].append(cnt[0] / el); cpus[s.label].append((c1 - c0) / cnt[0])
+        time.sleep(0.3)  # the last jobs' processes reaped
+        a1 = s.tree_cpu()
+        rates[s.label].append(cnt[0] / el); cpus[s.label].append((c1 - c0) / cnt[0]); alls[s.label].append((a1 - a0) / cnt[0])
 for s in srvs:
     v = seq[s.label]
     line = '%-12s sequential p50 %6.2f ms p90 %6.2f (n=%d)' % (s.label, statistics.median(v), sorted(v)[int(len(v) * .9)], len(v))
     if C:
-        line += ' | %d callers: %6.1f calls/s (%s), Go CPU per call %5.2f ms (%s)' % (
+        line += ' | %d callers: %6.1f calls/s (%s), Go CPU per call %5.2f ms (%s), all CPU per call %5.2f ms (%s)' % (
             C, statistics.median(rates[s.label]), ' '.join('%.0f' % x for x in rates[s.label]),
-            statistics.median(cpus[s.label]), ' '.join('%.2f' % x for x in cpus[s.label]))
+            statistics.median(cpus[s.label]), ' '.join('%.2f' % x for x in cpus[s.label]),
+            statistics.median(alls[s.label]), ' '.join('%.2f' % x for x in alls[s.label]))
     print(line)
 if os.environ.get('LVL') == 'debug':
     tables = {s.label: breakdown(s) for s in srvs}
