@@ -823,6 +823,7 @@ def _spare_main(z, sock):
         job_sock.close()
         req = json.loads(msg)
         _setup_job(req, fds)
+        _run_site_code()
         if _richout is not None:
             _richout.job_start()
         code, interrupted = _run_main(req['script'])
@@ -1631,6 +1632,103 @@ def _shutdown(d, exitcode):
     return exitcode
 
 
+# What an environment's site start-up would have run, put off to each job
+# (_site_without_code, _run_site_code): (sitedir, .pth file, line) of each
+# import line of a .pth file, and whether there is a sitecustomize or a
+# usercustomize module to import.
+_SITE_LINES = []
+_SITE_CUSTOMIZE = [False, False]
+
+
+def _site_without_code():
+    """Do what the site module does when an interpreter starts, but run
+    none of the environment's code: the zygote runs with -S, root and with
+    the capabilities that set up every job's sandbox, and sees every
+    session's directories, so a .pth file or a sitecustomize module that an
+    installed package brought (a wheel needs no build to ship one) must not
+    run in it. site.main() runs with the steps that would run code replaced
+    (addpackage by _keep_pth_imports; execsitecustomize, execusercustomize):
+    the site-packages directories (a venv's, the user's if enabled) and the
+    directories the .pth files name go on sys.path as site would put them;
+    the .pth files' import lines, sitecustomize and usercustomize are left
+    to each job, which runs them as its session's uid in its sandbox before
+    its own code (_run_site_code). Does nothing where site ran already."""
+    if not sys.flags.no_site:
+        return
+    import site
+    saved = site.addpackage, site.execsitecustomize, site.execusercustomize
+    site.addpackage = _keep_pth_imports
+    site.execsitecustomize = site.execusercustomize = lambda: None
+    try:
+        site.main()
+    finally:
+        site.addpackage, site.execsitecustomize, site.execusercustomize = saved
+    from importlib.machinery import PathFinder
+    _SITE_CUSTOMIZE[0] = PathFinder.find_spec('sitecustomize') is not None
+    _SITE_CUSTOMIZE[1] = bool(site.ENABLE_USER_SITE) and PathFinder.find_spec('usercustomize') is not None
+
+
+def _keep_pth_imports(sitedir, name, known_paths):
+    """site.addpackage, except that a .pth file's import lines are kept
+    for the jobs (_SITE_LINES) instead of run."""
+    import site
+    reset = known_paths is None
+    if reset:
+        known_paths = site._init_pathinfo()
+    fullname = os.path.join(sitedir, name)
+    try:
+        with open(fullname, 'rb') as f:
+            data = f.read()
+    except OSError:
+        return None if reset else known_paths
+    try:
+        text = data.decode('utf-8-sig')
+    except UnicodeDecodeError:
+        text = data.decode('latin-1')
+    for line in text.splitlines():
+        if line.startswith('#') or not line.strip():
+            continue
+        if line.startswith(('import ', 'import\t')):
+            _SITE_LINES.append((sitedir, fullname, line))
+            continue
+        d, dcase = site.makepath(sitedir, line.rstrip())
+        if dcase not in known_paths and os.path.exists(d):
+            sys.path.append(d)
+            known_paths.add(dcase)
+    return None if reset else known_paths
+
+
+def _run_site_code():
+    """Run, in a job's process, what _site_without_code left to it, as
+    site would have at start-up: each .pth file's import lines (an error
+    is printed and the rest of that file skipped), then sitecustomize and
+    usercustomize."""
+    if not (_SITE_LINES or _SITE_CUSTOMIZE[0] or _SITE_CUSTOMIZE[1]):
+        return
+    import site
+    skip = None
+    for sitedir, fullname, line in _SITE_LINES:
+        if fullname == skip:
+            continue
+        try:
+            _exec_pth_line(sitedir, line)
+        except Exception:
+            import traceback
+            sys.stderr.write('Error processing line of %s:\n' % fullname)
+            traceback.print_exc()
+            skip = fullname
+    if _SITE_CUSTOMIZE[0]:
+        site.execsitecustomize()
+    if _SITE_CUSTOMIZE[1]:
+        site.execusercustomize()
+
+
+def _exec_pth_line(sitedir, line):
+    # As site.addpackage runs it: some lines read `sitedir` from their
+    # caller's frame (sys._getframe(1).f_locals['sitedir']).
+    exec(line)
+
+
 def _load_richout(source):
     """richout.py's source as a module of its own, or None without one."""
     global _richout
@@ -1666,7 +1764,21 @@ def _main():
         _prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     z = _Zygote(ctl, sandbox)
     t0 = time.monotonic()
-    loaded, failed = z.preload(cfg.get('preload') or [])
+    # The standard library's modules first, before the environment's
+    # directories are on sys.path: none of them can then import a module
+    # of the environment's (an optional one they try) in the zygote.
+    preload = cfg.get('preload') or []
+    loaded, failed = z.preload(preload)
+    _site_without_code()
+    # What is not in the standard library comes from the environment: a
+    # module the operator asked to preload runs its code in the zygote.
+    missing = [n for n in preload if n in failed and failed[n].startswith('ModuleNotFoundError')]
+    if missing:
+        for n in missing:
+            del failed[n]
+        more, failed_more = z.preload(missing)
+        loaded = [n for n in preload if n in loaded or n in more]
+        failed.update(failed_more)
     import_ms = (time.monotonic() - t0) * 1000
     threads = _threads()
     gc.collect()

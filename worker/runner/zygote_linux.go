@@ -123,7 +123,9 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 	if env == nil {
 		env = []string{}
 	}
-	argv := []string{cfg.Python, "-c", zygoteBootstrap, string(preload)}
+	// -S: no site start-up in the zygote, whose privileges must run none
+	// of the environment's code (zygote.py: _site_without_code).
+	argv := []string{cfg.Python, "-S", "-c", zygoteBootstrap, string(preload)}
 	extra := []*os.File{theirs}
 	var infoR *os.File
 	if sb := cfg.Sandbox; sb != nil {

@@ -369,7 +369,7 @@ class Zygote:
         high = fcntl.fcntl(theirs.fileno(), fcntl.F_DUPFD_CLOEXEC, 10)
         theirs.close()
         self.log = tempfile.TemporaryFile()
-        argv = [sys.executable, '-c', SPEC['bootstrap']['code'], json.dumps({'preload': list(preload)})]
+        argv = [sys.executable, '-S', '-c', SPEC['bootstrap']['code'], json.dumps({'preload': list(preload)})]
         self.proc = subprocess.Popen(
             argv, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
             env=env if env is not None else {}, cwd='/', close_fds=False,

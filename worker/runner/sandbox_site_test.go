@@ -1,0 +1,89 @@
+package runner
+
+import (
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/codexec/codexec/worker/sandbox"
+)
+
+// An environment's own start-up code (the import lines of its .pth files,
+// its sitecustomize module), which any installed package can bring, never
+// runs in the sandboxed zygote: the zygote is root with the capabilities
+// that set up every job's sandbox, and sees every session's directories.
+// It runs in each job instead, as the job's session uid, as it would at an
+// interpreter's start; the .pth files' directories are on sys.path there.
+func TestSandboxedZygoteRunsNoEnvironmentCode(t *testing.T) {
+	l := newSandboxLayout(t)
+	env := filepath.Join(t.TempDir(), "env")
+	if out, err := exec.Command(l.python, "-m", "venv", "--without-pip", env).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v\n%s", err, out)
+	}
+	sitePackages, err := filepath.Glob(filepath.Join(env, "lib", "python3*", "site-packages"))
+	if err != nil || len(sitePackages) != 1 {
+		t.Fatalf("site-packages of %s: %v %v", env, sitePackages, err)
+	}
+	sp := sitePackages[0]
+	extra := filepath.Join(env, "extra")
+	if err := os.Mkdir(extra, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		// Each records, in a list every process inherits from its parent,
+		// the uid it ran as.
+		filepath.Join(sp, "zz_evil.pth"):      extra + "\nimport builtins, os; builtins.__dict__.setdefault('_pth_uids', []).append(os.getuid())\n",
+		filepath.Join(sp, "sitecustomize.py"): "import builtins, os\nbuiltins.__dict__.setdefault('_custom_uids', []).append(os.getuid())\n",
+		filepath.Join(extra, "from_pth.py"):   "X = 'named by a .pth'\n",
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := *l.cfg
+	cfg.Mounts = append(slices.Clone(cfg.Mounts), sandbox.Mount{Path: env})
+	python := filepath.Join(env, "bin", "python")
+	z := startZygote(t, ZygoteConfig{Python: python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
+	job := `import builtins, json, os, sys
+import from_pth
+print(json.dumps({'pth': getattr(builtins, '_pth_uids', None), 'custom': getattr(builtins, '_custom_uids', None),
+                  'from_pth': from_pth.X, 'exit': callable(getattr(builtins, 'exit', None)), 'uid': os.getuid()}))
+`
+	for _, s := range []struct {
+		name string
+		uid  int
+	}{{"a", testUIDA}, {"b", testUIDB}} {
+		spec := l.spec(t, s.name, s.uid, job)
+		spec.Python = python
+		out := zrun(t, z, spec)
+		if out.ExitCode != 0 {
+			t.Fatalf("session %s: exit %d, stdout %q, stderr %q", s.name, out.ExitCode, out.Stdout, out.Stderr)
+		}
+		var r struct {
+			Pth, Custom []int
+			FromPth     string `json:"from_pth"`
+			Exit        bool
+			UID         int
+		}
+		if err := json.Unmarshal([]byte(strings.TrimSpace(string(out.Stdout))), &r); err != nil {
+			t.Fatalf("session %s: %q: %v (stderr %q)", s.name, out.Stdout, err, out.Stderr)
+		}
+		// CPython itself runs a venv's .pth files twice (site.venv, then
+		// site.main's own pass): as many times here, all in the job.
+		onlyJob := func(uids []int) bool {
+			return len(uids) > 0 && !slices.ContainsFunc(uids, func(u int) bool { return u != s.uid })
+		}
+		if !onlyJob(r.Pth) || !slices.Equal(r.Custom, []int{s.uid}) {
+			t.Errorf("session %s: the .pth import line ran as %v and sitecustomize as %v; want them run as the job's uid %d only (never as the zygote's)",
+				s.name, r.Pth, r.Custom, s.uid)
+		}
+		if r.FromPth != "named by a .pth" || !r.Exit {
+			t.Errorf("session %s: a .pth file's directory on sys.path: %q; exit() there: %v", s.name, r.FromPth, r.Exit)
+		}
+	}
+}
