@@ -766,7 +766,9 @@ func (w *Worker) closeCgroups() {
 // in dir, with home as HOME (none when empty).
 func (w *Worker) spec(script, dir, home string) runner.Spec {
 	return runner.Spec{
-		Python: w.python, Script: script, Dir: dir,
+		// The base environment is the worker's: sessions install into
+		// environments derived from it, never into it.
+		Python: w.python, TrustSite: true, Script: script, Dir: dir,
 		Env:     runner.ChildEnv(os.Environ(), w.venvDir, home, w.cfg.EnvPassthrough, w.childExtra),
 		Rlimits: runner.NoCoreFiles(), // a crash leaves no core file in the session's directory
 	}

@@ -26,6 +26,13 @@ const pipeDrainDelay = time.Second
 type Spec struct {
 	// Python is the absolute path of the interpreter.
 	Python string
+	// TrustSite says that no session installs into Python's environment
+	// (the worker's own base environment, made by it or by its operator),
+	// so that the environment's start-up code (.pth import lines,
+	// sitecustomize) may run once in the zygote of a Pool, which is
+	// privileged, instead of in each job: any package a session installs
+	// can bring such code.
+	TrustSite bool
 	// Script is the absolute path of the already-written script file.
 	Script string
 	// Dir is the working directory; it must exist.

@@ -18,6 +18,8 @@ import (
 // that set up every job's sandbox, and sees every session's directories.
 // It runs in each job instead, as the job's session uid, as it would at an
 // interpreter's start; the .pth files' directories are on sys.path there.
+// Only an environment no session installs into (TrustSite: the worker's
+// base environment) keeps that code in its zygote.
 func TestSandboxedZygoteRunsNoEnvironmentCode(t *testing.T) {
 	l := newSandboxLayout(t)
 	env := filepath.Join(t.TempDir(), "env")
@@ -49,6 +51,7 @@ func TestSandboxedZygoteRunsNoEnvironmentCode(t *testing.T) {
 	cfg.Mounts = append(slices.Clone(cfg.Mounts), sandbox.Mount{Path: env})
 	python := filepath.Join(env, "bin", "python")
 	z := startZygote(t, ZygoteConfig{Python: python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg})
+	trusted := startZygote(t, ZygoteConfig{Python: python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: &cfg, TrustSite: true})
 	job := `import builtins, json, os, sys
 import from_pth
 print(json.dumps({'pth': getattr(builtins, '_pth_uids', None), 'custom': getattr(builtins, '_custom_uids', None),
@@ -84,6 +87,18 @@ print(json.dumps({'pth': getattr(builtins, '_pth_uids', None), 'custom': getattr
 		}
 		if r.FromPth != "named by a .pth" || !r.Exit {
 			t.Errorf("session %s: a .pth file's directory on sys.path: %q; exit() there: %v", s.name, r.FromPth, r.Exit)
+		}
+
+		// The worker's own base environment, which no session installs
+		// into, keeps its start-up code in its zygote (TrustSite): run
+		// there, as root, and not again in the job.
+		out = zrun(t, trusted, spec)
+		if err := json.Unmarshal([]byte(strings.TrimSpace(string(out.Stdout))), &r); err != nil {
+			t.Fatalf("session %s, trusted: %q: %v (stderr %q)", s.name, out.Stdout, err, out.Stderr)
+		}
+		if slices.Contains(r.Pth, s.uid) || !slices.Equal(r.Custom, []int{0}) || r.FromPth != "named by a .pth" {
+			t.Errorf("session %s, trusted: the .pth import line ran as %v, sitecustomize as %v, from_pth %q; want them run in the zygote only",
+				s.name, r.Pth, r.Custom, r.FromPth)
 		}
 	}
 }

@@ -101,6 +101,11 @@ type ZygoteConfig struct {
 	// OneShot says the zygote will run one job and be stopped (Fresh): a
 	// sandboxed one then keeps one spare instead of two.
 	OneShot bool
+	// TrustSite lets the environment's start-up code (its .pth files'
+	// import lines, sitecustomize) run in the zygote, once, as at any
+	// interpreter's start (Spec.TrustSite). Otherwise the zygote starts
+	// with -S and each job runs that code, in its sandbox.
+	TrustSite bool
 }
 
 // SandboxConfig says how sandboxed zygotes are started.

@@ -124,8 +124,11 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		env = []string{}
 	}
 	// -S: no site start-up in the zygote, whose privileges must run none
-	// of the environment's code (zygote.py: _site_without_code).
+	// of an untrusted environment's code (zygote.py: _site_without_code).
 	argv := []string{cfg.Python, "-S", "-c", zygoteBootstrap, string(preload)}
+	if cfg.TrustSite {
+		argv = slices.Delete(argv, 1, 2)
+	}
 	extra := []*os.File{theirs}
 	var infoR *os.File
 	if sb := cfg.Sandbox; sb != nil {

@@ -109,18 +109,21 @@ func (s entryState) String() string {
 
 // poolEntry is the pool's record of one key's zygote.
 type poolEntry struct {
-	key      string
-	python   string
-	env      []string
-	preload  []string
-	state    entryState
-	z        *Zygote
-	err      error
-	ready    chan struct{} // closed when the current start attempt ends
-	failures int           // consecutive failed starts and deaths
-	retryAt  time.Time
-	lastUsed time.Time
-	running  int
+	key     string
+	python  string
+	env     []string
+	preload []string
+	// trustSite: the environment's start-up code runs in the zygote
+	// (Spec.TrustSite).
+	trustSite bool
+	state     entryState
+	z         *Zygote
+	err       error
+	ready     chan struct{} // closed when the current start attempt ends
+	failures  int           // consecutive failed starts and deaths
+	retryAt   time.Time
+	lastUsed  time.Time
+	running   int
 }
 
 // NewPool returns a Pool with no zygote yet. It starts nothing: call
@@ -297,13 +300,16 @@ func (p *Pool) entry(s Spec) *poolEntry {
 	}
 	env := zygoteEnv(s.Env)
 	key := zygoteKey(s.Python, env, preload)
+	if s.TrustSite {
+		key += "+site"
+	}
 	if e := p.entries[key]; e != nil {
 		return e
 	}
 	if !p.makeRoomLocked() {
 		return nil
 	}
-	e := &poolEntry{key: key, python: s.Python, env: env, preload: slices.Clone(preload), lastUsed: time.Now()}
+	e := &poolEntry{key: key, python: s.Python, env: env, preload: slices.Clone(preload), trustSite: s.TrustSite, lastUsed: time.Now()}
 	p.entries[key] = e
 	p.startLocked(e)
 	return e
@@ -356,7 +362,7 @@ func (p *Pool) startLocked(e *poolEntry) {
 	p.background(func() {
 		began := time.Now()
 		z, err := StartZygote(p.baseCtx, ZygoteConfig{
-			Python: e.python, Env: e.env, Preload: e.preload,
+			Python: e.python, Env: e.env, Preload: e.preload, TrustSite: e.trustSite,
 			StartTimeout: p.cfg.StartTimeout, Logger: p.log, Sandbox: p.cfg.Sandbox,
 		})
 		p.mu.Lock()
