@@ -14,6 +14,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/codexec/codexec/codefiles/internal/safedir"
@@ -105,6 +106,9 @@ type CodeStore struct {
 	// tenant, when its Key is set, is the counter of the code-file bytes
 	// of every session of the tenant (ForTenant).
 	tenant statestore.Quota
+	// pruning holds the scopes whose run history this process is pruning
+	// (shared by the ForTenant copies).
+	pruning *sync.Map
 }
 
 // NewCodeStore returns the code-file store of cfg (its Keys, limits and
@@ -112,7 +116,7 @@ type CodeStore struct {
 // reads with it what frontends wrote.
 func NewCodeStore(st statestore.Store, cfg Config) *CodeStore {
 	cfg = cfg.WithDefaults()
-	return &CodeStore{st: st, keys: cfg.Keys, cfg: cfg, log: cfg.Logger}
+	return &CodeStore{st: st, keys: cfg.Keys, cfg: cfg, log: cfg.Logger, pruning: new(sync.Map)}
 }
 
 // FileInfo describes a code file.
@@ -382,6 +386,14 @@ func (cs *CodeStore) RecordRun(ctx context.Context, scope string, run RunInfo, c
 	if err != nil || n <= int64(cs.cfg.RunHistory) {
 		return err
 	}
+	// One prune of a scope at a time: the session's other calls that cross
+	// the history meanwhile would read the same index and drop the same
+	// runs (with 8 callers, 8 reads of a thousand entries each, every
+	// RunHistory/10 runs); the runs they add are dropped by the next one.
+	if _, busy := cs.pruning.LoadOrStore(scope, struct{}{}); busy {
+		return nil
+	}
+	defer cs.pruning.Delete(scope)
 	return cs.pruneRuns(ctx, scope, max(cs.cfg.RunHistory-cs.cfg.RunHistory/10, 1))
 }
 
