@@ -783,10 +783,14 @@ class WaitStatusTest(unittest.TestCase):
         for how, n in ends:
             pid = os.fork()
             if pid == 0:
-                if how == 'signal':
-                    signal.signal(n, signal.SIG_DFL)
-                    os.kill(os.getpid(), n)
-                os._exit(n)
+                # The child never returns into the test runner.
+                try:
+                    if how == 'signal':
+                        if n != signal.SIGKILL:  # whose disposition cannot be set
+                            signal.signal(n, signal.SIG_DFL)
+                        os.kill(os.getpid(), n)
+                finally:
+                    os._exit(n if how == 'exit' else 125)
             info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOWAIT)
             _, status = os.waitpid(pid, 0)
             self.assertEqual(wait_status(info), status, '%s %d' % (how, n))
