@@ -246,6 +246,17 @@ class SourceTest(unittest.TestCase):
             self.assertIn(op, ops_from('zygote'), 'line %d' % node.lineno)
             self.assertEqual(set(keys), set(SPEC['messages'][op]['fields']), 'line %d: %s' % (node.lineno, op))
             sent.setdefault(op, []).append(node.lineno)
+        # The messages of every job, formatted without the json module.
+        funcs = zygote_functions()
+        for name, op, args in (('_started', 'started', (7, 1234)), ('_exited', 'exited', (7, 0x0100))):
+            used = [n.lineno for n in ast.walk(self.tree)
+                    if isinstance(n, ast.Call) and isinstance(n.func, ast.Name) and n.func.id == name]
+            self.assertTrue(used, '%s is never called' % name)
+            msg = json.loads(funcs[name](*args))
+            self.assertEqual(msg['op'], op)
+            self.assertEqual(set(msg), set(SPEC['messages'][op]['fields']), name)
+            self.assertEqual([msg[k] for k in msg if k != 'op'], list(args), name)
+            sent.setdefault(op, []).extend(used)
         self.assertEqual(set(sent), ops_from('zygote'))
 
     def test_reads_exactly_the_described_fields(self):
