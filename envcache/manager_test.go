@@ -296,3 +296,28 @@ func (s *syncWriter) Write(p []byte) (int, error) {
 	defer s.mu.Unlock()
 	return s.w.Write(p)
 }
+
+// A failed build's error names the command and carries the installer's
+// output, and both name the operator's package indexes: the credentials in
+// their URLs are hidden, since the error reaches the caller whose install
+// failed.
+func TestBuildErrorHidesIndexCredentials(t *testing.T) {
+	t.Parallel()
+	setupUV(t)
+	py := setupPython(t)
+	tmp := t.TempDir()
+	uv := &UV{CacheDir: filepath.Join(tmp, "uv-cache")}
+	idx := IndexConfig{IndexURL: "http://user:SECRETTOKEN@127.0.0.1:9/simple", ExtraIndexURLs: []string{"https://u2:SECRET2@127.0.0.1:9/x"}}
+	err := uv.Create(context.Background(), filepath.Join(tmp, "env"), CreateRequest{Interpreter: py,
+		Packages: mustReqs(t, "no-such-package-anywhere"), Index: idx}, nil)
+	var be *BuildError
+	if !errors.As(err, &be) {
+		t.Fatalf("err = %v, want a *BuildError", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "SECRET") || !strings.Contains(msg, "http://***@127.0.0.1:9/simple") {
+		t.Errorf("the build's error shows the index's credentials, or no index: %s", msg)
+	}
+	if out := RedactURLs(be.Output); strings.Contains(out, "SECRET") {
+		t.Errorf("the installer's output, redacted, shows the credentials: %s", out)
+	}
+}

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"slices"
 	"strings"
 	"time"
@@ -49,13 +50,25 @@ type BuildError struct {
 }
 
 // Error says what was built with which command, why it failed, and what the
-// command printed.
+// command printed, with the credentials of every URL in them hidden: the
+// message reaches the caller whose install failed (and the logs), and the
+// command names the operator's package indexes, whose URLs may carry a
+// user and password (--index-url https://user:token@...). Until 2026-12-04
+// any caller read them by asking for a package that does not exist.
 func (e *BuildError) Error() string {
 	msg := fmt.Sprintf("envcache: build %s: %s: %v", e.Dir, strings.Join(e.Args, " "), e.Err)
 	if out := strings.TrimSpace(e.Output); out != "" {
 		msg += "\n" + out
 	}
-	return msg
+	return RedactURLs(msg)
+}
+
+// urlCredentials matches the user information of a URL (scheme://user:pass@).
+var urlCredentials = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@`)
+
+// RedactURLs replaces the user information of every URL in s with "***".
+func RedactURLs(s string) string {
+	return urlCredentials.ReplaceAllString(s, "${1}***@")
 }
 
 // Unwrap returns Err, so errors.Is(err, context.Canceled) and the like work.

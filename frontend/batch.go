@@ -41,6 +41,17 @@ import (
 // may carry.
 const MaxBatchJobs = 256
 
+// MaxBatchCallCode is how many bytes of code the jobs of one submit_jobs
+// call may carry together (or the largest code a call may send, when that is
+// more; a call's first job whatever its size). Each job is queued with its
+// own copy of its code (a code too large for one message is a blob of its
+// own), so the shared code of a call was stored once per job: a request of
+// 4 MiB queued 1 GiB in JetStream, and one of 16 MiB would have queued
+// 4 GiB, the body bounds notwithstanding. The jobs past it are answered
+// internal, not queued, to be sent again in another call; `codexec batch`
+// sends no more than this in one call.
+const MaxBatchCallCode = 64 << 20
+
 // batchQueueWait is how long a batch job may wait in the queue before no
 // worker starts it (its deadline, beyond its timeout). `codexec batch`
 // keeps few jobs queued at a time, so this is a bound for a pool that
@@ -241,6 +252,7 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 	var jobs []*wire.Job
 	var at []int
 	now := time.Now().UTC()
+	budget, code := max(MaxBatchCallCode, f.cfg.MaxCodeBytes), 0
 	for i, r := range rows {
 		out[i] = BatchJobResult{Row: *r.Row, Attempt: r.Attempt, JobID: batchJobID(bscope, *r.Row, r.Attempt), ExitCode: -1}
 		job, err := f.batchJob(ctx, id, bscope, shared, r, run, env, now)
@@ -249,6 +261,13 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 			out[i].Status, out[i].Message = string(te.Status), te.Message
 			continue
 		}
+		if len(jobs) > 0 && code+len(job.Code) > budget {
+			out[i].Status = string(wire.StatusInternal)
+			out[i].Message = fmt.Sprintf("not queued: the jobs before it in this call carry %d bytes of code, and one call queues at most %d "+
+				"(each job keeps a copy of its code); submit it again in another call", code, budget)
+			continue
+		}
+		code += len(job.Code)
 		job.ID = out[i].JobID
 		jobs, at = append(jobs, job), append(at, i)
 	}

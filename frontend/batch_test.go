@@ -69,3 +69,31 @@ func TestBatchTools(t *testing.T) {
 		}
 	}
 }
+
+// One submit_jobs call queues at most MaxBatchCallCode bytes of code: each
+// job is queued with its own copy of the call's shared code, so 33 rows of
+// a 2 MiB script queue 32 jobs (64 MiB), and the last is answered internal,
+// to be sent again, instead of 66 MiB stored for one 2 MiB request.
+func TestBatchCallCodeBounded(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	script := "print(1)\n#" + strings.Repeat("x", 2<<20-11) + "\n" // 2 MiB
+	rows := make([]any, 33)
+	for i := range rows {
+		rows[i] = map[string]any{"row": i}
+	}
+	res, br := callTool[BatchResult](t, jb.c, "submit_jobs", map[string]any{"batch_id": "bounded-batch-0001", "code": script, "jobs": rows})
+	if res.IsError || len(br.Jobs) != len(rows) {
+		t.Fatalf("submit_jobs: %s", textOf(res))
+	}
+	queued := 0
+	for _, j := range br.Jobs {
+		if j.Status == "queued" {
+			queued++
+		}
+	}
+	last := br.Jobs[len(rows)-1]
+	if queued != MaxBatchCallCode/len(script) || last.Status != "internal" || !strings.Contains(last.Message, "submit it again in another call") {
+		t.Fatalf("%d of %d jobs of %d bytes queued, the last %s %q; want %d queued", queued, len(rows), len(script), last.Status, last.Message, MaxBatchCallCode/len(script))
+	}
+}

@@ -252,6 +252,11 @@ func (f *Frontend) runInContext(ctx context.Context, req mcp.CallToolRequest, sc
 	if err := f.admitWorkdirBytes(ctx, &wire.Job{Kind: wire.KindExecute, Tenant: callerTenant(ctx)}); err != nil {
 		return nil, err
 	}
+	release, err := f.admitContextCall(ctx, timeout)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
 	creq := &wire.ContextRequest{Op: wire.ContextRun, ID: id, Scope: scope, Code: code,
 		TimeoutMS: timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit}
 	reply, err := f.askHolder(ctx, rec, creq, timeout+contextAnswerSlack)

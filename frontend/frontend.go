@@ -190,6 +190,9 @@ type Frontend struct {
 	// callers counts each identified caller's HTTP requests in progress
 	// (boundCallers).
 	callers callerRequests
+	// sessionless cancels the sessionless requests in progress on the
+	// notifications/cancelled of their own caller (cancelbind.go)
+	sessionless sessionlessCancels
 	// unqueued are the jobs whose publishing this frontend is still
 	// retrying, or gave up (see submit.go).
 	unqueued unqueuedJobs

@@ -12,6 +12,7 @@ import (
 	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
+	"github.com/oklog/ulid/v2"
 )
 
 // Quotas per tenant (Config.Quotas), held across every frontend: each is a
@@ -143,6 +144,39 @@ func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) (err error) {
 		f.slots.add(job.ID, set)
 	}
 	return nil
+}
+
+// admitContextCall checks a call in a context (run_in_context) against its
+// tenant's quotas of jobs, as a job: its code runs as a job's does, in a
+// job's process kept alive, so it counts in jobs_per_minute and, until it
+// has answered, in jobs. Until 2026-12-04 a call in a context was counted
+// in neither, so a tenant at its quota of jobs ran code all the same, in
+// as many contexts as its sessions could make. release gives back the
+// place in jobs; the member's ttl (the call's longest wait) frees it when
+// the frontend dies first.
+func (f *Frontend) admitContextCall(ctx context.Context, timeout time.Duration) (release func(), err error) {
+	release = func() {}
+	if f.cfg.Quotas == nil {
+		return release, nil
+	}
+	tenant := callerTenant(ctx)
+	member := "ctx-" + ulid.Make().String()
+	minute, limit, adm, _ := f.admitQuota(ctx, quota.JobsPerMinute, tenant, member, time.Minute)
+	if !adm.Admitted {
+		return nil, quotaExceeded(quota.JobsPerMinute, tenant, fmt.Sprintf("%d jobs in the last minute (the limit is %d)", adm.Count, limit), retryIn(adm.Retry))
+	}
+	set, limit, adm, _ := f.admitQuota(ctx, quota.Jobs, tenant, member, timeout+contextAnswerSlack+settleGrace)
+	if !adm.Admitted {
+		if minute != "" {
+			_ = f.store.Leave(context.WithoutCancel(ctx), minute, member)
+		}
+		return nil, quotaExceeded(quota.Jobs, tenant, fmt.Sprintf("%d jobs queued or running at once (the limit is %d)", adm.Count, limit),
+			"try again when one of them finishes (at the latest in "+(max(adm.Retry, 0).Truncate(time.Second)+time.Second).String()+")")
+	}
+	if set == "" {
+		return release, nil
+	}
+	return func() { _ = f.store.Leave(context.WithoutCancel(ctx), set, member) }, nil
 }
 
 // jobSettledBy is when job cannot be running any more (settledBy of its

@@ -50,32 +50,88 @@ const taskListPage = 100
 // as the bodies of the requests being handled are.
 const maxRunningTasks = 256
 
-// taskSlots counts the tasks running on a frontend and their arguments.
+// maxCallerTasks bounds the tasks one identified caller (an authenticated
+// identity, or the Authorization header a proxy in front sets: see
+// maxCallerRequests) has running on a frontend at once, and its tasks'
+// arguments take at most a quarter of Config.RequestBudget (its first task
+// whatever its size). A task outlives its request, so the bound on a
+// caller's requests in progress does not hold its tasks: one tenant once
+// created 256 tasks that waited for their jobs, and every other tenant's
+// task was refused for as long as they ran (up to the longest timeout).
+// Four callers are now needed to take every task of a frontend. Callers
+// that nothing identifies are bounded only by the frontend's total, as
+// their requests are.
+const maxCallerTasks = maxRunningTasks / 4
+
+// taskSlots counts the tasks running on a frontend and their arguments, in
+// all and per identified caller.
 type taskSlots struct {
-	mu    sync.Mutex
+	mu     sync.Mutex
+	n      int
+	bytes  int64
+	caller map[string]*callerTasks
+}
+
+// callerTasks is one caller's share of taskSlots.
+type callerTasks struct {
 	n     int
 	bytes int64
 }
 
-// take admits one more task of size bytes of arguments, within budget
-// bytes in all (one task is admitted whatever its size, as one request
-// of the largest size is).
-func (s *taskSlots) take(size, budget int64) bool {
+// take admits one more task of size bytes of arguments for caller ("":
+// unidentified), within budget bytes in all (one task is admitted whatever
+// its size, as one request of the largest size is) and the caller's share
+// of both. ownLimit tells a refusal for the caller's share.
+func (s *taskSlots) take(caller string, size, budget int64) (ok, ownLimit bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.n >= maxRunningTasks || (s.n > 0 && s.bytes+size > budget) {
-		return false
+		return false, false
+	}
+	if caller != "" {
+		c := s.caller[caller]
+		if c != nil && (c.n >= maxCallerTasks || c.bytes+size > budget/4) {
+			return false, true
+		}
+		if c == nil {
+			if s.caller == nil {
+				s.caller = map[string]*callerTasks{}
+			}
+			c = &callerTasks{}
+			s.caller[caller] = c
+		}
+		c.n++
+		c.bytes += size
 	}
 	s.n++
 	s.bytes += size
-	return true
+	return true, false
 }
 
-func (s *taskSlots) give(size int64) {
+func (s *taskSlots) give(caller string, size int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.n--
 	s.bytes -= size
+	if c := s.caller[caller]; c != nil {
+		c.n--
+		c.bytes -= size
+		if c.n <= 0 {
+			delete(s.caller, caller)
+		}
+	}
+}
+
+// taskCaller is who a task of ctx belongs to for maxCallerTasks: its
+// identity, else its Authorization header (httpContext), else "".
+func taskCaller(ctx context.Context) string {
+	if who, ok := ctx.Value(identityKey{}).(string); ok {
+		return who
+	}
+	if p, ok := ctx.Value(principalKey{}).(string); ok {
+		return p
+	}
+	return ""
 }
 
 // taskTools are the tools a client may call as tasks: those that run code
@@ -262,7 +318,12 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: "this frontend is stopping; send the call again"}
 	}
 	size := int64(len(p.RawArguments))
-	if !r.f.taskSlots.take(size, r.f.cfg.RequestBudget) {
+	owner := taskCaller(ctx)
+	if ok, own := r.f.taskSlots.take(owner, size, r.f.cfg.RequestBudget); own {
+		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf(
+			"you have too many tasks running on this frontend (at most %d, holding at most %d bytes of arguments, "+
+				"of the frontend's %d tasks); wait for some to finish, or make a blocking call", maxCallerTasks, r.f.cfg.RequestBudget/4, maxRunningTasks)}
+	} else if !ok {
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf(
 			"too many tasks are running on this frontend (at most %d, holding at most %d bytes of arguments); "+
 				"wait for some to finish, or make a blocking call", maxRunningTasks, r.f.cfg.RequestBudget)}
@@ -270,7 +331,7 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	started := false
 	defer func() {
 		if !started {
-			r.f.taskSlots.give(size)
+			r.f.taskSlots.give(owner, size)
 		}
 	}()
 	ttl := r.f.broker.Retention()
@@ -295,7 +356,7 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	caller = r.f.withWorkspace(caller, r.stdio, req)
 	go func() {
 		defer r.f.tasks.Done()
-		defer r.f.taskSlots.give(size)
+		defer r.f.taskSlots.give(owner, size)
 		r.f.runTask(caller, rec, taskTool(tool.Handler), req)
 	}()
 	return mcp.CreateTaskResult{Task: taskOf(rec, mcp.TaskStatusWorking, "", now)}, nil

@@ -48,6 +48,11 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 				return
 			}
 		}
+		req, done, handled := f.sessionless.route(w, req, body)
+		if handled {
+			return
+		}
+		defer done()
 		req.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, req)
 	})

@@ -41,14 +41,16 @@ func (f *Frontend) mountProbe(mux *http.ServeMux) {
 	mux.Handle("GET /readyz", p.ReadyHandler())
 	metrics := p.MetricsHandler()
 	if a := f.cfg.Access.Authenticator; a != nil {
-		next := metrics
+		// A caller sees its own tenant's series only: those of the others
+		// would tell it their names and how much they run.
 		metrics = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-			if _, err := a.Authenticate(r); err != nil {
+			id, err := a.Authenticate(r)
+			if err != nil {
 				w.Header().Set("WWW-Authenticate", "Bearer")
 				http.Error(w, "codexec: authentication required", http.StatusUnauthorized)
 				return
 			}
-			next.ServeHTTP(w, r)
+			p.MetricsHandlerForTenant(id.Tenant).ServeHTTP(w, r)
 		})
 	}
 	mux.Handle("GET /metrics", metrics)

@@ -3,9 +3,12 @@ package frontend
 import (
 	"io"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codexec/codexec/internal/telemetry"
 )
 
 // TestProbeEndpointsOnMCPListener: beside /mcp, behind token
@@ -59,5 +62,34 @@ func TestNotReadyWhileDraining(t *testing.T) {
 	time.Sleep(1100 * time.Millisecond) // past the probe's one-second cache
 	if _, ok := fx.f.cfg.Probe.Failing(t.Context())["frontend"]; !ok {
 		t.Fatal("draining, and the frontend check passes")
+	}
+}
+
+// The MCP listener's /metrics shows a caller its own tenant's series only:
+// with every tenant's series, any tenant's token read the names of the
+// others and how many jobs they ran for how long.
+func TestMetricsOnMCPListenerShowOnlyTheCallersTenant(t *testing.T) {
+	fx := startAuthHTTP(t) // alice is of tenant acme
+	telemetry.CallFinished("execute", "ok", "acme", time.Now(), time.Second)
+	telemetry.CallFinished("execute", "ok", "globex-metrics-test", time.Now(), time.Second)
+	req, err := http.NewRequest(http.MethodGet, strings.TrimSuffix(fx.url, "/mcp")+"/metrics", nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+fx.tokens["alice"])
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	tenants := regexp.MustCompile(`tenant="([^"]*)"`).FindAllStringSubmatch(string(body), -1)
+	if resp.StatusCode != http.StatusOK || len(tenants) == 0 || !strings.Contains(string(body), "codexec_check_up") {
+		t.Fatalf("GET /metrics as alice = %d, want 200 with acme's series:\n%.2000s", resp.StatusCode, body)
+	}
+	for _, m := range tenants {
+		if m[1] != "acme" {
+			t.Errorf("alice (tenant acme) reads a series of tenant %q", m[1])
+		}
 	}
 }

@@ -101,7 +101,7 @@ func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger)
 	}
 	var progress *lineWriter
 	if job.Progress {
-		progress = &lineWriter{fn: func(line string) { _ = w.broker.PublishProgress(job.ID, line) }}
+		progress = &lineWriter{fn: func(line string) { _ = w.broker.PublishProgress(job.ID, envcache.RedactURLs(line)) }}
 		progress.fn(fmt.Sprintf("preparing environment %s on %s", id, w.cfg.ID))
 	}
 	start := time.Now()
@@ -136,8 +136,8 @@ func (w *Worker) envFailure(job *wire.Job, attempt int, err error) *wire.Result 
 	res := w.result(job, attempt, status, "environment: "+firstLine(err.Error()))
 	var be *envcache.BuildError
 	if errors.As(err, &be) {
-		res.Stderr = be.Output
-		res.StderrBytes = int64(len(be.Output))
+		res.Stderr = envcache.RedactURLs(be.Output) // the installer's: it may name an index with its credentials
+		res.StderrBytes = int64(len(res.Stderr))
 	} else {
 		res.Stderr = err.Error()
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	dto "github.com/prometheus/client_model/go"
 )
 
 // checkTimeout bounds one readiness check; cacheFor is how long the
@@ -185,6 +186,45 @@ func (p *Probe) MetricsHandler() http.Handler {
 	return promhttp.HandlerFor(prometheus.Gatherers{Registry, p.reg}, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn), MaxRequestsInFlight: 4,
 	})
+}
+
+// MetricsHandlerForTenant is MetricsHandler without the series of other
+// tenants than tenant: of every metric with a "tenant" label, only the
+// samples of tenant itself are served (not even those of the tenants
+// counted as "other"). It is what a caller of one tenant may read: the
+// series of the others would tell it their names and how much they run.
+func (p *Probe) MetricsHandlerForTenant(tenant string) http.Handler {
+	all := prometheus.Gatherers{Registry, p.reg}
+	own := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
+		families, err := all.Gather()
+		out := families[:0]
+		for _, mf := range families {
+			kept := mf.Metric[:0]
+			for _, m := range mf.Metric {
+				if t := tenantOf(m); t == nil || *t == tenant {
+					kept = append(kept, m)
+				}
+			}
+			if mf.Metric = kept; len(kept) > 0 {
+				out = append(out, mf)
+			}
+		}
+		return out, err
+	})
+	return promhttp.HandlerFor(own, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
+	})
+}
+
+// tenantOf is the value of m's "tenant" label, nil when it has none.
+func tenantOf(m *dto.Metric) *string {
+	for _, l := range m.GetLabel() {
+		if l.GetName() == "tenant" {
+			v := l.GetValue()
+			return &v
+		}
+	}
+	return nil
 }
 
 // Live answers a liveness probe: the process serves HTTP.

@@ -22,6 +22,11 @@ import (
 // carries (the frontend's MaxBatchJobs).
 const maxPerCall = 256
 
+// maxCallCode is how many bytes of code the jobs of one submit_jobs call
+// carry at most (the frontend's MaxBatchCallCode): each job is queued with a
+// copy of its code, the batch's script included.
+const maxCallCode = 64 << 20
+
 // callTimeout bounds one call of a batch tool.
 const callTimeout = 2 * time.Minute
 

@@ -111,11 +111,23 @@ func (r *runner) checkCancel(ctx context.Context) error {
 func (r *runner) fill(ctx context.Context) error {
 	for !r.cancel {
 		var batch []pending
+		code := 0 // bytes of code the call's jobs carry: at most maxCallCode, but for its first job
+		fits := func(p pending) bool {
+			n := len(p.r.Code)
+			if n == 0 {
+				n = len(r.script)
+			}
+			if len(batch) > 0 && code+n > maxCallCode {
+				return false
+			}
+			code += n
+			return true
+		}
 		room := r.window - len(r.flights)
-		for len(batch) < min(room, maxPerCall) && len(r.again) > 0 {
+		for len(batch) < min(room, maxPerCall) && len(r.again) > 0 && fits(r.again[0]) {
 			batch, r.again = append(batch, r.again[0]), r.again[1:]
 		}
-		for len(batch) < min(room, maxPerCall) && !r.eof {
+		for len(batch) < min(room, maxPerCall) && len(r.again) == 0 && !r.eof {
 			p, ok, err := r.nextRow()
 			if err != nil {
 				return err
@@ -126,6 +138,10 @@ func (r *runner) fill(ctx context.Context) error {
 			if p.attempt < 0 {
 				room-- // resumed in flight, not sent again
 				continue
+			}
+			if !fits(p) {
+				r.again = append(r.again, p) // the next call's first
+				break
 			}
 			batch = append(batch, p)
 		}

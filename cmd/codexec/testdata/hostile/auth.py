@@ -95,5 +95,25 @@ async def main(R):
         _, _, out = tool(port, tb, sid_b, "execute_code", {"code": "print('bob alive')"})
         R.add("alice cannot DELETE bob's MCP session", "bob alive" in out, f"DELETE {st}; bob: {out[-160:]}")
         # alice's GET stream on bob's session id: getsteal.py
+        # Sessionless (2026-07-28) requests: alice's notifications/cancelled of bob's request id.
+        import threading, time
+        meta = {"io.modelcontextprotocol/protocolVersion": "2026-07-28", "io.modelcontextprotocol/clientCapabilities": {},
+                "io.modelcontextprotocol/clientInfo": {"name": "x", "version": "1"}}
+        modern = {"MCP-Protocol-Version": "2026-07-28"}
+        got = {}
+        def bob_call():
+            got["out"] = rpc(port, "tools/call", {"name": "execute_code", "arguments": {"code": "import time\ntime.sleep(6)\nprint('bob finished')"}, "_meta": meta},
+                             tb, id=7, extra={**modern, "Mcp-Method": "tools/call", "Mcp-Name": "execute_code"})[2]
+        t = threading.Thread(target=bob_call); t.start(); time.sleep(2)
+        for rid in range(0, 16):
+            body = json.dumps({"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {"requestId": rid, "_meta": meta}}).encode()
+            h = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream", "Authorization": "Bearer " + ta,
+                 **modern, "Mcp-Method": "notifications/cancelled"}
+            try:
+                urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=body, headers=h, method="POST"), timeout=10).read()
+            except Exception:
+                pass
+        t.join()
+        R.add("alice's sessionless notifications/cancelled leaves bob's sessionless call alone", "bob finished" in got.get("out", ""), got.get("out", "")[-160:])
     finally:
         srv.close()
