@@ -673,13 +673,32 @@ class _Zygote:
 
     def learn_cgroup_dirs(self, req):
         """Remember the cgroup directories the worker's jobs take out of
-        their view (confine.unmount, the same for every job of a worker):
-        the spares forked from now on take them out ahead of the job."""
+        their view (confine.unmount, the same for every job of a worker),
+        and take them out of the zygote's own, keeping a descriptor on
+        each (_hide_cgroup_dirs): the spares forked from now on start
+        without them and join their cgroups through the descriptors. Once
+        here rather than in each spare: each unmount waits for an
+        expedited RCU grace period (an interrupt on every CPU), three or
+        four per job. The zygote's mount namespace is the sandbox's own
+        (its launcher always makes one); a directory it cannot unmount
+        the spares take out themselves, as before."""
         c = req.get('confine')
         if self.sandbox is None or not isinstance(c, dict):
             return
         dirs = c.get('unmount')
         if isinstance(dirs, list) and all(isinstance(d, str) and d.startswith('/') for d in dirs):
+            if dirs != self.cgroup_dirs:
+                hidden = len(_cgroup_dirs)
+                _hide_cgroup_dirs(dirs)
+                if len(_cgroup_dirs) != hidden:
+                    # The unmounts reached the spares made before (their
+                    # mounts follow the zygote's), which hold no descriptor
+                    # on those directories: they could not join their
+                    # cgroups. Fresh ones take their place.
+                    for pid, sock, init in self.spares:
+                        sock.close()
+                        _kill_job(pid, init)
+                    self.spares = []
             self.cgroup_dirs = dirs
 
     def run(self, jid, msg, fds, req):
@@ -916,7 +935,9 @@ def _prepare_child(z, sock):
             high = soft - 1
     report = socket.socket(fileno=os.dup2(sock.fileno(), high, inheritable=False))
     sock.detach()
-    _close_fds(keep=high)
+    # The descriptors on the cgroup directories the zygote took out of
+    # view stay, until the job has joined its cgroups (_close_hidden).
+    _close_fds(keep={high, *_cgroup_dirs.values()})
     if z.sandbox is not None:
         # A spare makes a network namespace of its own only where the
         # zygote cannot make one per session (session_netns).
@@ -1038,7 +1059,7 @@ def _setup_job(req, fds):
         _close_hidden()
     # The job holds 0, 1 and 2 and nothing else: no descriptor of its
     # set-up (the hidden roots, the socket its job came on) nor any other.
-    _close_fds(keep=-1)
+    _close_fds()
     env = {}
     for kv in req.get('env') or ():
         name, sep, value = kv.partition('=')
@@ -1220,14 +1241,18 @@ def _hide_roots():
             _mount('tmpfs', root, 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0711,size=64k')
 
 
-_cgroup_dirs = {}  # path -> O_PATH descriptor of each cgroup directory taken out of view, in a child
+_cgroup_dirs = {}  # path -> O_PATH descriptor of each cgroup directory taken out of view (zygote, then each child)
 
 
 def _hide_cgroup_dirs(dirs):
     """Take the job cgroups' directories out of the view, ahead of the
     job, keeping a descriptor on each: the job joins its cgroups through
-    them (_join_cgroups) and sees none."""
+    them (_join_cgroups) and sees none. A directory the zygote took out
+    already (learn_cgroup_dirs) is skipped: its descriptor came with the
+    fork."""
     for d in dirs:
+        if d in _cgroup_dirs:
+            continue
         try:
             fd = os.open(d, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
@@ -1494,15 +1519,19 @@ def _close_hidden():
         os.close(_cgroup_dirs.popitem()[1])
 
 
-def _close_fds(keep):
-    """Close every descriptor above 2 but keep (-1: none)."""
+def _close_fds(keep=()):
+    """Close every descriptor above 2 but those of keep."""
     try:
         fds = [int(name) for name in os.listdir('/proc/self/fd')]
     except OSError:
-        os.closerange(3, keep if keep >= 0 else 1 << 16)
+        lo = 3
+        for fd in sorted(keep):
+            os.closerange(lo, fd)
+            lo = fd + 1
+        os.closerange(lo, 1 << 16)
         return
     for fd in fds:
-        if fd > 2 and fd != keep:
+        if fd > 2 and fd not in keep:
             try:
                 os.close(fd)
             except OSError:
