@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -20,21 +19,7 @@ func TestOneCallerCannotTakeEveryTask(t *testing.T) {
 	jb.liveWorker(t) // jobs are queued, and nothing runs them: the tasks wait
 	url := serveHTTP(t, jb.f)
 	connect := func(token string) *client.Client {
-		c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		if err := c.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		req := mcp.InitializeRequest{}
-		req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
-		req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
-		if _, err := c.Initialize(t.Context(), req); err != nil {
-			t.Fatal(err)
-		}
-		return c
+		return httpSessionAs(t, url, token, mcp.LATEST_LEGACY_PROTOCOL_VERSION)
 	}
 	alice, bob := connect("alice"), connect("bob")
 	for i := range maxCallerTasks {

@@ -4,7 +4,6 @@ import (
 	"testing"
 
 	"github.com/mark3labs/mcp-go/client"
-	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -16,23 +15,7 @@ func TestTasksSessionless(t *testing.T) {
 	jb := setupJobs(t, Config{})
 	jb.liveWorker(t)
 	url := serveHTTP(t, jb.f)
-	connect := func(token string) *client.Client {
-		c, err := client.NewStreamableHttpClient(url, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = c.Close() })
-		if err := c.Start(t.Context()); err != nil {
-			t.Fatal(err)
-		}
-		req := mcp.InitializeRequest{}
-		req.Params.ProtocolVersion = mcp.LATEST_PROTOCOL_VERSION
-		req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
-		if _, err := c.Initialize(t.Context(), req); err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
+	connect := func(token string) *client.Client { return httpSessionAs(t, url, token, mcp.LATEST_PROTOCOL_VERSION) }
 	a, b := connect("alice"), connect("bob")
 	task := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(1)"}))
 	ctx := t.Context()

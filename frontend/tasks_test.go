@@ -17,7 +17,18 @@ import (
 
 func httpSession(t *testing.T, url string) *client.Client {
 	t.Helper()
-	c, err := client.NewStreamableHttpClient(url)
+	return httpSessionAs(t, url, "", mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+}
+
+// httpSessionAs is an initialised Streamable HTTP client of url speaking
+// version, with token as its bearer credential when not "".
+func httpSessionAs(t *testing.T, url, token, version string) *client.Client {
+	t.Helper()
+	var opts []transport.StreamableHTTPCOption
+	if token != "" {
+		opts = append(opts, transport.WithHTTPHeaders(map[string]string{"Authorization": "Bearer " + token}))
+	}
+	c, err := client.NewStreamableHttpClient(url, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -26,7 +37,7 @@ func httpSession(t *testing.T, url string) *client.Client {
 		t.Fatal(err)
 	}
 	req := mcp.InitializeRequest{}
-	req.Params.ProtocolVersion = mcp.LATEST_LEGACY_PROTOCOL_VERSION
+	req.Params.ProtocolVersion = version
 	req.Params.ClientInfo = mcp.Implementation{Name: "test", Version: "0"}
 	if _, err := c.Initialize(t.Context(), req); err != nil {
 		t.Fatal(err)
