@@ -193,6 +193,17 @@ func cgroupLimits(set limits.Set) cgroup.Limits {
 	return cgroup.Limits{MemoryBytes: set.Memory, Pids: set.Procs}
 }
 
+// setIdle gives the job's cgroup the least CPU weight, or its weight back
+// (cgroup.Group.SetIdle); a failure costs only fairness, and is logged.
+func (jl *jobLimits) setIdle(idle bool, log interface{ Warn(string, ...any) }) {
+	if jl.group == nil {
+		return
+	}
+	if err := jl.group.SetIdle(idle); err != nil {
+		log.Warn("set the cgroup's CPU weight", "idle", idle, "err", err)
+	}
+}
+
 // usage is what the kernel counted for this job in its cgroup.
 func (jl *jobLimits) usage() cgroup.Usage {
 	if jl.group == nil {

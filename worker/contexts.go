@@ -476,6 +476,11 @@ func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire
 		return fail(wire.StatusInternal, "start the context's interpreter: "+err.Error())
 	}
 	c.interp = it
+	// Between calls what the context left running (threads, processes)
+	// runs at the least CPU weight: only on CPUs that no job wants. It
+	// holds no job slot then, and without this a few contexts' background
+	// loops slowed every job of the worker.
+	jl.setIdle(true, log)
 	res := h.result(req, wire.StatusOK, "")
 	res.EnvID = c.envID
 	res.ExitCode = 0
@@ -530,7 +535,9 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		go watchDisk(jctx, cancel, c.cwd, c.set.Disk, diskWatchInterval)
 	}
 	res.StartedAt = time.Now().UTC()
+	c.jl.setIdle(false, log)
 	out, err := c.interp.Exec(jctx, runner.CellSpec{Code: req.Code, Timeout: timeout, OutputLimit: limit})
+	c.jl.setIdle(true, log)
 	res.FinishedAt = time.Now().UTC()
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
 	w.saveWorkspace(ctx, ws, res.JobID, c.cwd, log)

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -114,6 +115,64 @@ func TestWorkerContext(t *testing.T) {
 	t.Run("killed after the grace", func(t *testing.T) { contextKilledAfterGrace(t, b, w) })
 	t.Run("died between calls", func(t *testing.T) { contextDiedBetweenCalls(t, b, w) })
 	t.Run("interrupt", func(t *testing.T) { contextInterrupt(t, b, w) })
+	t.Run("idle between calls", func(t *testing.T) { contextIdleBetweenCalls(t, b, w) })
+}
+
+// Between calls a context's cgroup has the least CPU weight, so that what
+// its code left running takes only CPU no job wants; during a call it has
+// every job's weight.
+func contextIdleBetweenCalls(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "weight")
+	w.contexts.mu.Lock()
+	c := w.contexts.live[contextKey("s1", "weight")]
+	w.contexts.mu.Unlock()
+	if c == nil || c.jl == nil || c.jl.group == nil || !w.cgroups.CPU() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("no job cgroup with the cpu controller for the context")
+		}
+		t.Skip("no job cgroups with the cpu controller here")
+	}
+	idle, busy := "2", "1024"
+	if w.cgroups.Version() == 2 {
+		idle, busy = "1", "100"
+	}
+	weight := func() string {
+		v, err := c.jl.group.CPUWeight()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	if v := weight(); v != idle {
+		t.Fatalf("CPU weight after create = %s, want %s", v, idle)
+	}
+	// A background loop, left running: the call's weight is seen while a
+	// cell runs, and the idle one once it has answered.
+	runIn(t, b, w, "s1", "weight", "import threading\ndef spin():\n    while True:\n        pass\nthreading.Thread(target=spin, daemon=True).start()", time.Minute)
+	if v := weight(); v != idle {
+		t.Fatalf("CPU weight between calls = %s, want %s", v, idle)
+	}
+	done := make(chan *wire.ContextReply, 1)
+	go func() { done <- runIn(t, b, w, "s1", "weight", "import time\ntime.sleep(60)", 5*time.Second) }()
+	seen := false
+	for running := true; running && !seen; {
+		select {
+		case r := <-done:
+			done <- r
+			running = false
+		case <-time.After(20 * time.Millisecond):
+			seen = weight() == busy
+		}
+	}
+	if r := <-done; r.Result.Status != wire.StatusTimeout {
+		t.Fatalf("the sleeping cell: %+v", r.Result)
+	}
+	if !seen {
+		t.Fatalf("CPU weight never %s while a cell ran", busy)
+	}
+	if v := weight(); v != idle {
+		t.Fatalf("CPU weight after the call = %s, want %s", v, idle)
+	}
 }
 
 // A cell that ignores its KeyboardInterrupt is killed after the grace: the

@@ -39,6 +39,13 @@ const (
 	cpuSharesV1 = "1024" // cpu.shares, the kernel's default
 )
 
+// The weights of a group set idle (Group.SetIdle): the least the kernel
+// takes, so that the group runs when no other group wants the CPUs.
+const (
+	cpuWeightIdleV2 = "1"
+	cpuSharesIdleV1 = "2"
+)
+
 // Usage is what a group's counters say, read after its job.
 type Usage struct {
 	// OOMKills counts the processes the OOM killer killed in the group. On
@@ -248,6 +255,40 @@ func (l layout) setCPUWeight() error {
 	default:
 		return write(l.cpu, "cpu.shares", cpuSharesV1)
 	}
+}
+
+// SetIdle gives the group the least CPU weight (idle), or every job's
+// weight back: what an idle group's processes run gets only the CPU no
+// busy group wants. A group goes back to every job's weight when it is
+// reused (Reset). Nothing to do without the cpu controller (Manager.CPU).
+func (g *Group) SetIdle(idle bool) error {
+	l := g.l
+	if l.cpu == "" {
+		return nil
+	}
+	v2, v1 := cpuWeightV2, cpuSharesV1
+	if idle {
+		v2, v1 = cpuWeightIdleV2, cpuSharesIdleV1
+	}
+	if l.version == 2 {
+		return write(l.cpu, "cpu.weight", v2)
+	}
+	return write(l.cpu, "cpu.shares", v1)
+}
+
+// CPUWeight reads the group's CPU weight (cpu.weight, or cpu.shares on
+// v1); "" without the cpu controller.
+func (g *Group) CPUWeight() (string, error) {
+	l := g.l
+	if l.cpu == "" {
+		return "", nil
+	}
+	name := "cpu.shares"
+	if l.version == 2 {
+		name = "cpu.weight"
+	}
+	b, err := os.ReadFile(filepath.Join(l.cpu, name))
+	return strings.TrimSpace(string(b)), err
 }
 
 func (l layout) setLimits(lim Limits) error {
