@@ -20,6 +20,7 @@ import (
 
 type toolBundle struct {
 	c      *client.Client
+	f      *Frontend
 	mirror string
 }
 
@@ -57,7 +58,7 @@ func setupToolsConfig(t *testing.T, cfg Config) toolBundle {
 	if _, err := c.Initialize(t.Context(), req); err != nil {
 		t.Fatal(err)
 	}
-	return toolBundle{c: c, mirror: f.cfg.CodeFiles.MirrorDir}
+	return toolBundle{c: c, f: f, mirror: f.cfg.CodeFiles.MirrorDir}
 }
 
 func callTool[T any](t *testing.T, c *client.Client, name string, args map[string]any) (*mcp.CallToolResult, T) {

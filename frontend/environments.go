@@ -503,7 +503,19 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, _ mcp.CallToolReque
 	if err != nil {
 		return nil, internal("cannot read worker presence: %v", err)
 	}
-	r := EnvResult{Status: "ok", Spec: cur, Capabilities: adverts}
+	// What the workers offer, but not which environments they hold: an
+	// environment's id is a digest of its spec, so the list would let any
+	// caller confirm a guess of the packages another tenant uses. Each
+	// worker's list keeps the session's own environment only.
+	caps := make([]envspec.Advert, len(adverts))
+	for i, a := range adverts {
+		a.Envs = nil
+		if cur != nil && slices.Contains(adverts[i].Envs, curID) {
+			a.Envs = []string{curID}
+		}
+		caps[i] = a
+	}
+	r := EnvResult{Status: "ok", Spec: cur, Capabilities: caps}
 	if cur == nil {
 		r.EnvID, r.State = envspec.DefaultID, envspec.DefaultID
 		for _, a := range adverts {

@@ -1,9 +1,12 @@
 package frontend
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -46,5 +49,30 @@ func TestStringListAndParsePackages(t *testing.T) {
 	f.cfg.AllowURLRequirements = true
 	if bad := f.parsePackages([]string{"a @ https://x.example/a-1.0-py3-none-any.whl"}); bad != nil {
 		t.Errorf("URL requirement refused although allowed: %v", bad)
+	}
+}
+
+// get_environment_config shows what the workers offer, but not the
+// environments they hold for other sessions: an environment's id is a
+// digest of its spec, so the list would confirm a guess of another
+// tenant's packages.
+func TestEnvironmentConfigHidesOthersEnvironments(t *testing.T) {
+	t.Parallel()
+	tb := setupTools(t, false)
+	others := envspec.Spec{Manager: envspec.ManagerVenv, Packages: []string{"secret-package==1.0"}}
+	_, otherID, err := others.Identity()
+	if err != nil {
+		t.Fatal(err)
+	}
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: tb.f.cfg.Pool, Envs: []string{otherID, envspec.DefaultID}})
+	if err := tb.f.store.Touch(t.Context(), tb.f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	res, env := callTool[EnvResult](t, tb.c, "get_environment_config", map[string]any{})
+	if res.IsError || len(env.Capabilities) != 1 || env.Capabilities[0].WorkerID != "w1" {
+		t.Fatalf("get_environment_config: %s", textOf(res))
+	}
+	if raw, _ := json.Marshal(res); len(env.Capabilities[0].Envs) != 0 || strings.Contains(string(raw), otherID) {
+		t.Fatalf("another session's environment %s is shown: %s", otherID, raw)
 	}
 }
