@@ -1,9 +1,13 @@
 package worker
 
 import (
+	"errors"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/codexec/codexec/envcache"
+	"github.com/codexec/codexec/wire"
 )
 
 func TestLineWriter(t *testing.T) {
@@ -65,5 +69,26 @@ func TestLabelsValidated(t *testing.T) {
 		if err := c.validate(); err == nil {
 			t.Errorf("labels %v accepted", bad)
 		}
+	}
+}
+
+// The installer's output of a failed build goes back to the caller as the
+// job's stderr, and it may name the operator's package indexes with their
+// credentials (pip and uv print the URLs they tried): they are hidden.
+func TestEnvFailureHidesIndexCredentials(t *testing.T) {
+	t.Parallel()
+	be := &envcache.BuildError{
+		Args:   []string{"uv", "pip", "install", "--index-url", "https://user:SECRETTOKEN@index.example/simple"},
+		Output: "Looking in indexes: https://user:SECRETTOKEN@index.example/simple\nERROR: No matching distribution found\n",
+		Err:    errors.New("exit status 1"),
+	}
+	res := (&Worker{}).envFailure(&wire.Job{ID: "01M8ZV7SBZG30MNP8NKQMJZ0Q9"}, 0, be)
+	for name, s := range map[string]string{"stderr": res.Stderr, "message": res.Message} {
+		if strings.Contains(s, "SECRET") {
+			t.Errorf("the result's %s shows the index's credentials: %q", name, s)
+		}
+	}
+	if !strings.Contains(res.Stderr, "https://***@index.example/simple") || res.StderrBytes != int64(len(res.Stderr)) {
+		t.Errorf("stderr %q (%d bytes): want the installer's output, credentials hidden", res.Stderr, res.StderrBytes)
 	}
 }
