@@ -2,6 +2,7 @@ package broker_test
 
 import (
 	"context"
+	"sync"
 	"testing"
 	"time"
 
@@ -16,8 +17,9 @@ import (
 // same to a client, on one in-process server: these tests do that.
 
 // reopenAfter opens a second broker on the same server after d, which
-// defines the stream and buckets again.
-func reopenAfter(t *testing.T, tb *testBundle, d time.Duration) {
+// defines the stream and buckets again. The function it returns waits
+// until that broker is open.
+func reopenAfter(t *testing.T, tb *testBundle, d time.Duration) (wait func()) {
 	t.Helper()
 	done := make(chan error, 1)
 	timer := time.AfterFunc(d, func() {
@@ -29,14 +31,20 @@ func reopenAfter(t *testing.T, tb *testBundle, d time.Duration) {
 		}
 		done <- err
 	})
+	var once sync.Once
+	wait = func() {
+		once.Do(func() {
+			if err := <-done; err != nil {
+				t.Errorf("reopen: %v", err)
+			}
+		})
+	}
 	t.Cleanup(func() {
-		if timer.Stop() {
-			return
-		}
-		if err := <-done; err != nil {
-			t.Errorf("reopen: %v", err)
+		if !timer.Stop() {
+			wait()
 		}
 	})
+	return wait
 }
 
 // PublishJob rides out a jobs stream without a leader: it tries again until
@@ -48,11 +56,14 @@ func TestPublishJobRetriesWhileStreamHasNoLeader(t *testing.T) {
 	if err := tb.js.DeleteStream(ctx, wire.JobsStream); err != nil {
 		t.Fatal(err)
 	}
-	reopenAfter(t, tb, 1500*time.Millisecond)
+	reopened := reopenAfter(t, tb, 1500*time.Millisecond)
 	job := newJob("print(1)")
 	if err := tb.b.PublishJob(ctx, job); err != nil {
 		t.Fatalf("publish while the stream had no leader: %v", err)
 	}
+	// The server takes messages for a new stream a moment before it
+	// answers for it by name: look it up once the stream is defined.
+	reopened()
 	s, err := tb.js.Stream(ctx, wire.JobsStream)
 	if err != nil {
 		t.Fatal(err)
