@@ -66,9 +66,21 @@ func (e *BuildError) Error() string {
 // urlCredentials matches the user information of a URL (scheme://user:pass@).
 var urlCredentials = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://)[^/?#@\s]*@`)
 
-// RedactURLs replaces the user information of every URL in s with "***".
+// urlTokenPath matches a token carried as a URL's first path segments, the
+// way conda channels carry one (https://host/t/<token>/channel).
+var urlTokenPath = regexp.MustCompile(`([A-Za-z][A-Za-z0-9+.-]*://[^/?#\s]+/t/)[^/?#\s]+`)
+
+// urlTokenQuery matches a credential passed in a URL's query
+// (?token=..., &access_token=..., &api_key=...).
+var urlTokenQuery = regexp.MustCompile(`(?i)([?&](?:token|access_token|api_key|apikey|key|password|secret)=)[^&#\s]+`)
+
+// RedactURLs replaces every credential a URL in s may carry (its user
+// information, a conda-style /t/<token>/ path segment, a token in its query)
+// with "***".
 func RedactURLs(s string) string {
-	return urlCredentials.ReplaceAllString(s, "${1}***@")
+	s = urlCredentials.ReplaceAllString(s, "${1}***@")
+	s = urlTokenPath.ReplaceAllString(s, "${1}***")
+	return urlTokenQuery.ReplaceAllString(s, "${1}***")
 }
 
 // Unwrap returns Err, so errors.Is(err, context.Canceled) and the like work.
