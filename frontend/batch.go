@@ -66,9 +66,11 @@ type BatchJobResult struct {
 	Row     int64  `json:"row" jsonschema_description:"the row the job was submitted for"`
 	Attempt int64  `json:"attempt"`
 	JobID   string `json:"job_id"`
-	// Status is queued or submitted_before (submit_jobs), running or a
-	// job's final status (get_job_results), unknown (no such job), or
-	// rejected/internal when the job could not be submitted.
+	// Status is queued, submitted_before or deferred (submit_jobs: not
+	// queued for a quota of the caller's tenant; submit it again after
+	// RetryAfterMS), running or a job's final status (get_job_results),
+	// unknown (no such job), or rejected/internal when the job could not
+	// be submitted.
 	Status     string  `json:"status"`
 	ExitCode   int     `json:"exit_code"`
 	Stdout     string  `json:"stdout,omitempty"`
@@ -83,6 +85,9 @@ type BatchJobResult struct {
 	// what was left out.
 	Files []string `json:"files,omitempty"`
 	Notes []string `json:"notes,omitempty"`
+	// RetryAfterMS is, for a deferred job, how long until the quota that
+	// deferred it may admit it.
+	RetryAfterMS int64 `json:"retry_after_ms,omitempty"`
 }
 
 // BatchResult is the structured content of the batch tools.
@@ -115,7 +120,8 @@ func (f *Frontend) registerBatchTools(s *server.MCPServer, stdio bool) {
 	s.AddTool(mcp.NewTool("submit_jobs",
 		mcp.WithDescription(fmt.Sprintf("Queue up to %d jobs of a batch run at once (the batch command-line client uses this). "+
 			"Each job is a row: its code (or the shared code) runs with the row's params as JSON in the environment variable %s. "+
-			"Batch jobs run only on idle worker slots. Returns each job's id; submitting a row and attempt again queues nothing.",
+			"Batch jobs run only on idle worker slots, and count in the caller's tenant's quotas of jobs: a job over one is answered deferred, "+
+			"with retry_after_ms, and queued only when submitted again. Returns each job's id; submitting a row and attempt again queues nothing.",
 			MaxBatchJobs, wire.ParamsEnv)),
 		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id: 16 to 64 letters, digits, '-' or '_', random")),
 		mcp.WithString("code", mcp.Description("Python source shared by the jobs that carry none of their own")),
@@ -253,6 +259,8 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 	var at []int
 	now := time.Now().UTC()
 	budget, code := max(MaxBatchCallCode, f.cfg.MaxCodeBytes), 0
+	var deferred *batchDeferral
+	var places []quotaPlaces // per job queued: where it took a place
 	for i, r := range rows {
 		out[i] = BatchJobResult{Row: *r.Row, Attempt: r.Attempt, JobID: batchJobID(bscope, *r.Row, r.Attempt), ExitCode: -1}
 		job, err := f.batchJob(ctx, id, bscope, shared, r, run, env, now)
@@ -267,9 +275,24 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 				"(each job keeps a copy of its code); submit it again in another call", code, budget)
 			continue
 		}
-		code += len(job.Code)
 		job.ID = out[i].JobID
-		jobs, at = append(jobs, job), append(at, i)
+		var taken quotaPlaces
+		if deferred == nil {
+			taken, deferred = f.admitBatchJob(ctx, job)
+		}
+		if deferred != nil {
+			// The rows after a deferred one wait as well: the quota is
+			// full now, and the batch keeps its order. A job submitted
+			// before is not deferred: it needs no place.
+			if f.batchJobRecorded(ctx, job.ID) {
+				out[i].Status = "submitted_before"
+			} else {
+				out[i].Status, out[i].Message, out[i].RetryAfterMS = batchDeferred, deferred.message, deferred.retry.Milliseconds()
+			}
+			continue
+		}
+		code += len(job.Code)
+		jobs, at, places = append(jobs, job), append(at, i), append(places, taken)
 	}
 	for k, err := range f.broker.SubmitJobs(ctx, jobs) {
 		o := &out[at[k]]
@@ -278,10 +301,14 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 			o.Status = "queued"
 		case errors.Is(err, broker.ErrJobSubmitted):
 			o.Status = "submitted_before"
+			f.batchResubmitted(ctx, jobs[k], places[k])
 		case errors.Is(err, wire.ErrPayloadTooLarge):
 			o.Status, o.Message = string(wire.StatusRejected), "code is too large to send"
 		default:
 			o.Status, o.Message = string(wire.StatusInternal), fmt.Sprintf("not queued (%v); submit this row and attempt again", err)
+		}
+		if err != nil && !errors.Is(err, broker.ErrJobSubmitted) {
+			places[k].leave(ctx, f, jobs[k].ID)
 		}
 	}
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil

@@ -11,3 +11,8 @@ func (k Keys) TenantCodeBytes(tenant string) string { return k.Prefix + "codebyt
 // workspace scope → the bytes its files took after its latest job, as the
 // worker that ran it measured; TallySumKey of it is their sum.
 func (k Keys) TenantWorkdirs(tenant string) string { return k.Prefix + "workdirs:" + tenant }
+
+// TenantJobs is the presence set of a tenant's jobs queued or running
+// (the jobs quota, frontend/quota.Jobs), whose members are job ids. The
+// worker that stores a batch job's result takes the job out of it.
+func (k Keys) TenantJobs(tenant string) string { return k.Quota("jobs", tenant) }

@@ -32,7 +32,14 @@ func (w *Worker) audit(ctx context.Context, job *wire.Job, res *wire.Result, log
 		"kind", rec.Kind, "code_sha256", rec.CodeSHA256, "env", rec.EnvID, "status", rec.Status,
 		"duration_ms", rec.DurationMS)
 	line, _ := json.Marshal(rec)
-	w.auditQ.put(ctx, w, auditEntry{tenant: rec.Tenant, day: wire.AuditDay(rec.Time), line: append(line, '\n'), log: log})
+	e := auditEntry{tenant: rec.Tenant, day: wire.AuditDay(rec.Time), line: append(line, '\n'), log: log}
+	if job.Batch != "" {
+		// No call waits for a batch job's result: its place in its
+		// tenant's jobs quota (frontend/batch_quota.go) is given back here,
+		// once the result is stored.
+		e.batchJob = job.ID
+	}
+	w.auditQ.put(ctx, w, e)
 }
 
 // auditEntry is one queued audit record.
@@ -40,6 +47,7 @@ type auditEntry struct {
 	tenant, day string
 	line        []byte
 	log         *slog.Logger
+	batchJob    string // the id of a batch job, whose place in the jobs quota goes
 }
 
 // auditQueueSize bounds the records waiting to be appended.
@@ -151,6 +159,14 @@ func (w *Worker) appendAudit(ctx context.Context, batch []auditEntry) {
 			for _, e := range g.entries {
 				e.log.Warn("audit: record not stored in the state store", "err", err)
 			}
+		}
+	}
+	for _, e := range batch {
+		if e.batchJob == "" {
+			continue
+		}
+		if err := w.store.Leave(ctx, w.cfg.Keys.TenantJobs(wire.TenantKey(e.tenant)), e.batchJob); err != nil {
+			e.log.Warn("batch job's place in its tenant's jobs quota not given back (its ttl frees it)", "err", err)
 		}
 	}
 }

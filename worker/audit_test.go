@@ -84,3 +84,43 @@ func TestAuditIsQueuedOffTheJobsSlot(t *testing.T) {
 		t.Errorf("record audited after the flush: %q, %v", data, err)
 	}
 }
+
+// A batch job's place in its tenant's jobs quota (taken by the frontend
+// that queued it, which does not wait for its result) is given back once
+// its result is stored and audited; an interactive job's is not touched
+// here (its frontend gives it back).
+func TestAuditGivesBackBatchJobsQuotaPlace(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := redistest.Start(t)
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	w, err := New(Config{ID: "audit", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	set := w.cfg.Keys.TenantJobs(wire.TenantKey("acme"))
+	batch := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "b", Batch: "quota-batch-0123456789", Tenant: "acme"}
+	call := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "s", Tenant: "acme"}
+	for _, job := range []*wire.Job{batch, call} {
+		if adm, err := st.Admit(ctx, set, job.ID, nil, 10, time.Hour); err != nil || !adm.Admitted {
+			t.Fatalf("admit %s: %+v %v", job.ID, adm, err)
+		}
+	}
+	for _, job := range []*wire.Job{batch, call} {
+		res := &wire.Result{JobID: job.ID, Status: wire.StatusOK, FinishedAt: time.Now().UTC(), WorkerID: "audit"}
+		stampAudit(job, res)
+		w.audit(ctx, job, res, w.log)
+	}
+	w.auditQ.flush()
+	members, err := st.Members(ctx, set)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, held := members[batch.ID]; held || len(members) != 1 {
+		t.Fatalf("places held after the results: %v; want only the interactive job's %s", members, call.ID)
+	}
+}

@@ -186,7 +186,9 @@ func TestBatchEmbedded(t *testing.T) {
 
 // Through an HTTP frontend that authenticates with API tokens: the batch
 // runs with its token; without one the client is refused; another
-// principal's get_job_results does not see the batch's jobs.
+// principal's get_job_results does not see the batch's jobs. The tenant's
+// quota of one job at once holds for the batch: its second row is
+// deferred, and queued once the first's result has given its place back.
 func TestBatchThroughHTTPWithToken(t *testing.T) {
 	t.Parallel()
 	alice, lineA, _ := auth.NewToken("acme", "alice")
@@ -195,7 +197,7 @@ func TestBatchThroughHTTPWithToken(t *testing.T) {
 	tokens := filepath.Join(tmp, "tokens")
 	writeTokens(t, tokens, lineA, lineB)
 	p := startProc(t, codexecEnv("CODEXEC_DATA_DIR="+filepath.Join(tmp, "server"), "CODEXEC_VENV="+venvFor(t)), os.Args[0],
-		"dev", "--http", "127.0.0.1:0", "--auth", "tokens", "--auth-tokens", tokens)
+		"dev", "--http", "127.0.0.1:0", "--auth", "tokens", "--auth-tokens", tokens, "--quota", "jobs=1")
 	url := p.waitFor(t, urlRe, 2*time.Minute)
 
 	writeFiles(t, tmp, map[string]string{"job.py": "import json, os\nprint(json.loads(os.environ['CODEXEC_PARAMS'])['x'] + 1)\n" +
@@ -208,8 +210,8 @@ func TestBatchThroughHTTPWithToken(t *testing.T) {
 	}
 	out := filepath.Join(tmp, "out")
 	text, rc := runBatchCmd(t, append(env, "CODEXEC_TOKEN="+alice), append(args, "--out", out)...)
-	if rc != 0 {
-		t.Fatalf("exit %d:\n%s", rc, text)
+	if rc != 0 || !strings.Contains(text, `rows wait for the tenant's quota (not queued: quota jobs of tenant "acme" reached`) {
+		t.Fatalf("exit %d, want 0 after a row deferred by the quota of jobs:\n%s", rc, text)
 	}
 	lines := readResults(t, out)
 	if len(lines) != 2 {

@@ -45,7 +45,16 @@ type runner struct {
 	tries   map[int64]int      // infrastructure failures per row
 	failing int                // calls failed in a row
 	cancel  bool               // the cancel mark was seen and sent
+	// notBefore is when rows deferred by a quota of the caller's tenant
+	// may be submitted again; deferring says such rows are waiting (for
+	// one log line per stretch of them).
+	notBefore time.Time
+	deferring bool
 }
+
+// deferWaitMax bounds the wait a deferral asks for, so that a
+// frontend's odd answer never stalls the batch for long.
+const deferWaitMax = time.Minute
 
 // run runs the batch until every row is finished, or it is cancelled, or
 // ctx ends (the batch can be resumed).
@@ -110,6 +119,9 @@ func (r *runner) checkCancel(ctx context.Context) error {
 // fill submits jobs until window are unfinished or the input is read.
 func (r *runner) fill(ctx context.Context) error {
 	for !r.cancel {
+		if time.Now().Before(r.notBefore) {
+			return nil // a quota deferred rows: none is sent before then
+		}
 		var batch []pending
 		code := 0 // bytes of code the call's jobs carry: at most maxCallCode, but for its first job
 		fits := func(p pending) bool {
@@ -198,11 +210,21 @@ func (r *runner) submit(ctx context.Context, batch []pending) error {
 	if err := r.st.recordSent(subs); err != nil {
 		return err
 	}
+	deferred := 0
 	for i, a := range ans {
 		p := batch[i]
 		switch a.Status {
 		case "queued", "submitted_before":
 			r.flights[a.JobID] = &flight{r: p.r, attempt: p.attempt, jobID: a.JobID}
+		case "deferred":
+			// Over a quota of the tenant: the same job, later, not a
+			// failure and no retry spent.
+			r.again = append(r.again, p)
+			wait := min(max(time.Duration(a.RetryAfterMS)*time.Millisecond, pollMin), deferWaitMax)
+			r.notBefore = later(r.notBefore, time.Now().Add(wait))
+			if deferred++; deferred == 1 && !r.deferring {
+				fmt.Fprintf(r.log, "batch %s: rows wait for the tenant's quota (%s); submitting them as it allows\n", r.st.spec.ID, a.Message)
+			}
 		case "internal":
 			if !r.retry(p, a.jobResult, false) {
 				if err := r.finish(ctx, p.r, p.attempt, a.jobResult); err != nil {
@@ -215,7 +237,16 @@ func (r *runner) submit(ctx context.Context, batch []pending) error {
 			}
 		}
 	}
+	r.deferring = deferred > 0
 	return r.st.flush()
+}
+
+// later is the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }
 
 // callFailed counts a failed call; too many in a row is the run's error.

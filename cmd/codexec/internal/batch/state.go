@@ -220,6 +220,8 @@ type jobResult struct {
 	// and what was left out of them.
 	Files []string `json:"files"`
 	Notes []string `json:"notes"`
+	// RetryAfterMS: a deferred job may be submitted again after it.
+	RetryAfterMS int64 `json:"retry_after_ms"`
 	// collected are the files copied to jobs/NAME/files/ (collectFiles).
 	collected []string
 }

@@ -1,0 +1,99 @@
+package frontend
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/codexec/codexec/frontend/quota"
+	"github.com/codexec/codexec/wire"
+)
+
+// Batch jobs and the tenant quotas. A batch's jobs are jobs of the
+// caller's tenant like any other: each takes a place in jobs_per_minute
+// (for a minute) and in jobs (until its result is stored: the worker that
+// stores it gives the place back, since no call waits for a batch job, and
+// the member's ttl, the job's latest possible end, frees it otherwise).
+// Until 2026-12-04 they counted in neither, so a tenant at its quotas ran
+// as much code as it liked through submit_jobs.
+//
+// A job over a quota is not refused: it is deferred, answered with how
+// long until the quota may admit it, and the batch client submits it again
+// then. The rows after it in the same call are deferred too, without
+// asking the store, so that a batch keeps its order; a job submitted before
+// is never deferred (it is answered submitted_before, as without quotas). builds_per_hour and
+// working_dir_bytes do not apply: a batch builds its one environment on
+// its first job, and writes in the batch's directory, not a workspace.
+
+// batchDeferred is the status of a batch job a quota deferred.
+const batchDeferred = "deferred"
+
+// batchDeferral says why and for how long a batch job was deferred.
+type batchDeferral struct {
+	message string
+	retry   time.Duration
+}
+
+// batchSlotRetry bounds the wait a deferral by the jobs quota suggests: a
+// place frees when any of the tenant's jobs ends, usually long before the
+// earliest member's ttl.
+const batchSlotRetry = 2 * time.Second
+
+// quotaPlaces are the quota sets a job took a place in ("" for none).
+type quotaPlaces struct{ minute, jobs string }
+
+// leave gives back the places of job id.
+func (p quotaPlaces) leave(ctx context.Context, f *Frontend, id string) {
+	for _, set := range []string{p.minute, p.jobs} {
+		if set != "" {
+			_ = f.store.Leave(context.WithoutCancel(ctx), set, id)
+		}
+	}
+}
+
+// admitBatchJob takes job's places in its tenant's jobs_per_minute and
+// jobs quotas, or, over either, takes none and says why.
+func (f *Frontend) admitBatchJob(ctx context.Context, job *wire.Job) (quotaPlaces, *batchDeferral) {
+	var p quotaPlaces
+	if f.cfg.Quotas == nil {
+		return p, nil
+	}
+	set, limit, adm, _ := f.admitQuota(ctx, quota.JobsPerMinute, job.Tenant, job.ID, time.Minute)
+	if !adm.Admitted {
+		retry := max(adm.Retry, time.Millisecond)
+		return p, &batchDeferral{retry: retry, message: fmt.Sprintf("not queued: quota %s of %s reached: %d jobs in the last minute (the limit is %d); submit it again in %s",
+			quota.JobsPerMinute, quotaTenant(job.Tenant), adm.Count, limit, retry.Round(100*time.Millisecond))}
+	}
+	p.minute = set
+	set, limit, adm, _ = f.admitQuota(ctx, quota.Jobs, job.Tenant, job.ID, time.Until(jobSettledBy(job)))
+	if !adm.Admitted {
+		p.leave(ctx, f, job.ID)
+		retry := min(max(adm.Retry, 250*time.Millisecond), batchSlotRetry)
+		return quotaPlaces{}, &batchDeferral{retry: retry, message: fmt.Sprintf("not queued: quota %s of %s reached: %d jobs queued or running at once (the limit is %d); submit it again when one of them finishes",
+			quota.Jobs, quotaTenant(job.Tenant), adm.Count, limit)}
+	}
+	p.jobs = set
+	return p, nil
+}
+
+// batchJobRecorded says whether job id was submitted before (it has a
+// record). A record the broker cannot read counts as none: the job is then
+// deferred, and submitted again later.
+func (f *Frontend) batchJobRecorded(ctx context.Context, id string) bool {
+	_, err := f.broker.GetJobRecord(ctx, id)
+	return err == nil
+}
+
+// batchResubmitted handles a job submitted before, whose places admitBatchJob
+// has just taken again: when the job has its result already, its worker
+// gave its place in jobs back, and it would otherwise be held until the
+// member's ttl.
+func (f *Frontend) batchResubmitted(ctx context.Context, job *wire.Job, p quotaPlaces) {
+	if p.jobs == "" {
+		return
+	}
+	if _, err := f.broker.GetResult(ctx, job.ID); err == nil || !errors.Is(err, wire.ErrResultNotFound) {
+		_ = f.store.Leave(context.WithoutCancel(ctx), p.jobs, job.ID)
+	}
+}

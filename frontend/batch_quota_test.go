@@ -1,0 +1,127 @@
+package frontend
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/codexec/codexec/envspec"
+
+	"github.com/codexec/codexec/frontend/quota"
+	"github.com/codexec/codexec/wire"
+)
+
+// batchRowsArgs is a submit_jobs call of rows from..to-1 of batch id.
+func batchRowsArgs(id string, from, to int) map[string]any {
+	rows := []any{}
+	for i := from; i < to; i++ {
+		rows = append(rows, map[string]any{"row": i})
+	}
+	return map[string]any{"batch_id": id, "code": "print(1)", "jobs": rows}
+}
+
+// announceWorker records a live worker of f's pool, so that calls are
+// judged by their quotas, not refused for want of one.
+func announceWorker(t *testing.T, f *Frontend) {
+	t.Helper()
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: f.cfg.Pool})
+	if err := f.store.Touch(t.Context(), f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func batchStatuses(br BatchResult) string {
+	var s []string
+	for _, j := range br.Jobs {
+		s = append(s, j.Status)
+	}
+	return strings.Join(s, ",")
+}
+
+// A batch's jobs take places in their tenant's jobs quota like any other
+// job: past it they are deferred (not queued, not failed), with when to
+// submit them again, and the tenant's interactive calls are refused while
+// its batch holds the places; another tenant is not touched. A place is
+// given back when the job's result is stored (by the worker: here as the
+// worker does it, TestAuditGivesBackBatchJobsQuotaPlace covers the
+// worker's side); a row submitted again after its result takes no place.
+// Until 2026-12-04 batch jobs counted in no quota.
+func TestBatchJobsCountInTheJobsQuota(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "jobs=2")
+	f := fx[0].f
+	announceWorker(t, f)
+	acme := wire.TenantKey("acme")
+	if f.cfg.Keys.TenantJobs(acme) != f.cfg.Keys.Quota(quota.Jobs, acme) {
+		t.Fatalf("the worker gives batch places back in %s, the quota is %s", f.cfg.Keys.TenantJobs(acme), f.cfg.Keys.Quota(quota.Jobs, acme))
+	}
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "quota-batch-0123456789"
+	res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs(id, 0, 4))
+	if res.IsError || batchStatuses(br) != "queued,queued,deferred,deferred" {
+		t.Fatalf("4 rows at jobs=2: %s", textOf(res))
+	}
+	for _, j := range br.Jobs[2:] {
+		if j.RetryAfterMS <= 0 || !strings.Contains(j.Message, `quota jobs of tenant "acme" reached: 2 jobs queued or running at once (the limit is 2)`) {
+			t.Errorf("deferred row %d: %+v, want the quota named and a retry_after_ms", j.Row, j)
+		}
+	}
+	refusedByQuota(t, alice, quota.Jobs, "acme", "2")
+
+	carol, err := fx[1].connect(t, fx[1].tokens["carol"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, br := callTool[BatchResult](t, carol, "submit_jobs", batchRowsArgs("other-batch-0123456789", 0, 2)); batchStatuses(br) != "queued,queued" {
+		t.Fatalf("globex's batch: %s", textOf(res))
+	}
+
+	// Row 0's result is stored and its place given back, as its worker does.
+	answer(t, fx[0].b, br.Jobs[0].JobID)
+	if err := f.store.Leave(t.Context(), f.cfg.Keys.TenantJobs(acme), br.Jobs[0].JobID); err != nil {
+		t.Fatal(err)
+	}
+	if res, again := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs(id, 2, 4)); batchStatuses(again) != "queued,deferred" {
+		t.Fatalf("rows 2 and 3 again, one place free: %s", textOf(res))
+	}
+	if res, again := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs(id, 0, 1)); batchStatuses(again) != "submitted_before" {
+		t.Fatalf("row 0 again, after its result: %s %+v", textOf(res), again)
+	}
+	waitQuotaMembers(t, f, quota.Jobs, "acme", 2)
+	// With a place free, row 0 (finished) is admitted, found submitted
+	// before and its place given back at once.
+	answer(t, fx[0].b, br.Jobs[1].JobID)
+	if err := f.store.Leave(t.Context(), f.cfg.Keys.TenantJobs(acme), br.Jobs[1].JobID); err != nil {
+		t.Fatal(err)
+	}
+	if res, again := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs(id, 0, 1)); batchStatuses(again) != "submitted_before" {
+		t.Fatalf("row 0 again, a place free: %s %+v", textOf(res), again)
+	}
+	waitQuotaMembers(t, f, quota.Jobs, "acme", 1)
+}
+
+// jobs_per_minute: the rows past the minute's quota are deferred until the
+// window frees a place, which retry_after_ms says.
+func TestBatchJobsCountInTheJobsPerMinuteQuota(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "jobs_per_minute=3")
+	announceWorker(t, fx[1].f)
+	alice, err := fx[1].connect(t, fx[1].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs("minute-batch-0123456789", 0, 5))
+	if batchStatuses(br) != "queued,queued,queued,deferred,deferred" {
+		t.Fatalf("5 rows at jobs_per_minute=3: %s", textOf(res))
+	}
+	d := br.Jobs[3]
+	if d.RetryAfterMS <= 0 || d.RetryAfterMS > 60_000 || !strings.Contains(d.Message, fmt.Sprintf(`quota %s of tenant "acme" reached: 3 jobs in the last minute`, quota.JobsPerMinute)) {
+		t.Errorf("deferred: %+v", d)
+	}
+	refusedByQuota(t, alice, quota.JobsPerMinute, "acme", "3")
+}
