@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
@@ -507,11 +508,18 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, _ mcp.CallToolReque
 	// environment's id is a digest of its spec, so the list would let any
 	// caller confirm a guess of the packages another tenant uses. Each
 	// worker's list keeps the session's own environment only.
+	// A caller with credentials (one of many tenants) is not shown what
+	// tells it about the machines or about other tenants' work either:
+	// host names, how busy each worker and device is.
+	_, tenanted := auth.FromContext(ctx)
 	caps := make([]envspec.Advert, len(adverts))
 	for i, a := range adverts {
 		a.Envs = nil
 		if cur != nil && slices.Contains(adverts[i].Envs, curID) {
 			a.Envs = []string{curID}
+		}
+		if tenanted {
+			a = withoutActivity(a)
 		}
 		caps[i] = a
 	}
@@ -538,6 +546,22 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, _ mcp.CallToolReque
 		}
 	}
 	return envToolResult(r, ""), nil
+}
+
+// withoutActivity is a of a worker without its host name and without what
+// says how busy it and its devices are.
+func withoutActivity(a envspec.Advert) envspec.Advert {
+	a.Host, a.Load, a.Warm, a.GPUWaiting, a.GPUJobMS = "", 0, 0, 0, 0
+	gpus := make([]envspec.GPU, len(a.GPUs))
+	for i, g := range a.GPUs {
+		g.Busy = false
+		gpus[i] = g
+	}
+	a.GPUs = gpus
+	if len(gpus) == 0 {
+		a.GPUs = nil
+	}
+	return a
 }
 
 func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {

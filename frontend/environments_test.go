@@ -76,3 +76,34 @@ func TestEnvironmentConfigHidesOthersEnvironments(t *testing.T) {
 		t.Fatalf("another session's environment %s is shown: %s", otherID, raw)
 	}
 }
+
+// A caller with credentials, one tenant among others, is shown what the
+// workers can run, not their host names nor how busy they and their
+// devices are (which tells of other tenants' work). Over stdio, the one
+// local user sees it all.
+func TestEnvironmentConfigHidesActivityFromTenants(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "")
+	f := fx[0].f
+	advert, _ := json.Marshal(envspec.Advert{V: wire.Version, WorkerID: "w1", Pool: f.cfg.Pool, Host: "gpu-node-17.internal",
+		Load: 3, Warm: 2, GPUWaiting: 4, GPUJobMS: 1234, GPUs: []envspec.GPU{{Index: 0, Model: "NVIDIA H100", Busy: true}}})
+	if err := f.store.Touch(t.Context(), f.cfg.Keys.Workers(), "w1", advert, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, env := callTool[EnvResult](t, alice, "get_environment_config", map[string]any{})
+	if res.IsError || len(env.Capabilities) != 1 {
+		t.Fatalf("get_environment_config: %s", textOf(res))
+	}
+	c := env.Capabilities[0]
+	raw, _ := json.Marshal(res)
+	if c.WorkerID != "w1" || len(c.GPUs) != 1 || c.GPUs[0].Model != "NVIDIA H100" {
+		t.Fatalf("the worker and its devices are not shown: %s", raw)
+	}
+	if c.Host != "" || c.Load != 0 || c.Warm != 0 || c.GPUWaiting != 0 || c.GPUJobMS != 0 || c.GPUs[0].Busy || strings.Contains(string(raw), "gpu-node-17") {
+		t.Fatalf("a tenant is shown the workers' hosts or activity: %s", raw)
+	}
+}
