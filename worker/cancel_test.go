@@ -79,9 +79,12 @@ func TestCancelStopsRunningJob(t *testing.T) {
 			defer cancel()
 			fx := startCancelWorker(ctx, t, mode)
 			marker := "codexec-cancel-" + ulid.Make().String()
+			// 'started' is printed before the marked child exists: the
+			// test cancels as soon as it sees the child.
 			code := fmt.Sprintf("import subprocess, sys, time\n"+
+				"print('started', flush=True)\n"+
 				"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\n"+
-				"print('started', flush=True)\ntime.sleep(600)\n", marker)
+				"time.sleep(600)\n", marker)
 			job := &wire.Job{
 				ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "cancel-scope",
 				Code: code, Filename: "main.py", TimeoutMS: 110000, Deadline: time.Now().Add(time.Minute).UTC(),
