@@ -75,8 +75,8 @@ func TestRevokedTenantsRunningJobStops(t *testing.T) {
 			startRevokeWorker(ctx, t, fx, st, "revoke-running-"+name)
 			marker := "codexec-revoke-" + ulid.Make().String()
 			doomed := revokeJob("acme", "bob", "revoke-acme", fmt.Sprintf("import subprocess, sys, time\n"+
-				"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\n"+
-				"print('started', flush=True)\ntime.sleep(600)\n", marker))
+				"print('started', flush=True)\n"+
+				"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\ntime.sleep(600)\n", marker))
 			doomed.Batch = "acme-batch"
 			for _, err := range fx.broker.SubmitJobs(ctx, []*wire.Job{doomed}) {
 				if err != nil {

@@ -101,12 +101,13 @@ func awaitTask(t testing.TB, c *client.Client, id string) mcp.Task {
 	return mcp.Task{}
 }
 
-// markedCode is Python that starts a child holding marker in its command
-// line, says so, and sleeps: a job whose processes can be found in /proc.
+// markedCode is Python that says it started, then starts a child holding
+// marker in its command line and sleeps: a job whose processes can be found
+// in /proc, whose output is there once they are.
 func markedCode(marker string) string {
 	return fmt.Sprintf("import subprocess, sys, time\n"+
-		"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\n"+
-		"print('started', flush=True)\ntime.sleep(600)\n", marker)
+		"print('started', flush=True)\n"+
+		"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\ntime.sleep(600)\n", marker)
 }
 
 // procsWith returns the pids of the processes whose command line holds
