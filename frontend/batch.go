@@ -259,7 +259,11 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 	var at []int
 	now := time.Now().UTC()
 	budget, code := max(MaxBatchCallCode, f.cfg.MaxCodeBytes), 0
-	var deferred *batchDeferral
+	// The batch's directory is a workspace of its tenant (batch_quota.go):
+	// recorded, so that it is listed and collected, and counted in
+	// working_dir_bytes, which defers the whole call once passed.
+	f.noteOwner(ctx, bscope)
+	deferred := f.admitBatchWorkdirBytes(ctx)
 	var places []quotaPlaces // per job queued: where it took a place
 	for i, r := range rows {
 		out[i] = BatchJobResult{Row: *r.Row, Attempt: r.Attempt, JobID: batchJobID(bscope, *r.Row, r.Attempt), ExitCode: -1}

@@ -22,9 +22,18 @@ import (
 // long until the quota may admit it, and the batch client submits it again
 // then. The rows after it in the same call are deferred too, without
 // asking the store, so that a batch keeps its order; a job submitted before
-// is never deferred (it is answered submitted_before, as without quotas). builds_per_hour and
-// working_dir_bytes do not apply: a batch builds its one environment on
-// its first job, and writes in the batch's directory, not a workspace.
+// is never deferred (it is answered submitted_before, as without quotas). builds_per_hour
+// does not apply: a batch builds its one environment on its first job.
+//
+// A batch's working directory is a workspace of its tenant like a
+// session's: its owner is recorded when a call submits to it (so `admin
+// usage` lists it and the collector removes it, from the workers too, once
+// unused for the workspace ttl), each of its jobs reports what it takes in
+// the tenant's working_dir_bytes, and a call while the tenant is past that
+// quota is deferred whole. Until 2026-12-04 a batch's directory was none of
+// these: each new batch id was a directory (and a file system image) of
+// its own that no quota counted and nothing ever removed, so a tenant
+// under any quota filled the workers' disks one batch at a time.
 
 // batchDeferred is the status of a batch job a quota deferred.
 const batchDeferred = "deferred"
@@ -96,4 +105,19 @@ func (f *Frontend) batchResubmitted(ctx context.Context, job *wire.Job, p quotaP
 	if _, err := f.broker.GetResult(ctx, job.ID); err == nil || !errors.Is(err, wire.ErrResultNotFound) {
 		_ = f.store.Leave(context.WithoutCancel(ctx), p.jobs, job.ID)
 	}
+}
+
+// batchWorkdirRetry is when a call deferred by working_dir_bytes suggests
+// trying again: room is made by deletes or a collection, not by time.
+const batchWorkdirRetry = time.Minute
+
+// admitBatchWorkdirBytes defers a submit_jobs call of a tenant whose
+// working directories, its batches' included, take its working_dir_bytes
+// quota or more; nil when they do not.
+func (f *Frontend) admitBatchWorkdirBytes(ctx context.Context) *batchDeferral {
+	err := f.admitWorkdirBytes(ctx, &wire.Job{Kind: wire.KindExecute, Tenant: callerTenant(ctx)})
+	if err == nil {
+		return nil
+	}
+	return &batchDeferral{retry: batchWorkdirRetry, message: "not queued: " + asToolError(err).Message}
 }

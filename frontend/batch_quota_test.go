@@ -3,6 +3,7 @@ package frontend
 import (
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -10,6 +11,7 @@ import (
 	"github.com/codexec/codexec/envspec"
 
 	"github.com/codexec/codexec/frontend/quota"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -124,4 +126,59 @@ func TestBatchJobsCountInTheJobsPerMinuteQuota(t *testing.T) {
 		t.Errorf("deferred: %+v", d)
 	}
 	refusedByQuota(t, alice, quota.JobsPerMinute, "acme", "3")
+}
+
+// A batch's working directory is a workspace of its tenant: the call that
+// submits to it records its owner, so `admin usage` lists it and the
+// collector removes it (from the workers too); what its jobs write counts
+// in the tenant's working_dir_bytes, and once past that quota a
+// submit_jobs call is deferred whole, whichever batch it names. Until
+// 2026-12-04 a batch's directory was none of these: each new batch id was
+// a directory and a file system image that no quota counted and nothing
+// removed, so a tenant under any quota filled the workers' disks one batch
+// at a time.
+func TestBatchDirectoryIsATenantsWorkspace(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "working_dir_bytes=1000")
+	f := fx[0].f
+	ctx, st, keys := t.Context(), f.store, f.cfg.Keys
+	announceWorker(t, f)
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs("disk-batch-0123456789", 0, 1))
+	if batchStatuses(br) != "queued" {
+		t.Fatalf("a batch under the quota: %s", textOf(res))
+	}
+	use, err := Usage(ctx, st, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch string
+	for _, u := range use {
+		if strings.HasPrefix(u.Scope, "b-") && u.Tenant == "acme" {
+			batch = u.Scope
+		}
+	}
+	if batch == "" {
+		t.Fatalf("the batch's directory is no workspace of acme's: usage %+v", use)
+	}
+	// What a worker records after the batch's job wrote 5,000 bytes.
+	if _, err := st.(statestore.Tallier).Tally(ctx, keys.TenantWorkdirs(wire.TenantKey("acme")), batch, 5000); err != nil {
+		t.Fatal(err)
+	}
+	res, br = callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs("fresh-batch-0123456789", 0, 2))
+	if batchStatuses(br) != "deferred,deferred" {
+		t.Fatalf("a new batch past working_dir_bytes: %s", textOf(res))
+	}
+	if d := br.Jobs[0]; d.RetryAfterMS <= 0 || !strings.Contains(d.Message, `quota working_dir_bytes of tenant "acme" reached`) {
+		t.Errorf("deferred: %+v", d)
+	}
+	if gone, err := Collect(ctx, st, keys, time.Now().Add(time.Hour), false); err != nil || !slices.ContainsFunc(gone, func(u WorkspaceUsage) bool { return u.Scope == batch }) {
+		t.Fatalf("collected %+v, %v; want the batch's directory", gone, err)
+	}
+	if res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs("fresh-batch-0123456789", 0, 1)); batchStatuses(br) != "queued" {
+		t.Fatalf("after the collection: %s", textOf(res))
+	}
 }

@@ -86,14 +86,13 @@ func (w *workdirReports) forget(scope string) {
 	delete(w.last, scope)
 }
 
-// reportJobWorkdir reports job's working directory (reportWorkdir), unless
-// job is of a batch: a batch's directory is not a workspace its tenant can
-// empty or have collected, and each of its jobs is bounded by its disk
-// limit.
+// reportJobWorkdir reports job's working directory (reportWorkdir), a
+// batch's as a session's: a batch's directory is a workspace of its tenant
+// (the frontend records it, and the collector removes it). Until
+// 2026-12-04 a batch's was not reported, so each new batch id was a
+// directory of up to a job's disk limit that no quota counted.
 func (w *Worker) reportJobWorkdir(ctx context.Context, job *wire.Job, disk *sessionDisk, cwd string, log *slog.Logger) {
-	if job.Batch == "" {
-		w.reportWorkdir(ctx, job.Scope, job.Tenant, disk, cwd, log)
-	}
+	w.reportWorkdir(ctx, job.Scope, job.Tenant, disk, cwd, log)
 }
 
 // reportWorkdir records what the working directory cwd of scope (on

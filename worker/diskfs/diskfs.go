@@ -176,7 +176,12 @@ func attachAndMount(image, dir string) error {
 	// The loop device is released (autoclear) when the last descriptor
 	// on it closes and no file system holds it: after the unmount.
 	defer loop.Close()
-	if err := unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable"); err != nil {
+	// discard: blocks freed in the file system are given back to the
+	// host (the loop device punches a hole in the image), so the image
+	// holds what the session's files take now, not the most they ever
+	// took: without it, a job that wrote its disk limit and deleted it
+	// left that much of the host's disk taken while nothing counted it.
+	if err := unix.Mount(loop.Name(), dir, "ext4", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOATIME, "noinit_itable,discard"); err != nil {
 		return fmt.Errorf("diskfs: mount %s (%s) on %s: %w", image, loop.Name(), dir, err)
 	}
 	return nil

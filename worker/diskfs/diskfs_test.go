@@ -9,6 +9,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -360,4 +361,61 @@ func TestMkfsFoundOffPATH(t *testing.T) {
 	if err := Create(t.Context(), image, 64<<20); err != nil {
 		t.Fatalf("with PATH=%s: %v", narrow, err)
 	}
+}
+
+// What a job deletes leaves the host's disk: the image gives the freed
+// blocks back (online discard, a hole punched in the image). Before, the
+// image kept every block a job had ever written, so a session that wrote
+// its whole disk limit and deleted it held that much of the host's disk for
+// good while its working directory (and its tenant's working_dir_bytes)
+// counted nothing, and one session after another filled the host.
+func TestDeletedFilesLeaveTheHostsDisk(t *testing.T) {
+	f := mounted(t, 1<<30)
+	if err := f.SetLimit(256 << 20); err != nil {
+		t.Fatal(err)
+	}
+	host := func() int64 {
+		t.Helper()
+		if err := syncfs(f.dir); err != nil {
+			t.Fatal(err)
+		}
+		var st syscall.Stat_t
+		if err := syscall.Stat(f.image, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Blocks * 512
+	}
+	before := host()
+	name := filepath.Join(f.Work(), "big")
+	data := make([]byte, 1<<20)
+	for i := range data {
+		data[i] = byte(i*7 + 1)
+	}
+	w, err := os.Create(name)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for range 64 {
+		if _, err := w.Write(data); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := w.Sync(); err != nil {
+		t.Fatal(err)
+	}
+	w.Close()
+	if written := host(); written < before+60<<20 {
+		t.Fatalf("64 MiB written took %d MiB of the host's disk: the test writes nothing", (written-before)>>20)
+	}
+	if err := os.Remove(name); err != nil {
+		t.Fatal(err)
+	}
+	var after int64
+	for range 50 {
+		if after = host(); after < before+8<<20 {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Errorf("64 MiB written then deleted: the image still takes %d MiB of the host's disk more than before", (after-before)>>20)
 }
