@@ -263,7 +263,7 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 	// recorded, so that it is listed and collected, and counted in
 	// working_dir_bytes, which defers the whole call once passed.
 	f.noteOwner(ctx, bscope)
-	deferred := f.admitBatchWorkdirBytes(ctx)
+	deferred := f.admitBatchBytes(ctx)
 	var places []quotaPlaces // per job queued: where it took a place
 	for i, r := range rows {
 		out[i] = BatchJobResult{Row: *r.Row, Attempt: r.Attempt, JobID: batchJobID(bscope, *r.Row, r.Attempt), ExitCode: -1}

@@ -111,11 +111,14 @@ func (f *Frontend) batchResubmitted(ctx context.Context, job *wire.Job, p quotaP
 // trying again: room is made by deletes or a collection, not by time.
 const batchWorkdirRetry = time.Minute
 
-// admitBatchWorkdirBytes defers a submit_jobs call of a tenant whose
-// working directories, its batches' included, take its working_dir_bytes
-// quota or more; nil when they do not.
-func (f *Frontend) admitBatchWorkdirBytes(ctx context.Context) *batchDeferral {
+// admitBatchBytes defers a submit_jobs call of a tenant whose working
+// directories, its batches' included, take its working_dir_bytes quota or
+// more, or whose jobs' results take its result_bytes; nil when neither.
+func (f *Frontend) admitBatchBytes(ctx context.Context) *batchDeferral {
 	err := f.admitWorkdirBytes(ctx, &wire.Job{Kind: wire.KindExecute, Tenant: callerTenant(ctx)})
+	if err == nil {
+		err = f.admitResultBytes(ctx, callerTenant(ctx))
+	}
 	if err == nil {
 		return nil
 	}

@@ -111,6 +111,9 @@ func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) (err error) {
 	if err := f.admitWorkdirBytes(ctx, job); err != nil {
 		return err
 	}
+	if err := f.admitResultBytes(ctx, job.Tenant); err != nil {
+		return err
+	}
 	var taken []string
 	undo := func() {
 		for _, set := range taken {

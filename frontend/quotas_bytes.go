@@ -5,7 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
+	"time"
 
+	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/statestore"
@@ -75,6 +78,45 @@ func (f *Frontend) admitWorkdirBytes(ctx context.Context, job *wire.Job) error {
 	return quotaExceeded(quota.WorkingDirBytes, job.Tenant,
 		fmt.Sprintf("its working directories take %d bytes, as measured after their latest jobs (the limit is %d)", used, limit),
 		"free space: empty files with upload_file (content \"\"), or remove a workspace; reading files still works")
+}
+
+// admitResultBytes refuses a job of a tenant whose jobs' results, within
+// the results' retention, take its result_bytes quota or more (as the
+// workers that stored them recorded: worker/resultbytes.go). Every kind of
+// job stores a result.
+func (f *Frontend) admitResultBytes(ctx context.Context, tenant string) error {
+	limit := int64(f.cfg.Quotas.For(tenant, quota.ResultBytes))
+	if limit <= 0 {
+		return nil
+	}
+	fields, err := f.store.HGetAll(ctx, f.cfg.Keys.TenantResultBytes(wire.TenantKey(tenant)))
+	if err != nil {
+		f.log.Warn("quota not enforced: the state store did not answer", "quota", quota.ResultBytes, "tenant", tenant, "err", err)
+		return nil
+	}
+	retention := f.broker.Retention()
+	if retention <= 0 {
+		retention = broker.DefaultRetention
+	}
+	used, next := statestore.ResultBytesSince(fields, time.Now().Add(-retention))
+	if used < limit {
+		return nil
+	}
+	return quotaExceeded(quota.ResultBytes, tenant,
+		fmt.Sprintf("the results of its jobs in the last %s (how long results are kept) take %d bytes (the limit is %d)", shortDuration(retention), used, limit),
+		retryIn(time.Until(next.Add(retention))))
+}
+
+// shortDuration writes d without its zero minutes and seconds: 24h, 1h30m.
+func shortDuration(d time.Duration) string {
+	s := d.String()
+	if strings.HasSuffix(s, "m0s") {
+		s = strings.TrimSuffix(s, "0s")
+	}
+	if strings.HasSuffix(s, "h0m") {
+		s = strings.TrimSuffix(s, "0m")
+	}
+	return s
 }
 
 // writesWorkdir says whether job can add to its working directory: an

@@ -153,3 +153,40 @@ func TestCollectSubtractsTenantBytes(t *testing.T) {
 		}
 	}
 }
+
+// result_bytes: once the results a tenant's jobs stored within the
+// results' retention take its quota (as its workers recorded them), its
+// next job is refused, saying when the oldest counted hour leaves the
+// window, and its batches are deferred; another tenant's jobs go, and
+// hours past the retention do not count. Until 2026-12-04 nothing bounded
+// what a tenant's results took in JetStream but its rate of jobs.
+func TestQuotaResultBytes(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "result_bytes=1000")
+	f := fx[0].f
+	announceWorker(t, f)
+	now := statestore.ResultHour(time.Now())
+	put := func(tenant string, hour time.Time, n string) {
+		t.Helper()
+		if err := f.store.HSet(t.Context(), f.cfg.Keys.TenantResultBytes(wire.TenantKey(tenant)), statestore.ResultBytesField(hour, "w1"), []byte(n)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	put("acme", now, "600")
+	put("acme", now.Add(-time.Hour), "600")
+	put("globex", now.Add(-2*f.broker.Retention()), "5000") // long expired
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	refusedByQuota(t, alice, quota.ResultBytes, "acme", "1000")
+	res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs("results-batch-0123456789", 0, 1))
+	if batchStatuses(br) != "deferred" || !strings.Contains(br.Jobs[0].Message, `quota result_bytes of tenant "acme" reached: the results of its jobs in the last 24h (how long results are kept) take 1200 bytes`) {
+		t.Fatalf("a batch past result_bytes: %s", textOf(res))
+	}
+	carol, err := fx[1].connect(t, fx[1].tokens["carol"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx[1].pending(t, carol)
+}

@@ -16,3 +16,10 @@ func (k Keys) TenantWorkdirs(tenant string) string { return k.Prefix + "workdirs
 // (the jobs quota, frontend/quota.Jobs), whose members are job ids. The
 // worker that stores a batch job's result takes the job out of it.
 func (k Keys) TenantJobs(tenant string) string { return k.Quota("jobs", tenant) }
+
+// TenantResultBytes is the hash of the bytes a tenant's jobs stored as
+// results, field ResultBytesField(hour, worker) → the bytes the results of
+// that worker stored in that hour (the worker is the field's only writer).
+// The frontend sums the hours still within the results' retention for the
+// result_bytes quota.
+func (k Keys) TenantResultBytes(tenant string) string { return k.Prefix + "resultbytes:" + tenant }

@@ -56,3 +56,17 @@ func TenantKey(tenant string) string {
 
 // AuditDay is the day under which a record of time t is kept: YYYYMMDD, UTC.
 func AuditDay(t time.Time) string { return t.UTC().Format("20060102") }
+
+// StoredBytes is about how many bytes r takes where results are kept: its
+// output, pictures (base64), payload and message. A tenant's result_bytes
+// quota counts it.
+func (r *Result) StoredBytes() int64 {
+	n := len(r.Stdout) + len(r.Stderr) + len(r.Data) + len(r.Message)
+	for _, img := range r.Images {
+		n += (len(img.Data) + 2) / 3 * 4
+	}
+	for _, s := range r.Notes {
+		n += len(s)
+	}
+	return int64(n)
+}

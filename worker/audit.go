@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"log/slog"
 	"sync"
+	"time"
 
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -32,7 +34,8 @@ func (w *Worker) audit(ctx context.Context, job *wire.Job, res *wire.Result, log
 		"kind", rec.Kind, "code_sha256", rec.CodeSHA256, "env", rec.EnvID, "status", rec.Status,
 		"duration_ms", rec.DurationMS)
 	line, _ := json.Marshal(rec)
-	e := auditEntry{tenant: rec.Tenant, day: wire.AuditDay(rec.Time), line: append(line, '\n'), log: log}
+	e := auditEntry{tenant: rec.Tenant, day: wire.AuditDay(rec.Time), line: append(line, '\n'), log: log,
+		resultBytes: res.StoredBytes(), hour: statestore.ResultHour(time.Now())}
 	if job.Batch != "" {
 		// No call waits for a batch job's result: its place in its
 		// tenant's jobs quota (frontend/batch_quota.go) is given back here,
@@ -48,6 +51,10 @@ type auditEntry struct {
 	line        []byte
 	log         *slog.Logger
 	batchJob    string // the id of a batch job, whose place in the jobs quota goes
+	// resultBytes is what the job's result takes where results are kept,
+	// counted in its tenant's result bytes under hour (resultbytes.go).
+	resultBytes int64
+	hour        time.Time
 }
 
 // auditQueueSize bounds the records waiting to be appended.
@@ -161,6 +168,7 @@ func (w *Worker) appendAudit(ctx context.Context, batch []auditEntry) {
 			}
 		}
 	}
+	w.chargeResultBytes(ctx, batch)
 	for _, e := range batch {
 		if e.batchJob == "" {
 			continue

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +123,64 @@ func TestAuditGivesBackBatchJobsQuotaPlace(t *testing.T) {
 	}
 	if _, held := members[batch.ID]; held || len(members) != 1 {
 		t.Fatalf("places held after the results: %v; want only the interactive job's %s", members, call.ID)
+	}
+}
+
+// The bytes of a tenant's results are recorded per hour and worker, in the
+// tenant's hash, for the result_bytes quota: a worker's running total of
+// the hour, carried on by the same worker after a restart; fields of hours
+// past the results' retention are removed.
+func TestAuditRecordsResultBytes(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	srv := redistest.Start(t)
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	newWorker := func() *Worker {
+		w, err := New(Config{ID: "rb", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return w
+	}
+	// All in one hour: a test started in an hour's last seconds waits for
+	// the next.
+	if d := time.Until(statestore.ResultHour(time.Now()).Add(time.Hour)); d < 15*time.Second {
+		time.Sleep(d + time.Second)
+	}
+	w := newWorker()
+	key := w.cfg.Keys.TenantResultBytes(wire.TenantKey("acme"))
+	stale := statestore.ResultBytesField(statestore.ResultHour(time.Now().Add(-72*time.Hour)), "gone")
+	if err := st.HSet(ctx, key, stale, []byte("12345")); err != nil {
+		t.Fatal(err)
+	}
+	audit := func(w *Worker, tenant, stdout string) {
+		job := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "s", Tenant: tenant}
+		res := &wire.Result{JobID: job.ID, Status: wire.StatusOK, Stdout: stdout, FinishedAt: time.Now().UTC(), WorkerID: "rb"}
+		stampAudit(job, res)
+		w.audit(ctx, job, res, w.log)
+	}
+	audit(w, "acme", strings.Repeat("x", 1000))
+	audit(w, "acme", strings.Repeat("y", 500))
+	audit(w, "globex", "z")
+	w.auditQ.flush()
+	w2 := newWorker() // the same worker, restarted
+	audit(w2, "acme", strings.Repeat("x", 25))
+	w2.auditQ.flush()
+
+	hour := statestore.ResultHour(time.Now())
+	fields, err := st.HGetAll(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	field := statestore.ResultBytesField(hour, "rb")
+	if got := string(fields[field]); got != "1525" || len(fields) != 1 {
+		t.Fatalf("acme's result bytes: %q, want only %s = 1525 (the stale hour removed)", fields, field)
+	}
+	if got, err := st.HGet(ctx, w.cfg.Keys.TenantResultBytes(wire.TenantKey("globex")), field); err != nil || string(got) != "1" {
+		t.Fatalf("globex's result bytes: %q %v, want 1", got, err)
 	}
 }

@@ -38,6 +38,7 @@ type Worker struct {
 	log    *slog.Logger
 	// auditTenants are the tenants whose audit key is known recorded (audit.go).
 	auditTenants sync.Map
+	resultBytes  resultBytes    // result bytes per tenant and hour, as written (resultbytes.go)
 	workdirs     workdirReports // what the sessions' directories took, as last reported (workdir_bytes.go)
 	auditQ       auditQueue     // audit records on their way to the state store (audit.go)
 

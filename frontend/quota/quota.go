@@ -37,10 +37,14 @@ const (
 	// WorkingDirBytes is how many bytes a tenant's working directories may
 	// take, over all its workspaces, before its jobs that write are refused.
 	WorkingDirBytes = "working_dir_bytes"
+	// ResultBytes is how many bytes the results of a tenant's jobs may take
+	// where results are kept (for the results' retention, --retention)
+	// before its next jobs are refused.
+	ResultBytes = "result_bytes"
 )
 
 // Names lists every quota.
-var Names = []string{Jobs, JobsPerMinute, BuildsPerHour, Workspaces, CodeFileBytes, WorkingDirBytes}
+var Names = []string{Jobs, JobsPerMinute, BuildsPerHour, Workspaces, CodeFileBytes, WorkingDirBytes, ResultBytes}
 
 // Limits are a tenant's quotas: name → limit, 0 (or absent) for none.
 type Limits map[string]int

@@ -75,7 +75,7 @@ func (ff *frontendFlags) register(f *flagenv.Flags, httpDefault string) {
 	f.Int(&ff.fairShare, "fair-share", "CODEXEC_FAIR_SHARE", 0,
 		"most jobs of one tenant (of one session, without authentication) the frontend lets into the queue at once, the rest wait their turn (0: the slots of the pool's live workers plus a quarter more, at least 2; -1: no limit)")
 	f.String(&ff.quotaFlag, "quota", "CODEXEC_QUOTA", "",
-		"every tenant's quotas, held across all frontends: comma-separated name=N of jobs (queued or running at once), jobs_per_minute, builds_per_hour, workspaces, code_file_bytes, working_dir_bytes (sizes such as 512MiB; 0 or absent: no limit)")
+		"every tenant's quotas, held across all frontends: comma-separated name=N of jobs (queued or running at once), jobs_per_minute, builds_per_hour, workspaces, code_file_bytes, working_dir_bytes, result_bytes (sizes such as 512MiB; 0 or absent: no limit)")
 	f.String(&ff.quotaFile, "quota-file", "CODEXEC_QUOTA_FILE", "", "file of per-tenant quotas, lines 'TENANT name=N ...' overriding --quota, read again when it changes")
 	f.Duration(&ff.workspaceTTL, "workspace-ttl", "CODEXEC_WORKSPACE_TTL", frontend.DefaultWorkspaceTTL,
 		"a workspace unused for this long expires: the collector removes its code files, runs, environment choice and handle, and every worker its directories, disk image and snapshot")
