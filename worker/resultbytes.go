@@ -17,13 +17,20 @@ import (
 // tenant and hour, and writes its running total of the hour in the
 // tenant's hash (statestore.Keys.TenantResultBytes), one field per hour
 // and worker, of which it is the only writer: no two writers race, and a
-// frontend sums the hours still within the retention. Written with the
-// audit records, off the job's slot.
+// frontend sums the hours still within the retention. Counted with the
+// audit records, off the job's slot, and written at most once every
+// resultBytesEvery per tenant (a write of the state store is a synced
+// commit in codexec dev), the last total when the worker stops.
+
+// resultBytesEvery is how often at most a tenant's running total is
+// written.
+const resultBytesEvery = time.Second
 
 // resultBytes is a worker's running totals of the current hours.
 type resultBytes struct {
-	mu     sync.Mutex
-	totals map[resultBytesKey]int64
+	mu      sync.Mutex
+	totals  map[resultBytesKey]*resultTotal
+	pending *time.Timer // writes the totals not written yet
 }
 
 type resultBytesKey struct {
@@ -31,39 +38,86 @@ type resultBytesKey struct {
 	field string // statestore.ResultBytesField of the hour and this worker
 }
 
+type resultTotal struct {
+	n       int64     // bytes
+	written time.Time // when n was last written; zero: never
+	dirty   bool      // n has changed since
+}
+
 // chargeResultBytes adds the result bytes of batch's entries to their
-// tenants' hours and writes the totals changed.
+// tenants' hours, and writes the totals not written for resultBytesEvery;
+// the others are written by a timer, or by flushResultBytes.
 func (w *Worker) chargeResultBytes(ctx context.Context, batch []auditEntry) {
 	rb := &w.resultBytes
 	rb.mu.Lock()
 	defer rb.mu.Unlock()
 	if rb.totals == nil {
-		rb.totals = map[resultBytesKey]int64{}
+		rb.totals = map[resultBytesKey]*resultTotal{}
 	}
-	changed := map[resultBytesKey]*auditEntry{}
-	for i, e := range batch {
+	for _, e := range batch {
 		if e.resultBytes <= 0 {
 			continue
 		}
 		k := resultBytesKey{w.cfg.Keys.TenantResultBytes(wire.TenantKey(e.tenant)), statestore.ResultBytesField(e.hour, w.cfg.ID)}
-		if _, ok := rb.totals[k]; !ok {
-			rb.totals[k] = w.firstResultBytes(ctx, k)
+		t := rb.totals[k]
+		if t == nil {
+			t = &resultTotal{n: w.firstResultBytes(ctx, k)}
+			rb.totals[k] = t
 		}
-		rb.totals[k] += e.resultBytes
-		changed[k] = &batch[i]
+		t.n += e.resultBytes
+		t.dirty = true
 	}
-	for k, e := range changed {
-		if err := w.store.HSet(ctx, k.key, k.field, strconv.AppendInt(nil, rb.totals[k], 10)); err != nil {
-			e.log.Warn("result bytes not recorded in the state store (the tenant's result_bytes quota undercounts them)", "err", err)
+	w.writeResultBytes(ctx, false)
+}
+
+// writeResultBytes writes the changed totals (all of them, or those not
+// written for resultBytesEvery), and arms the timer for the rest. With
+// rb.mu held.
+func (w *Worker) writeResultBytes(ctx context.Context, all bool) {
+	rb := &w.resultBytes
+	now := time.Now()
+	wait := false
+	for k, t := range rb.totals {
+		if !t.dirty {
+			continue
 		}
+		if !all && now.Sub(t.written) < resultBytesEvery {
+			wait = true
+			continue
+		}
+		if err := w.store.HSet(ctx, k.key, k.field, strconv.AppendInt(nil, t.n, 10)); err != nil {
+			w.log.Warn("result bytes not recorded in the state store (the tenant's result_bytes quota undercounts them)", "err", err)
+		}
+		t.written, t.dirty = now, false
 	}
-	// Totals of past hours are final: forget them.
-	now := statestore.ResultHour(time.Now())
-	for k := range rb.totals {
-		if hour, _, ok := statestore.ParseResultBytesField(k.field); !ok || hour.Before(now.Add(-time.Hour)) {
+	// Totals of past hours are final once written: forget them.
+	hour := statestore.ResultHour(now)
+	for k, t := range rb.totals {
+		if h, _, ok := statestore.ParseResultBytesField(k.field); (!ok || h.Before(hour)) && !t.dirty {
 			delete(rb.totals, k)
 		}
 	}
+	if wait && rb.pending == nil {
+		rb.pending = time.AfterFunc(resultBytesEvery, func() {
+			rb.mu.Lock()
+			defer rb.mu.Unlock()
+			rb.pending = nil
+			w.writeResultBytes(context.Background(), false)
+		})
+	}
+}
+
+// flushResultBytes writes every total not written yet (the worker is
+// stopping).
+func (w *Worker) flushResultBytes() {
+	rb := &w.resultBytes
+	rb.mu.Lock()
+	defer rb.mu.Unlock()
+	if rb.pending != nil {
+		rb.pending.Stop()
+		rb.pending = nil
+	}
+	w.writeResultBytes(context.Background(), true)
 }
 
 // firstResultBytes is the total already recorded in k (by this worker

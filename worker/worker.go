@@ -311,6 +311,7 @@ func (w *Worker) Stop(ctx context.Context) error {
 	}
 	waitBatch()
 	w.auditQ.flush()
+	w.flushResultBytes()
 	w.stopContexts()
 	w.release()
 	return err
