@@ -17,6 +17,31 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// auditStore starts a redis-server and opens a store on it, for the
+// length of the test.
+func auditStore(t *testing.T) (context.Context, *redistest.Server, *statestore.RedisStore) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	t.Cleanup(cancel)
+	srv := redistest.Start(t)
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return ctx, srv, st
+}
+
+// auditWorker is a worker (never started) of id on st.
+func auditWorker(t *testing.T, st statestore.Store, id string) *Worker {
+	t.Helper()
+	w, err := New(Config{ID: id, DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return w
+}
+
 // A job's audit record is queued, not written on the job's slot: with the
 // state store's writes paused, audit returns (the job's handler goes on to
 // free its slot), and the records are in the store, in order, once the
@@ -24,18 +49,8 @@ import (
 // store's write (a synced bbolt commit in codexec dev, milliseconds)
 // before the slot was free for the next job.
 func TestAuditIsQueuedOffTheJobsSlot(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv := redistest.Start(t)
-	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	w, err := New(Config{ID: "audit", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, srv, st := auditStore(t)
+	w := auditWorker(t, st, "audit")
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = admin.Close() })
 	if err := admin.Do(ctx, "CLIENT", "PAUSE", "60000", "WRITE").Err(); err != nil {
@@ -91,18 +106,8 @@ func TestAuditIsQueuedOffTheJobsSlot(t *testing.T) {
 // its result is stored and audited; an interactive job's is not touched
 // here (its frontend gives it back).
 func TestAuditGivesBackBatchJobsQuotaPlace(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv := redistest.Start(t)
-	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	w, err := New(Config{ID: "audit", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, st := auditStore(t)
+	w := auditWorker(t, st, "audit")
 	set := w.cfg.Keys.TenantJobs(wire.TenantKey("acme"))
 	batch := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "b", Batch: "quota-batch-0123456789", Tenant: "acme"}
 	call := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "s", Tenant: "acme"}
@@ -131,21 +136,8 @@ func TestAuditGivesBackBatchJobsQuotaPlace(t *testing.T) {
 // the hour, carried on by the same worker after a restart; fields of hours
 // past the results' retention are removed.
 func TestAuditRecordsResultBytes(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	srv := redistest.Start(t)
-	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	newWorker := func() *Worker {
-		w, err := New(Config{ID: "rb", DataDir: t.TempDir(), Logger: slog.New(slog.DiscardHandler)}, nil, st)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return w
-	}
+	ctx, _, st := auditStore(t)
+	newWorker := func() *Worker { return auditWorker(t, st, "rb") }
 	// All in one hour: a test started in an hour's last seconds waits for
 	// the next.
 	if d := time.Until(statestore.ResultHour(time.Now()).Add(time.Hour)); d < 15*time.Second {
