@@ -262,7 +262,7 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 	// The batch's directory is a workspace of its tenant (batch_quota.go):
 	// recorded, so that it is listed and collected, and counted in
 	// working_dir_bytes, which defers the whole call once passed.
-	f.noteOwner(ctx, bscope)
+	f.noteBatchOwner(ctx, bscope)
 	deferred := f.admitBatchBytes(ctx)
 	var places []quotaPlaces // per job queued: where it took a place
 	for i, r := range rows {

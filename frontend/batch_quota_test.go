@@ -182,3 +182,59 @@ func TestBatchDirectoryIsATenantsWorkspace(t *testing.T) {
 		t.Fatalf("after the collection: %s", textOf(res))
 	}
 }
+
+// A batch that calls keep submitting to is not collected as unused: each
+// frontend renews its owner record's time (at most hourly) as calls submit
+// to it, since a batch records no runs. Before, its age counted from its
+// first call, and a batch submitting for longer than the workspace ttl was
+// collected while it ran.
+func TestBatchInUseIsNotCollected(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "")
+	f := fx[0].f
+	announceWorker(t, f)
+	ctx, st, keys := t.Context(), f.store, f.cfg.Keys
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const id = "long-batch-0123456789"
+	if res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs(id, 0, 1)); batchStatuses(br) != "queued" {
+		t.Fatalf("submit: %s", textOf(res))
+	}
+	use, err := Usage(ctx, st, keys)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var batch string
+	for _, u := range use {
+		if strings.HasPrefix(u.Scope, "b-") {
+			batch = u.Scope
+		}
+	}
+	if batch == "" {
+		t.Fatalf("no batch among %+v", use)
+	}
+	// The batch started 40 days ago, as its record says.
+	old, _ := json.Marshal(ScopeOwner{Tenant: "acme", Principal: "alice", Seen: time.Now().Add(-40 * 24 * time.Hour).UTC()})
+	if err := st.Set(ctx, keys.ScopeOwner(batch), old, 0); err != nil {
+		t.Fatal(err)
+	}
+	// A call now, through the other frontend, which has not renewed it.
+	alice2, err := fx[1].connect(t, fx[1].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res, br := callTool[BatchResult](t, alice2, "submit_jobs", batchRowsArgs(id, 1, 2)); batchStatuses(br) != "queued" {
+		t.Fatalf("submit again: %s", textOf(res))
+	}
+	gone, err := Collect(ctx, st, keys, time.Now().Add(-30*24*time.Hour), true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, u := range gone {
+		if u.Scope == batch {
+			t.Fatalf("a batch submitted to a moment ago would be collected: %+v", u)
+		}
+	}
+}

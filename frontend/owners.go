@@ -30,6 +30,52 @@ const maxNotedOwners = 100_000
 type ownersNoted struct {
 	mu   sync.Mutex
 	seen map[string]struct{}
+	// batches are the batches whose record this frontend last renewed,
+	// and when (noteBatchOwner).
+	batches map[string]time.Time
+}
+
+// batchOwnerRenewal is how often at most a frontend renews a batch's
+// owner record while calls submit to the batch.
+const batchOwnerRenewal = time.Hour
+
+// noteBatchOwner records the owner of the batch of scope bscope, and
+// renews its time at most every batchOwnerRenewal while calls submit to
+// it: a batch records no runs, so without the renewal its age, for the
+// collector, would count from its first call, and a batch submitting for
+// longer than the workspace ttl would be collected while it runs. The
+// record is overwritten, not only created: a batch's scope is derived from
+// its caller's identity, so whoever submits to it is its owner.
+func (f *Frontend) noteBatchOwner(ctx context.Context, bscope string) {
+	o := &f.owners
+	now := time.Now().UTC()
+	o.mu.Lock()
+	last, ok := o.batches[bscope]
+	if !ok || now.Sub(last) >= batchOwnerRenewal {
+		if o.batches == nil || len(o.batches) >= maxNotedOwners {
+			o.batches = map[string]time.Time{}
+		}
+		o.batches[bscope] = now
+	}
+	o.mu.Unlock()
+	if ok && now.Sub(last) < batchOwnerRenewal {
+		return
+	}
+	rec := ScopeOwner{Seen: now}
+	if id, ok := auth.FromContext(ctx); ok {
+		rec.Tenant, rec.Principal = id.Tenant, id.Principal
+	}
+	data, _ := json.Marshal(rec)
+	err := f.store.Set(ctx, f.cfg.Keys.ScopeOwner(bscope), data, 0)
+	if err == nil {
+		err = f.store.HSet(ctx, f.cfg.Keys.ScopeOwners(), bscope, []byte("1"))
+	}
+	if err != nil {
+		f.log.Warn("record a batch's owner", "scope", bscope, "err", err)
+		o.mu.Lock()
+		delete(o.batches, bscope)
+		o.mu.Unlock()
+	}
 }
 
 // noteOwner records scope's owner, once per frontend. Best effort: a
