@@ -49,41 +49,20 @@ type batchDeferral struct {
 // earliest member's ttl.
 const batchSlotRetry = 2 * time.Second
 
-// quotaPlaces are the quota sets a job took a place in ("" for none).
-type quotaPlaces struct{ minute, jobs string }
-
-// leave gives back the places of job id.
-func (p quotaPlaces) leave(ctx context.Context, f *Frontend, id string) {
-	for _, set := range []string{p.minute, p.jobs} {
-		if set != "" {
-			_ = f.store.Leave(context.WithoutCancel(ctx), set, id)
-		}
-	}
-}
-
 // admitBatchJob takes job's places in its tenant's jobs_per_minute and
 // jobs quotas, or, over either, takes none and says why.
 func (f *Frontend) admitBatchJob(ctx context.Context, job *wire.Job) (quotaPlaces, *batchDeferral) {
-	var p quotaPlaces
-	if f.cfg.Quotas == nil {
+	p, refused := f.takeJobPlaces(ctx, job.Tenant, job.ID, false, time.Until(jobSettledBy(job)))
+	if refused == nil {
 		return p, nil
 	}
-	set, limit, adm, _ := f.admitQuota(ctx, quota.JobsPerMinute, job.Tenant, job.ID, time.Minute)
-	if !adm.Admitted {
-		retry := max(adm.Retry, time.Millisecond)
-		return p, &batchDeferral{retry: retry, message: fmt.Sprintf("not queued: quota %s of %s reached: %d jobs in the last minute (the limit is %d); submit it again in %s",
-			quota.JobsPerMinute, quotaTenant(job.Tenant), adm.Count, limit, retry.Round(100*time.Millisecond))}
+	d := &batchDeferral{retry: max(refused.retry, time.Millisecond)}
+	when := "in " + d.retry.Round(100*time.Millisecond).String()
+	if refused.name == quota.Jobs {
+		d.retry, when = min(max(refused.retry, 250*time.Millisecond), batchSlotRetry), "when one of them finishes"
 	}
-	p.minute = set
-	set, limit, adm, _ = f.admitQuota(ctx, quota.Jobs, job.Tenant, job.ID, time.Until(jobSettledBy(job)))
-	if !adm.Admitted {
-		p.leave(ctx, f, job.ID)
-		retry := min(max(adm.Retry, 250*time.Millisecond), batchSlotRetry)
-		return quotaPlaces{}, &batchDeferral{retry: retry, message: fmt.Sprintf("not queued: quota %s of %s reached: %d jobs queued or running at once (the limit is %d); submit it again when one of them finishes",
-			quota.Jobs, quotaTenant(job.Tenant), adm.Count, limit)}
-	}
-	p.jobs = set
-	return p, nil
+	d.message = fmt.Sprintf("not queued: quota %s of %s reached: %s; submit it again %s", refused.name, quotaTenant(job.Tenant), refused.what(), when)
+	return quotaPlaces{}, d
 }
 
 // batchJobRecorded says whether job id was submitted before (it has a

@@ -95,9 +95,78 @@ func (f *Frontend) admitQuota(ctx context.Context, name, tenant, member string, 
 	return set, limit, adm, nil
 }
 
-// admitJob checks job against its tenant's job quotas (jobs_per_minute,
-// builds_per_hour for a build, jobs) and takes its places; refused, it
-// gives back those taken and returns the error naming the quota.
+// quotaRefusal is a quota that refused a job's place: which, its live
+// count and limit, and when its earliest member leaves.
+type quotaRefusal struct {
+	name         string
+	count, limit int
+	retry        time.Duration
+}
+
+// what says what the refused quota counts, as a refusal states it.
+func (r *quotaRefusal) what() string {
+	switch r.name {
+	case quota.JobsPerMinute:
+		return fmt.Sprintf("%d jobs in the last minute (the limit is %d)", r.count, r.limit)
+	case quota.BuildsPerHour:
+		return fmt.Sprintf("%d environment builds in the last hour (the limit is %d)", r.count, r.limit)
+	default:
+		return fmt.Sprintf("%d jobs queued or running at once (the limit is %d)", r.count, r.limit)
+	}
+}
+
+// exceeded is the refusal as a call's error.
+func (r *quotaRefusal) exceeded(tenant string) *toolError {
+	retry := retryIn(r.retry)
+	if r.name == quota.Jobs {
+		retry = "try again when one of them finishes (at the latest in " + (max(r.retry, 0).Truncate(time.Second) + time.Second).String() + ")"
+	}
+	return quotaExceeded(r.name, tenant, r.what(), retry)
+}
+
+// quotaPlaces are the quota sets a job took a place in ("" for none).
+type quotaPlaces struct{ minute, builds, jobs string }
+
+// leave gives back the places of member.
+func (p quotaPlaces) leave(ctx context.Context, f *Frontend, member string) {
+	for _, set := range []string{p.minute, p.builds, p.jobs} {
+		if set != "" {
+			_ = f.store.Leave(context.WithoutCancel(ctx), set, member)
+		}
+	}
+}
+
+// takeJobPlaces takes member's places in tenant's quotas of jobs: a minute
+// in jobs_per_minute, an hour in builds_per_hour for a build, jobsTTL in
+// jobs. Refused by one, it gives back those taken and says which.
+func (f *Frontend) takeJobPlaces(ctx context.Context, tenant, member string, build bool, jobsTTL time.Duration) (quotaPlaces, *quotaRefusal) {
+	var p quotaPlaces
+	if f.cfg.Quotas == nil {
+		return p, nil
+	}
+	steps := []struct {
+		name string
+		ttl  time.Duration
+		set  *string
+	}{{quota.JobsPerMinute, time.Minute, &p.minute}, {quota.BuildsPerHour, time.Hour, &p.builds}, {quota.Jobs, jobsTTL, &p.jobs}}
+	for _, st := range steps {
+		if st.name == quota.BuildsPerHour && !build {
+			continue
+		}
+		set, limit, adm, _ := f.admitQuota(ctx, st.name, tenant, member, st.ttl)
+		if !adm.Admitted {
+			p.leave(ctx, f, member)
+			return quotaPlaces{}, &quotaRefusal{name: st.name, count: adm.Count, limit: limit, retry: adm.Retry}
+		}
+		*st.set = set
+	}
+	return p, nil
+}
+
+// admitJob checks job against its tenant's quotas (working_dir_bytes,
+// result_bytes, then jobs_per_minute, builds_per_hour for a build, jobs)
+// and takes its places; refused, it gives back those taken and returns the
+// error naming the quota.
 func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) (err error) {
 	f.awaiting.add(job)
 	defer func() {
@@ -114,37 +183,12 @@ func (f *Frontend) admitJob(ctx context.Context, job *wire.Job) (err error) {
 	if err := f.admitResultBytes(ctx, job.Tenant); err != nil {
 		return err
 	}
-	var taken []string
-	undo := func() {
-		for _, set := range taken {
-			_ = f.store.Leave(context.WithoutCancel(ctx), set, job.ID)
-		}
+	p, refused := f.takeJobPlaces(ctx, job.Tenant, job.ID, job.Kind == wire.KindInstall, time.Until(jobSettledBy(job)))
+	if refused != nil {
+		return refused.exceeded(job.Tenant)
 	}
-	set, limit, adm, _ := f.admitQuota(ctx, quota.JobsPerMinute, job.Tenant, job.ID, time.Minute)
-	if !adm.Admitted {
-		return quotaExceeded(quota.JobsPerMinute, job.Tenant, fmt.Sprintf("%d jobs in the last minute (the limit is %d)", adm.Count, limit), retryIn(adm.Retry))
-	}
-	if set != "" {
-		taken = append(taken, set)
-	}
-	if job.Kind == wire.KindInstall {
-		set, limit, adm, _ = f.admitQuota(ctx, quota.BuildsPerHour, job.Tenant, job.ID, time.Hour)
-		if !adm.Admitted {
-			undo()
-			return quotaExceeded(quota.BuildsPerHour, job.Tenant, fmt.Sprintf("%d environment builds in the last hour (the limit is %d)", adm.Count, limit), retryIn(adm.Retry))
-		}
-		if set != "" {
-			taken = append(taken, set)
-		}
-	}
-	set, limit, adm, _ = f.admitQuota(ctx, quota.Jobs, job.Tenant, job.ID, time.Until(jobSettledBy(job)))
-	if !adm.Admitted {
-		undo()
-		return quotaExceeded(quota.Jobs, job.Tenant, fmt.Sprintf("%d jobs queued or running at once (the limit is %d)", adm.Count, limit),
-			"try again when one of them finishes (at the latest in "+(max(adm.Retry, 0).Truncate(time.Second)+time.Second).String()+")")
-	}
-	if set != "" {
-		f.slots.add(job.ID, set)
+	if p.jobs != "" {
+		f.slots.add(job.ID, p.jobs)
 	}
 	return nil
 }
@@ -164,22 +208,14 @@ func (f *Frontend) admitContextCall(ctx context.Context, timeout time.Duration) 
 	}
 	tenant := callerTenant(ctx)
 	member := "ctx-" + ulid.Make().String()
-	minute, limit, adm, _ := f.admitQuota(ctx, quota.JobsPerMinute, tenant, member, time.Minute)
-	if !adm.Admitted {
-		return nil, quotaExceeded(quota.JobsPerMinute, tenant, fmt.Sprintf("%d jobs in the last minute (the limit is %d)", adm.Count, limit), retryIn(adm.Retry))
+	p, refused := f.takeJobPlaces(ctx, tenant, member, false, timeout+contextAnswerSlack+settleGrace)
+	if refused != nil {
+		return nil, refused.exceeded(tenant)
 	}
-	set, limit, adm, _ := f.admitQuota(ctx, quota.Jobs, tenant, member, timeout+contextAnswerSlack+settleGrace)
-	if !adm.Admitted {
-		if minute != "" {
-			_ = f.store.Leave(context.WithoutCancel(ctx), minute, member)
-		}
-		return nil, quotaExceeded(quota.Jobs, tenant, fmt.Sprintf("%d jobs queued or running at once (the limit is %d)", adm.Count, limit),
-			"try again when one of them finishes (at the latest in "+(max(adm.Retry, 0).Truncate(time.Second)+time.Second).String()+")")
-	}
-	if set == "" {
+	if p.jobs == "" {
 		return release, nil
 	}
-	return func() { _ = f.store.Leave(context.WithoutCancel(ctx), set, member) }, nil
+	return func() { _ = f.store.Leave(context.WithoutCancel(ctx), p.jobs, member) }, nil
 }
 
 // jobSettledBy is when job cannot be running any more (settledBy of its
