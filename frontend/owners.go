@@ -26,18 +26,19 @@ type ScopeOwner struct {
 // past it, it forgets them all and records each again on its next call.
 const maxNotedOwners = 100_000
 
-// ownersNoted are the scopes whose owner this frontend recorded.
+// ownersNoted are the scopes whose owner this frontend recorded, and when.
 type ownersNoted struct {
-	mu   sync.Mutex
-	seen map[string]struct{}
-	// batches are the batches whose record this frontend last renewed,
-	// and when (noteBatchOwner).
-	batches map[string]time.Time
+	mu    sync.Mutex
+	noted map[string]time.Time
 }
 
 // batchOwnerRenewal is how often at most a frontend renews a batch's
 // owner record while calls submit to the batch.
 const batchOwnerRenewal = time.Hour
+
+// noteOwner records scope's owner, once per frontend. Best effort: a
+// failure is logged, and tried again on the next call.
+func (f *Frontend) noteOwner(ctx context.Context, scope string) { f.writeOwner(ctx, scope, 0) }
 
 // noteBatchOwner records the owner of the batch of scope bscope, and
 // renews its time at most every batchOwnerRenewal while calls submit to
@@ -47,18 +48,25 @@ const batchOwnerRenewal = time.Hour
 // record is overwritten, not only created: a batch's scope is derived from
 // its caller's identity, so whoever submits to it is its owner.
 func (f *Frontend) noteBatchOwner(ctx context.Context, bscope string) {
+	f.writeOwner(ctx, bscope, batchOwnerRenewal)
+}
+
+// writeOwner writes scope's owner record unless this frontend did: once
+// (created only, renew 0), or again once renew has passed (overwritten).
+func (f *Frontend) writeOwner(ctx context.Context, scope string, renew time.Duration) {
 	o := &f.owners
 	now := time.Now().UTC()
 	o.mu.Lock()
-	last, ok := o.batches[bscope]
-	if !ok || now.Sub(last) >= batchOwnerRenewal {
-		if o.batches == nil || len(o.batches) >= maxNotedOwners {
-			o.batches = map[string]time.Time{}
+	last, noted := o.noted[scope]
+	due := !noted || renew > 0 && now.Sub(last) >= renew
+	if due {
+		if o.noted == nil || len(o.noted) >= maxNotedOwners {
+			o.noted = map[string]time.Time{}
 		}
-		o.batches[bscope] = now
+		o.noted[scope] = now
 	}
 	o.mu.Unlock()
-	if ok && now.Sub(last) < batchOwnerRenewal {
+	if !due {
 		return
 	}
 	rec := ScopeOwner{Seen: now}
@@ -66,47 +74,19 @@ func (f *Frontend) noteBatchOwner(ctx context.Context, bscope string) {
 		rec.Tenant, rec.Principal = id.Tenant, id.Principal
 	}
 	data, _ := json.Marshal(rec)
-	err := f.store.Set(ctx, f.cfg.Keys.ScopeOwner(bscope), data, 0)
+	var err error
+	if renew > 0 {
+		err = f.store.Set(ctx, f.cfg.Keys.ScopeOwner(scope), data, 0)
+	} else {
+		_, err = f.store.SetNX(ctx, f.cfg.Keys.ScopeOwner(scope), data, 0)
+	}
 	if err == nil {
-		err = f.store.HSet(ctx, f.cfg.Keys.ScopeOwners(), bscope, []byte("1"))
+		err = f.store.HSet(ctx, f.cfg.Keys.ScopeOwners(), scope, []byte("1"))
 	}
 	if err != nil {
-		f.log.Warn("record a batch's owner", "scope", bscope, "err", err)
-		o.mu.Lock()
-		delete(o.batches, bscope)
-		o.mu.Unlock()
-	}
-}
-
-// noteOwner records scope's owner, once per frontend. Best effort: a
-// failure is logged, and tried again on the next call.
-func (f *Frontend) noteOwner(ctx context.Context, scope string) {
-	o := &f.owners
-	o.mu.Lock()
-	_, done := o.seen[scope]
-	if !done {
-		if o.seen == nil || len(o.seen) >= maxNotedOwners {
-			o.seen = map[string]struct{}{}
-		}
-		o.seen[scope] = struct{}{}
-	}
-	o.mu.Unlock()
-	if done {
-		return
-	}
-	rec := ScopeOwner{Seen: time.Now().UTC()}
-	if id, ok := auth.FromContext(ctx); ok {
-		rec.Tenant, rec.Principal = id.Tenant, id.Principal
-	}
-	data, _ := json.Marshal(rec)
-	if _, err := f.store.SetNX(ctx, f.cfg.Keys.ScopeOwner(scope), data, 0); err != nil {
 		f.log.Warn("record a workspace's owner", "scope", scope, "err", err)
 		o.mu.Lock()
-		delete(o.seen, scope)
+		delete(o.noted, scope)
 		o.mu.Unlock()
-		return
-	}
-	if err := f.store.HSet(ctx, f.cfg.Keys.ScopeOwners(), scope, []byte("1")); err != nil {
-		f.log.Warn("index a workspace's owner", "scope", scope, "err", err)
 	}
 }
