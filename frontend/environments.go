@@ -548,18 +548,15 @@ func (f *Frontend) getEnvironmentConfig(ctx context.Context, _ mcp.CallToolReque
 	return envToolResult(r, ""), nil
 }
 
-// withoutActivity is a of a worker without its host name and without what
-// says how busy it and its devices are.
+// withoutActivity is a worker's advert without its host name and without
+// what says how busy it and its devices are.
 func withoutActivity(a envspec.Advert) envspec.Advert {
 	a.Host, a.Load, a.Warm, a.GPUWaiting, a.GPUJobMS = "", 0, 0, 0, 0
-	gpus := make([]envspec.GPU, len(a.GPUs))
-	for i, g := range a.GPUs {
-		g.Busy = false
-		gpus[i] = g
-	}
-	a.GPUs = gpus
-	if len(gpus) == 0 {
-		a.GPUs = nil
+	if len(a.GPUs) > 0 {
+		a.GPUs = slices.Clone(a.GPUs) // the advert's own stays as it was
+		for i := range a.GPUs {
+			a.GPUs[i].Busy = false
+		}
 	}
 	return a
 }
