@@ -245,24 +245,18 @@ func (l layout) child(name string) layout {
 	return c
 }
 
-// setCPUWeight gives the group the weight every job's group has.
-func (l layout) setCPUWeight() error {
-	switch {
-	case l.cpu == "":
-		return nil
-	case l.version == 2:
-		return write(l.cpu, "cpu.weight", cpuWeightV2)
-	default:
-		return write(l.cpu, "cpu.shares", cpuSharesV1)
+// cpuWeightFile is the group's CPU weight file: cpu.weight, or cpu.shares
+// on v1.
+func (l layout) cpuWeightFile() string {
+	if l.version == 2 {
+		return "cpu.weight"
 	}
+	return "cpu.shares"
 }
 
-// SetIdle gives the group the least CPU weight (idle), or every job's
-// weight back: what an idle group's processes run gets only the CPU no
-// busy group wants. A group goes back to every job's weight when it is
-// reused (Reset). Nothing to do without the cpu controller (Manager.CPU).
-func (g *Group) SetIdle(idle bool) error {
-	l := g.l
+// setCPUWeight gives the group the weight every job's group has, or, idle,
+// the least one. Nothing to do without the cpu controller (Manager.CPU).
+func (l layout) setCPUWeight(idle bool) error {
 	if l.cpu == "" {
 		return nil
 	}
@@ -271,28 +265,29 @@ func (g *Group) SetIdle(idle bool) error {
 		v2, v1 = cpuWeightIdleV2, cpuSharesIdleV1
 	}
 	if l.version == 2 {
-		return write(l.cpu, "cpu.weight", v2)
+		return write(l.cpu, l.cpuWeightFile(), v2)
 	}
-	return write(l.cpu, "cpu.shares", v1)
+	return write(l.cpu, l.cpuWeightFile(), v1)
 }
+
+// SetIdle gives the group the least CPU weight (idle), or every job's
+// weight back: what an idle group's processes run gets only the CPU no
+// busy group wants. A group goes back to every job's weight when it is
+// reused (Reset).
+func (g *Group) SetIdle(idle bool) error { return g.l.setCPUWeight(idle) }
 
 // CPUWeight reads the group's CPU weight (cpu.weight, or cpu.shares on
 // v1); "" without the cpu controller.
 func (g *Group) CPUWeight() (string, error) {
-	l := g.l
-	if l.cpu == "" {
+	if g.l.cpu == "" {
 		return "", nil
 	}
-	name := "cpu.shares"
-	if l.version == 2 {
-		name = "cpu.weight"
-	}
-	b, err := os.ReadFile(filepath.Join(l.cpu, name))
+	b, err := os.ReadFile(filepath.Join(g.l.cpu, g.l.cpuWeightFile()))
 	return strings.TrimSpace(string(b)), err
 }
 
 func (l layout) setLimits(lim Limits) error {
-	if err := l.setCPUWeight(); err != nil {
+	if err := l.setCPUWeight(false); err != nil {
 		return err
 	}
 	if lim.MemoryBytes > 0 {
