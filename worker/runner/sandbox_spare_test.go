@@ -92,7 +92,10 @@ func waitForSpares(t *testing.T, z *Zygote, n int) []string {
 		var spares []string
 		inits := 0
 		for _, k := range kids {
-			switch nsPID(t, k) {
+			// A child listed may be gone a moment later (a job's process
+			// reaped, a spare replaced): it is then neither, and the
+			// zygote is looked at again.
+			switch nsPIDOrGone(k) {
 			case "2":
 				if procMounts(k) >= 2 {
 					spares = append(spares, k)
