@@ -465,7 +465,9 @@ func TestJobTooLarge(t *testing.T) {
 
 func TestInProgressHeartbeats(t *testing.T) {
 	t.Parallel()
-	const ackWait = 2 * time.Second // heartbeats every 667 ms: room for a loaded CI machine under -race
+	// Heartbeats every 1.67 s: a CI run under -race on two busy cores once
+	// stalled the heartbeat past an AckWait of 2 s.
+	const ackWait = 5 * time.Second
 	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{AckWait: ackWait})
 	ctx := testCtx(t)
 
