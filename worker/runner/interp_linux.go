@@ -79,8 +79,7 @@ func (z *Zygote) StartInterp(ctx context.Context, s Spec) (*Interp, error) {
 }
 
 func (it *Interp) start(ctx context.Context, s Spec) error {
-	req, err := json.Marshal(zygoteRequest{Op: opRun, ID: it.id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env),
-		Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine, Context: true})
+	req, err := it.z.runRequest(it.id, s, true)
 	if err != nil {
 		return err
 	}

@@ -92,8 +92,9 @@ type Confinement struct {
 	// Session names the job's session: without egress, the jobs of one
 	// session in one zygote share a network namespace (a loopback only),
 	// those of two sessions never do. Required where the zygote keeps one
-	// per session (zygote.py: session_netns).
-	Session string `json:"session,omitempty"`
+	// per session (zygote.py: session_netns). It never reaches the zygote:
+	// the run request carries an opaque token made of it (netToken).
+	Session string `json:"-"`
 }
 
 // Bind is one directory of a Confinement.

@@ -58,6 +58,11 @@ _ZYGOTE_FILE = '<codexec-zygote>'
 _MAIN_NAMES = [k for k in globals() if k[:2] == '__' == k[-2:]]
 _MAX_MSG = 1 << 20
 _BUF = bytearray(_MAX_MSG)  # every request is read into it: no allocation per job
+# What a spare rehearses a job's steps with (_rehearse_job): a request of no
+# session's, shaped like a job's (the worker's environment, a script path).
+_REHEARSAL = json.dumps({'script': '/codexec-rehearsal/job.py', 'dir': '/',
+                         'env': ['%s=%s' % kv for kv in os.environ.items()],
+                         'rlimits': [[0, -1, -1]] * 6}).encode()
 _ANC_SPACE = socket.CMSG_SPACE(16 * 4)
 
 try:
@@ -396,7 +401,7 @@ class _Zygote:
         self.nspares = 1 if sandbox is None else _spares(sandbox)
         self.spare_failed = False
         self.cgroup_dirs = []  # learn_cgroup_dirs
-        self.last_run = None  # the last run request, for the rehearsals
+        self.last_run = None  # the last run request's header, for the rehearsal
         # Network namespaces per session (session_netns): the zygote's own
         # network namespace, to return to after making one, and session ->
         # [namespace descriptor, last use]. None: each spare makes one of
@@ -500,11 +505,11 @@ class _Zygote:
         if msg is None:
             return
         try:
-            req = json.loads(msg)
-            jid = req.get('id')
-            c = req.get('confine')
-            if isinstance(c, dict):
-                c.get('session')
+            hdr = json.loads(msg)
+            jid = hdr.get('id')
+            hdr.get('net')
+            hdr.get('unmount') == self.cgroup_dirs
+            hdr.get('context')
             _started(jid, self.pid)
             _exited(jid, 0)
             struct.pack('4i', 0, 1, 2, 3)
@@ -540,13 +545,14 @@ class _Zygote:
                 due = left
         return None if due is None else int(due * 1000) + 1
 
-    def session_netns(self, req):
-        """(session, descriptor) of the network namespace of the job's
-        session (confine.session), made on the session's first job: a
-        loopback, up, and nothing else. A job that names no session gets
-        one of its own: (None, a descriptor the caller closes)."""
-        c = req.get('confine')
-        key = c.get('session') if isinstance(c, dict) else None
+    def session_netns(self, hdr):
+        """(key, descriptor) of the network namespace of the job's session
+        (the header's net: an opaque token of the session's, so that no
+        session's name is in the memory the spares are forked with), made
+        on the session's first job: a loopback, up, and nothing else. A job
+        that names none gets one of its own: (None, a descriptor the caller
+        closes)."""
+        key = hdr.get('net')
         if not isinstance(key, str) or not key:
             return None, self.new_netns()
         entry = self.netns.get(key)
@@ -576,38 +582,47 @@ class _Zygote:
         os._exit(0)
 
     def receive(self):
+        """Read and act on one message of the worker's. A run request is
+        its header, a newline, then the job's own part, which is handed to
+        the job's process as it came: the zygote decodes the header only,
+        and wipes the request from its buffer once handed on, so that no
+        session's request (its directories, uid, environment) is in the
+        memory of the processes it forks next, for other sessions."""
         n, anc, flags, _ = self.ctl.recvmsg_into([_BUF], _ANC_SPACE)
-        msg = bytes(_BUF[:n])
         fds = []
         for level, kind, data in anc:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                n = len(data) - len(data) % 4
-                fds.extend(memoryview(data)[:n].cast('i'))
-        if not msg and not fds:
+                k = len(data) - len(data) % 4
+                fds.extend(memoryview(data)[:k].cast('i'))
+        if not n and not fds:
             return False  # end of file: the worker is gone
         try:
+            cut = _BUF.find(b'\n', 0, n)
+            head = bytes(_BUF[:n if cut < 0 else cut])
             try:
-                req = json.loads(msg)
+                hdr = json.loads(head)
             except ValueError:
-                req = None
-            if not isinstance(req, dict):
-                req = {}  # not a message: ignored
-            op = req.get('op')
+                hdr = None
+            if not isinstance(hdr, dict):
+                hdr = {}  # not a message: ignored
+            op = hdr.get('op')
             if op == 'run':
-                jid = req.get('id')
+                jid = hdr.get('id')
                 if type(jid) is not int:
                     jid = None  # no job of the worker's: the answer names none
-                if jid is None or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
+                if jid is None or cut < 0 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
                     _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
-                    self.learn_cgroup_dirs(req)
-                    self.last_run = msg
-                    self.run(jid, msg, fds, req)
+                    self.learn_cgroup_dirs(hdr)
+                    self.last_run = head
+                    with memoryview(_BUF) as view:
+                        self.run(jid, view[cut + 1:n], fds, hdr)
             elif op == 'kill':
-                self.kill(req.get('id'))
+                self.kill(hdr.get('id'))
         finally:
             for fd in fds:
                 os.close(fd)
+            _BUF[:n] = bytes(n)
         return True
 
     def fork_spare(self):
@@ -671,9 +686,9 @@ class _Zygote:
             _libc_call('setns', self.pidns, _CLONE_NEWPID)
         return pid
 
-    def learn_cgroup_dirs(self, req):
+    def learn_cgroup_dirs(self, hdr):
         """Remember the cgroup directories the worker's jobs take out of
-        their view (confine.unmount, the same for every job of a worker),
+        their view (the header's unmount, the same for every job of a worker),
         and take them out of the zygote's own, keeping a descriptor on
         each (_hide_cgroup_dirs): the spares forked from now on start
         without them and join their cgroups through the descriptors. Once
@@ -682,10 +697,9 @@ class _Zygote:
         four per job. The zygote's mount namespace is the sandbox's own
         (its launcher always makes one); a directory it cannot unmount
         the spares take out themselves, as before."""
-        c = req.get('confine')
-        if self.sandbox is None or not isinstance(c, dict):
+        dirs = hdr.get('unmount')
+        if self.sandbox is None:
             return
-        dirs = c.get('unmount')
         if isinstance(dirs, list) and all(isinstance(d, str) and d.startswith('/') for d in dirs):
             if dirs != self.cgroup_dirs:
                 hidden = len(_cgroup_dirs)
@@ -701,17 +715,17 @@ class _Zygote:
                     self.spares = []
             self.cgroup_dirs = dirs
 
-    def run(self, jid, msg, fds, req):
+    def run(self, jid, msg, fds, hdr):
         net = netfd = None
         if self.nethome is not None:
             try:
-                net, netfd = self.session_netns(req)
+                net, netfd = self.session_netns(hdr)
             except OSError as e:
                 _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'network namespace: %s' % e})
                 return
             fds = list(fds) + [netfd]
         try:
-            self.hand_over(jid, msg, fds, net, req.get('context') is True)
+            self.hand_over(jid, msg, fds, net, hdr.get('context') is True)
         finally:
             if net is None and netfd is not None:
                 os.close(netfd)  # the job's own: the job holds it now
@@ -952,7 +966,7 @@ def _prepare_child(z, sock):
             _fork_job_process(report)  # returns in the job's process only
     gc.enable()
     if not _job_waiting(report):
-        _rehearse_job(z.last_run)
+        _rehearse_job(_REHEARSAL)
     _forget_other_jobs(z)
     return report
 
@@ -971,10 +985,9 @@ def _job_waiting(sock):
 def _forget_other_jobs(z):
     """Drop what the zygote knew of other jobs, which this process got
     with its copy of the zygote's memory and its job could read there: the
-    last run request (another session's script, directory, uid and scope),
-    the sessions whose network namespaces are open, the jobs running, and
-    the bytes of the requests read into _BUF (none holds a NUL: the longest
-    of them ends at the first)."""
+    last run request's header, the (opaque) keys of the network namespaces
+    open, the jobs running, and whatever of a request is left in _BUF
+    (the zygote wipes each; none holds a NUL: the longest ends at the first)."""
     z.last_run = None
     z.netns.clear()
     z.jobs.clear()

@@ -3,6 +3,10 @@ package runner
 import (
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -38,6 +42,9 @@ type Zygote struct {
 	// sandboxed says the zygote runs in a sandbox: its jobs carry a
 	// Confinement and the pids it reports are its namespace's.
 	sandboxed bool
+	// netKey keys netToken: the zygote's name for a session's network
+	// namespace. It never leaves this process.
+	netKey [32]byte
 
 	mu     sync.Mutex
 	nextID uint64
@@ -118,6 +125,11 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		jobs:   make(map[uint64]chan zygoteMsg),
 		gone:   make(chan struct{}),
 		done:   make(chan struct{}),
+	}
+	if _, err := rand.Read(z.netKey[:]); err != nil {
+		conn.Close()
+		devnull.Close()
+		return nil, fmt.Errorf("runner: zygote: %w", err)
 	}
 	env := cfg.Env
 	if env == nil {
@@ -361,7 +373,7 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		z.mu.Unlock()
 	}
 
-	req, err := json.Marshal(zygoteRequest{Op: opRun, ID: id, Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine})
+	req, err := z.runRequest(id, s, false)
 	if err == nil && len(req) > maxZygoteRequest {
 		err = fmt.Errorf("%w: the request is %d bytes, more than %d", ErrNotStarted, len(req), maxZygoteRequest)
 	}
@@ -660,4 +672,34 @@ func readChildPID(r *os.File) (int, error) {
 		return 0, errors.New("no child-pid")
 	}
 	return info.ChildPID, nil
+}
+
+// runRequest encodes a run request for job id (zygoteRunHeader, a newline,
+// zygoteJob; encoding/json escapes every newline within a value).
+func (z *Zygote) runRequest(id uint64, s Spec, context bool) ([]byte, error) {
+	h := zygoteRunHeader{Op: opRun, ID: id, Context: context}
+	if c := s.Confine; c != nil {
+		h.Unmount = c.Unmount
+		if c.Session != "" {
+			h.Net = z.netToken(c.Session)
+		}
+	}
+	head, err := json.Marshal(h)
+	if err != nil {
+		return nil, err
+	}
+	job, err := json.Marshal(zygoteJob{Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine})
+	if err != nil {
+		return nil, err
+	}
+	return slices.Concat(head, []byte{'\n'}, job), nil
+}
+
+// netToken is the zygote's key for session's network namespace: an HMAC
+// of the session under a key of this process's, so that the zygote's
+// memory, which every job starts with a copy of, names no session.
+func (z *Zygote) netToken(session string) string {
+	m := hmac.New(sha256.New, z.netKey[:])
+	m.Write([]byte(session))
+	return hex.EncodeToString(m.Sum(nil)[:16])
 }

@@ -37,19 +37,35 @@ type zygoteMsg struct {
 	Keeper    bool              `json:"keeper"`
 }
 
-// zygoteRequest is a run request. It travels with three descriptors
-// (SCM_RIGHTS): the job's stdin, stdout and stderr, in that order.
-type zygoteRequest struct {
-	Op      string       `json:"op"`
-	ID      uint64       `json:"id"`
+// zygoteRunHeader is the first part of a run request: all that the zygote
+// itself reads of it. The datagram is this object, a newline, then the
+// job's zygoteJob, which the zygote hands to the job's process without
+// decoding it: nothing of a session's request is ever decoded in the
+// zygote, whose memory every later job of every session starts with. The
+// request travels with three descriptors (SCM_RIGHTS): the job's stdin,
+// stdout and stderr, in that order.
+type zygoteRunHeader struct {
+	Op string `json:"op"`
+	ID uint64 `json:"id"`
+	// Net is the key of the job's session's network namespace: an opaque
+	// token (netToken), never the session's name.
+	Net string `json:"net,omitempty"`
+	// Unmount is Confinement.Unmount: the zygote takes those directories
+	// out of its own view, once, ahead of the spares.
+	Unmount []string `json:"unmount,omitempty"`
+	// Context says the job is a context's interpreter (Interp): the
+	// zygote prepares spares while it waits between calls.
+	Context bool `json:"context,omitempty"`
+}
+
+// zygoteJob is the second part of a run request: what the job's process
+// reads.
+type zygoteJob struct {
 	Script  string       `json:"script"`
 	Dir     string       `json:"dir"`
 	Env     []string     `json:"env"`
 	Rlimits [][3]int64   `json:"rlimits,omitempty"`
 	Confine *Confinement `json:"confine,omitempty"`
-	// Context says the job is a context's interpreter (Interp): the
-	// zygote prepares spares while it waits between calls.
-	Context bool `json:"context,omitempty"`
 }
 
 // zygoteKill asks the zygote to SIGKILL the process group of job ID.

@@ -30,6 +30,7 @@ type protocolField struct {
 type protocolObject struct {
 	From   string                   `json:"from"` // messages only
 	FDs    []string                 `json:"fds"`  // messages only
+	Body   string                   `json:"body"` // messages only: the object after the header and a newline
 	Fields map[string]protocolField `json:"fields"`
 }
 
@@ -72,6 +73,7 @@ var protocolNames = map[reflect.Type]string{
 	reflect.TypeFor[zygoteConfig]():     "config",
 	reflect.TypeFor[zygoteSandboxCfg](): "sandbox",
 	reflect.TypeFor[Confinement]():      "confine",
+	reflect.TypeFor[zygoteJob]():        "job",
 }
 
 // protocolType spells a Go type in the description's type language.
@@ -129,6 +131,9 @@ func goFields(t *testing.T, v any) map[string]goField {
 		if !ok || !f.IsExported() {
 			t.Fatalf("%s.%s has no json tag", rt, f.Name)
 		}
+		if tag == "-" {
+			continue // never encoded: kept on the Go side (Confinement.Session)
+		}
 		name, opts, _ := strings.Cut(tag, ",")
 		if name == "" || name == "-" {
 			t.Fatalf("%s.%s: json tag %q names no field", rt, f.Name, tag)
@@ -172,7 +177,7 @@ func TestZygoteProtocolGo(t *testing.T) {
 	spec := loadProtocol(t)
 
 	// What the worker sends.
-	for op, v := range map[string]any{opRun: zygoteRequest{}, opKill: zygoteKill{}} {
+	for op, v := range map[string]any{opRun: zygoteRunHeader{}, opKill: zygoteKill{}} {
 		m, ok := spec.Messages[op]
 		if !ok || m.From != "worker" {
 			t.Fatalf("zygote_protocol.json: no %s message from the worker", op)
@@ -182,6 +187,10 @@ func TestZygoteProtocolGo(t *testing.T) {
 	if fds := spec.Messages[opRun].FDs; !slices.Equal(fds, []string{"stdin", "stdout", "stderr"}) {
 		t.Errorf("run carries %v; Zygote.Run sends stdin, stdout, stderr", fds)
 	}
+	if body := spec.Messages[opRun].Body; body != "job" {
+		t.Errorf("run's body is %q; Zygote.Run sends a job after the header", body)
+	}
+	checkEncoder(t, "job", zygoteJob{}, spec.Objects["job"].Fields)
 	checkEncoder(t, "config", zygoteConfig{}, spec.Objects["config"].Fields)
 	checkEncoder(t, "sandbox", zygoteSandboxCfg{}, spec.Objects["sandbox"].Fields)
 	checkEncoder(t, "confine", Confinement{}, spec.Objects["confine"].Fields)
@@ -236,13 +245,13 @@ func TestZygoteProtocolGo(t *testing.T) {
 	// Encoded, the messages have exactly the described fields: Bind's
 	// MarshalJSON included, and a request without optional parts sends
 	// the required ones all the same.
-	full := zygoteRequest{
-		Op: opRun, ID: 1, Script: "/s/job.py", Dir: "/s", Env: []string{"A=1"}, Rlimits: [][3]int64{{4, 0, -1}},
-		Confine: &Confinement{UID: 1000, GID: 1000, Binds: []Bind{{Path: "/s", Write: true}}, Cgroups: []string{"/c"}, Unmount: []string{"/u"}, TmpSize: 1, Session: "s"},
-		Context: true,
+	z := &Zygote{}
+	full := Spec{
+		Script: "/s/job.py", Dir: "/s", Env: []string{"A=1"}, Rlimits: []Rlimit{{Resource: 4, Cur: 0, Max: RlimInfinity}},
+		Confine: &Confinement{UID: 1000, GID: 1000, Binds: []Bind{{Path: "/s", Write: true}}, Cgroups: []string{"/c"}, Unmount: []string{"/u"}, TmpSize: 1, Session: "tenant:me:the-session"},
 	}
-	checkEncoded(t, full, spec.Messages[opRun].Fields, spec, true)
-	checkEncoded(t, zygoteRequest{Op: opRun, ID: 1, Script: "/s/job.py", Dir: "/s", Env: []string{}}, spec.Messages[opRun].Fields, spec, false)
+	checkRunRequest(t, z, full, true, spec)
+	checkRunRequest(t, z, Spec{Script: "/s/job.py", Dir: "/s"}, false, spec)
 	checkEncoded(t, zygoteKill{Op: opKill, ID: 1}, spec.Messages[opKill].Fields, spec, true)
 	cfg := zygoteConfig{Preload: []string{"json"}, Sandbox: &zygoteSandboxCfg{NetNS: true, Hidden: []string{"/h"}, Keep: []Bind{{Path: "/tmp/k"}}, Rootless: true, Seccomp: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Spares: 1, InterpreterInit: true}}
 	checkEncoded(t, cfg, spec.Objects["config"].Fields, spec, true)
@@ -253,6 +262,35 @@ func TestZygoteProtocolGo(t *testing.T) {
 	}
 	if maxZygoteRequest != spec.Transport.MaxDatagramBytes {
 		t.Errorf("maxZygoteRequest is %d, zygote_protocol.json says %d", maxZygoteRequest, spec.Transport.MaxDatagramBytes)
+	}
+}
+
+// checkRunRequest encodes a run request for s and checks both its parts
+// against the description, and that the session's name is not in it.
+func checkRunRequest(t *testing.T, z *Zygote, s Spec, full bool, spec protocolSpec) {
+	t.Helper()
+	data, err := z.runRequest(1, s, full)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head, body, ok := bytes.Cut(data, []byte("\n"))
+	if !ok || bytes.Contains(body, []byte("\n")) {
+		t.Fatalf("run request %q is not a header, a newline and a body", data)
+	}
+	for _, part := range []struct {
+		data   []byte
+		fields map[string]protocolField
+	}{{head, spec.Messages[opRun].Fields}, {body, spec.Objects["job"].Fields}} {
+		var obj any
+		if err := json.Unmarshal(part.data, &obj); err != nil {
+			t.Fatalf("%q: %v", part.data, err)
+		}
+		if err := checkObject(obj, part.fields, spec, full); err != nil {
+			t.Errorf("run request part %s: %v", part.data, err)
+		}
+	}
+	if c := s.Confine; c != nil && c.Session != "" && bytes.Contains(data, []byte(c.Session)) {
+		t.Errorf("the run request names the session %q: %s", c.Session, data)
 	}
 }
 

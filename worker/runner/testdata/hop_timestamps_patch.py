@@ -8,9 +8,7 @@ def rep(old,new):
     global s
     assert s.count(old)==1, old
     s=s.replace(old,new,1)
-rep("""    def receive(self):
-        n, anc, flags, _ = self.ctl.recvmsg_into([_BUF], _ANC_SPACE)""","""    def receive(self):
-        n, anc, flags, _ = self.ctl.recvmsg_into([_BUF], _ANC_SPACE)
+rep("""        n, anc, flags, _ = self.ctl.recvmsg_into([_BUF], _ANC_SPACE)""","""        n, anc, flags, _ = self.ctl.recvmsg_into([_BUF], _ANC_SPACE)
         _TS.append(('z_recv', time.monotonic_ns()))""")
 rep("""                break
             except OSError:
@@ -19,9 +17,9 @@ rep("""                break
             except OSError:
                 # The spare died waiting""")
 rep("""        job.done = True
-        _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})""","""        job.done = True
+        self.ctl.send(_exited(job.id, status))""","""        job.done = True
         _TS.append(('z_finish', time.monotonic_ns()))
-        _send(self.ctl, {'op': 'exited', 'id': job.id, 'status': status})
+        self.ctl.send(_exited(job.id, status))
         _TS.append(('z_exited_sent', time.monotonic_ns()))
         os.write(2, ('TSZ ' + ' '.join('%s=%d' % x for x in _TS) + '\\n').encode()); del _TS[:]""")
 rep("""            pid = info.si_pid
@@ -33,10 +31,12 @@ rep("""        msg, fds = _receive_job(job_sock, 3 if z.nethome is None else 4)
         _TS[:] = [('j_recv', time.monotonic_ns())]
         received = True""")
 rep("""        _setup_job(req, fds)
+        _run_site_code()
         if _richout is not None:
             _richout.job_start()
         code, interrupted = _run_main(req['script'])""","""        _setup_job(req, fds)
         _TS.append(('j_setup', time.monotonic_ns()))
+        _run_site_code()
         if _richout is not None:
             _richout.job_start()
         _TS.append(('j_richout', time.monotonic_ns()))

@@ -153,6 +153,18 @@ def message_errors(msg, sender):
     return object_errors(msg, m['fields'], msg['op'])
 
 
+def run_errors(hdr, job):
+    """What is wrong with a run request of header hdr and body job; []
+    when nothing."""
+    body = SPEC['messages']['run']['body']
+    return message_errors(hdr, 'worker') + object_errors(job, SPEC['objects'][body]['fields'], body)
+
+
+def encode_run(hdr, job):
+    """A run request's datagram: the header, a newline, the job."""
+    return json.dumps(hdr).encode() + b'\n' + json.dumps(job).encode()
+
+
 def ops_from(sender):
     return {op for op, m in SPEC['messages'].items() if m['from'] == sender}
 
@@ -171,6 +183,8 @@ class DescriptionTest(unittest.TestCase):
             self.assertIn(m['from'], ('worker', 'zygote'), op)
             self.assertIsInstance(m['fds'], list, op)
             self.assertEqual(m['fields']['op'], {'type': 'string', 'required': True}, op)
+            if 'body' in m:
+                self.assertIn(m['body'], SPEC['objects'], op)
             for fname, f in m['fields'].items():
                 check_type_known(parse_type(f['type']), '%s.%s' % (op, fname))
                 self.assertIsInstance(f['required'], bool, fname)
@@ -192,11 +206,15 @@ class DescriptionTest(unittest.TestCase):
         ):
             self.assertNotEqual(message_errors(bad, 'zygote'), [], bad)
         self.assertEqual(message_errors({'op': 'failed', 'id': None, 'error': 'x'}, 'zygote'), [])
-        run = {'op': 'run', 'id': 1, 'script': '/s', 'dir': '/', 'env': ['A=1'], 'rlimits': [[4, 0, -1]],
+        hdr = {'op': 'run', 'id': 1, 'net': 'k', 'unmount': ['/u']}
+        job = {'script': '/s', 'dir': '/', 'env': ['A=1'], 'rlimits': [[4, 0, -1]],
                'confine': {'uid': 1000, 'gid': 1000, 'binds': [['/x', True]]}}
-        self.assertEqual(message_errors(run, 'worker'), [])
-        run['confine']['binds'] = [['/x']]
-        self.assertNotEqual(message_errors(run, 'worker'), [])
+        self.assertEqual(run_errors(hdr, job), [])
+        job['confine']['binds'] = [['/x']]
+        self.assertNotEqual(run_errors(hdr, job), [])
+        job['confine']['binds'] = [['/x', True]]
+        self.assertNotEqual(run_errors(dict(hdr, script='/s'), job), [])  # a job's field in the header
+        self.assertNotEqual(run_errors(hdr, dict(job, id=1)), [])  # a header's field in the job
 
 
 def _const_str(node):
@@ -213,7 +231,8 @@ class SourceTest(unittest.TestCase):
     # NOT_PROTOCOL: a new reader of a message fails the test until it is
     # classified here.
     RECEIVERS = {
-        'req': ('run', 'kill'),
+        'hdr': ('run', 'kill'),
+        'req': ('job',),
         'cfg': ('config',),
         'sandbox': ('sandbox',),
         'c': ('confine',),
@@ -432,18 +451,19 @@ class Zygote:
         path = os.path.join(d, 'job.py')
         with open(path, 'w') as f:
             f.write(script)
-        req = {'op': 'run', 'id': jid, 'script': path, 'dir': d, 'env': list(env)}
+        hdr = {'op': 'run', 'id': jid}
+        job = {'script': path, 'dir': d, 'env': list(env)}
         if rlimits is not None:
-            req['rlimits'] = rlimits
+            job['rlimits'] = rlimits
         if request is not None:
-            req.update(request)
-        self.test.assertEqual(message_errors(req, 'worker'), [])
+            job.update(request)
+        self.test.assertEqual(run_errors(hdr, job), [])
         in_r, in_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         os.write(in_w, stdin)  # small: it fits the pipe
         try:
-            self.send(req, [in_r, out_w, err_w])
+            self.send(encode_run(hdr, job), [in_r, out_w, err_w])
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
@@ -612,15 +632,17 @@ class ZygoteTest(unittest.TestCase):
             self.assertEqual(read_all(r), b'')
 
         # Answered with failed: a run request it cannot take.
-        base = {'op': 'run', 'script': '/nonexistent.py', 'dir': '/', 'env': []}
+        job = {'script': '/nonexistent.py', 'dir': '/', 'env': []}
+        base = {'op': 'run'}
         for req, nfds, want_id in (
-            (dict(base, id=101), 2, 101),
-            (dict(base, id=102), 0, 102),
-            (dict(base, id=103), 4, 103),
-            (base, 3, None),
-            (dict(base, id='104'), 3, None),
-            (dict(base, id=True), 3, None),
-            (dict(base, id=105.0), 3, None),
+            (encode_run(dict(base, id=101), job), 2, 101),
+            (encode_run(dict(base, id=102), job), 0, 102),
+            (encode_run(dict(base, id=103), job), 4, 103),
+            (encode_run(base, job), 3, None),
+            (encode_run(dict(base, id='104'), job), 3, None),
+            (encode_run(dict(base, id=True), job), 3, None),
+            (encode_run(dict(base, id=105.0), job), 3, None),
+            (json.dumps(dict(base, id=106, **job)).encode(), 3, 106),  # one object: no job after a header
         ):
             with self.subTest(req=req, fds=nfds):
                 def send(w):
