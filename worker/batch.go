@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"time"
 
@@ -126,7 +125,7 @@ func withOutputDir(spec *runner.Spec, job *wire.Job, cwd string, uid int) error 
 // since it started, at most wire.MaxChangedFiles, with a note when more
 // were left out.
 func outputDirFiles(cwd string, job *wire.Job, since time.Time) (files []string, notes []string) {
-	all := allChangedFiles(filepath.Join(cwd, filepath.FromSlash(job.OutputDir)), since)
+	all := allChangedFiles(cwd, job.OutputDir, since)
 	for _, rel := range all[:min(len(all), wire.MaxChangedFiles)] {
 		files = append(files, job.OutputDir+"/"+rel)
 	}

@@ -10,8 +10,8 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -199,42 +199,81 @@ func openBeneath(cwd, rel string, uid int, flags int) (*os.File, error) {
 // The walk stops after maxWalk entries: a directory of many files pays
 // a bounded cost per job, and the list may then miss some.
 func changedFiles(cwd string, since time.Time) []string {
-	out := allChangedFiles(cwd, since)
+	out := allChangedFiles(cwd, "", since)
 	if len(out) > wire.MaxChangedFiles {
 		out = out[:wire.MaxChangedFiles]
 	}
 	return out
 }
 
-// allChangedFiles is changedFiles without its bound on the list's length.
-func allChangedFiles(cwd string, since time.Time) []string {
+// allChangedFiles is changedFiles of the directory sub of cwd ("" for cwd
+// itself), without its bound on the list's length, names relative to sub.
+// The walk stays below cwd and follows no link: the job, whose directory
+// it is, may have replaced any directory of sub by a link to a host path,
+// which the worker, as root, would otherwise list.
+func allChangedFiles(cwd, sub string, since time.Time) []string {
+	root, err := os.OpenRoot(cwd)
+	if err != nil {
+		return nil
+	}
+	defer root.Close()
+	if sub != "" {
+		d, err := rootBeneath(root, sub)
+		if err != nil {
+			return nil
+		}
+		defer d.Close()
+		root = d
+	}
 	var out []string
 	seen := 0
-	_ = filepath.WalkDir(cwd, func(p string, d fs.DirEntry, err error) error {
+	_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return nil
 		}
 		if seen++; seen > maxWalk {
-			return filepath.SkipAll
+			return fs.SkipAll
 		}
-		rel, _ := filepath.Rel(cwd, p)
-		rel = filepath.ToSlash(rel)
 		if d.IsDir() {
-			if rel == ".codexec" {
-				return filepath.SkipDir
+			if p == ".codexec" {
+				return fs.SkipDir
 			}
 			return nil
 		}
-		if !d.Type().IsRegular() || wire.CheckWorkspacePath(rel) != nil {
+		if !d.Type().IsRegular() || wire.CheckWorkspacePath(p) != nil {
 			return nil
 		}
 		if fi, err := d.Info(); err == nil && !changedAt(fi).Before(since) {
-			out = append(out, rel)
+			out = append(out, p)
 		}
 		return nil
 	})
 	slices.Sort(out)
 	return out
+}
+
+// rootBeneath opens the directory rel (slash-separated) below root one
+// name at a time, none of them a link.
+func rootBeneath(root *os.Root, rel string) (*os.Root, error) {
+	cur := root
+	for _, name := range strings.Split(rel, "/") {
+		fi, err := cur.Lstat(name)
+		if err == nil && !fi.IsDir() {
+			err = errNoFile
+		}
+		var next *os.Root
+		if err == nil {
+			next, err = cur.OpenRoot(name)
+		}
+		if cur != root {
+			cur.Close()
+		}
+		if err != nil {
+			return nil, err
+		}
+		cur = next
+	}
+	return cur, nil
 }
 
 // changedAt is when fi's inode last changed (its ctime, which the job

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -77,5 +78,43 @@ func TestUploadWithinDiskLimit(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(cwd, "big")); err == nil {
 		t.Fatal("written anyway")
+	}
+}
+
+// A batch job's output folder is listed below its working directory, as
+// the worker (root) sees it: a job that replaced the folder's parent by a
+// link to a host directory has the host's files listed in its result, and
+// a job that links the folder itself lists nothing, not the host's.
+func TestBatchOutputDirFollowsNoLink(t *testing.T) {
+	t.Parallel()
+	cwd, host := t.TempDir(), t.TempDir()
+	since := time.Now().Add(-time.Second)
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(os.MkdirAll(filepath.Join(host, "3", "sub"), 0o755))
+	must(os.WriteFile(filepath.Join(host, "3", "sub", "host-secret-name"), []byte("x"), 0o644))
+	must(os.MkdirAll(filepath.Join(host, "4"), 0o755))
+	must(os.WriteFile(filepath.Join(host, "4", "host-secret-name"), []byte("x"), 0o644))
+	// out/3: out is a link to the host's directory.
+	must(os.Symlink(host, filepath.Join(cwd, "out")))
+	if got, _ := outputDirFiles(cwd, &wire.Job{OutputDir: "out/3"}, since); len(got) != 0 {
+		t.Errorf("out a link to a host directory: listed %q, want nothing", got)
+	}
+	// deep/4: the last name itself a link.
+	must(os.Mkdir(filepath.Join(cwd, "deep"), 0o755))
+	must(os.Symlink(filepath.Join(host, "4"), filepath.Join(cwd, "deep", "4")))
+	if got, _ := outputDirFiles(cwd, &wire.Job{OutputDir: "deep/4"}, since); len(got) != 0 {
+		t.Errorf("deep/4 a link to a host directory: listed %q, want nothing", got)
+	}
+	// The job's own output folder is listed, links inside it not followed.
+	must(os.MkdirAll(filepath.Join(cwd, "own", "5", "d"), 0o755))
+	must(os.WriteFile(filepath.Join(cwd, "own", "5", "d", "result.txt"), []byte("x"), 0o644))
+	must(os.Symlink(host, filepath.Join(cwd, "own", "5", "hostlink")))
+	if got, _ := outputDirFiles(cwd, &wire.Job{OutputDir: "own/5"}, since); len(got) != 1 || got[0] != "own/5/d/result.txt" {
+		t.Errorf("the job's own output folder: listed %q, want own/5/d/result.txt", got)
 	}
 }
