@@ -604,6 +604,10 @@ type JobRecord struct {
 	// TimeoutMS is the job's run time limit: a job started just before its
 	// deadline may run this long past it.
 	TimeoutMS int64 `json:"timeout_ms"`
+	// BatchRow and BatchAttempt are a batch job's (wire.Job.BatchRow,
+	// wire.Job.BatchAttempt).
+	BatchRow     int64 `json:"batch_row,omitempty"`
+	BatchAttempt int64 `json:"batch_attempt,omitempty"`
 }
 
 // RecordOf is job's record.
@@ -611,6 +615,7 @@ func RecordOf(job *wire.Job) *JobRecord {
 	return &JobRecord{
 		V: wire.Version, JobID: job.ID, Scope: job.Scope, Kind: job.Kind,
 		EnqueuedAt: job.EnqueuedAt, Deadline: job.Deadline, TimeoutMS: job.TimeoutMS,
+		BatchRow: job.BatchRow, BatchAttempt: job.BatchAttempt,
 	}
 }
 

@@ -385,7 +385,7 @@ func (f *Frontend) batchJob(ctx context.Context, id, bscope, shared string, r ba
 		Kind: wire.KindExecute, Pool: f.cfg.Pool, Scope: bscope, Batch: id, Code: code,
 		Filename: wire.CleanFilename(r.Filename), TimeoutMS: run.timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit,
 		EnqueuedAt: now, Deadline: now.Add(run.timeout + batchQueueWait), Limits: run.limits, Params: r.Params,
-		OutputDir: wire.BatchOutputDir(*r.Row),
+		OutputDir: wire.BatchOutputDir(*r.Row), BatchRow: *r.Row, BatchAttempt: r.Attempt,
 	}
 	if env != nil {
 		job.Env, job.EnvID = env, env.ID()
@@ -432,7 +432,7 @@ func (f *Frontend) batchJobResult(ctx context.Context, bscope, id string) BatchJ
 	switch {
 	case err == nil && res.Scope == bscope:
 		return BatchJobResult{
-			JobID: id, Status: string(res.Status), ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
+			Row: res.BatchRow, Attempt: res.BatchAttempt, JobID: id, Status: string(res.Status), ExitCode: res.ExitCode, Stdout: res.Stdout, Stderr: res.Stderr,
 			DurationMS: res.DurationMS, WorkerID: res.WorkerID, Limit: res.Limit, Message: res.Message,
 			Files: res.Files, Notes: res.Notes,
 		}
@@ -449,8 +449,10 @@ func (f *Frontend) batchJobResult(ctx context.Context, bscope, id string) BatchJ
 		out.Status, out.Message = string(wire.StatusInternal), fmt.Sprintf("reading the job's record failed: %v; ask again", err)
 	case rec.Scope != bscope:
 	case time.Now().Before(settledBy(rec)):
+		out.Row, out.Attempt = rec.BatchRow, rec.BatchAttempt
 		out.Status = string(statusRunning)
 	default:
+		out.Row, out.Attempt = rec.BatchRow, rec.BatchAttempt
 		out.Status, out.Message = string(wire.StatusExpired), "no worker ran the job before its deadline"
 	}
 	return out

@@ -33,18 +33,21 @@ func TestBatchTools(t *testing.T) {
 	}
 
 	args := map[string]any{"batch_id": id, "code": "print(1)", "jobs": []any{
-		map[string]any{"row": 0, "params": map[string]any{"x": 1}}, map[string]any{"row": 1, "code": "   "}}}
+		map[string]any{"row": 0, "params": map[string]any{"x": 1}}, map[string]any{"row": 1, "code": "   "},
+		map[string]any{"row": 3, "attempt": 2}}}
 	_, first := callTool[BatchResult](t, jb.c, "submit_jobs", args)
-	if len(first.Jobs) != 2 || first.Jobs[0].Status != "queued" || first.Jobs[1].Status != "rejected" {
+	if len(first.Jobs) != 3 || first.Jobs[0].Status != "queued" || first.Jobs[1].Status != "rejected" || first.Jobs[2].Status != "queued" {
 		t.Fatalf("first submission: %+v", first)
 	}
 	_, again := callTool[BatchResult](t, jb.c, "submit_jobs", args)
 	if again.Jobs[0].Status != "submitted_before" || again.Jobs[0].JobID != first.Jobs[0].JobID {
 		t.Errorf("the same row again: %+v, want submitted_before under id %s", again.Jobs[0], first.Jobs[0].JobID)
 	}
-	_, got := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": []any{first.Jobs[0].JobID}})
-	if len(got.Jobs) != 1 || got.Jobs[0].Status != "running" {
-		t.Errorf("a queued job: %+v, want running", got)
+	_, got := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": []any{first.Jobs[0].JobID, first.Jobs[2].JobID}})
+	if len(got.Jobs) != 2 || got.Jobs[0].Status != "running" || got.Jobs[1].Status != "running" {
+		t.Errorf("queued jobs: %+v, want running", got)
+	} else if g := got.Jobs[1]; g.Row != 3 || g.Attempt != 2 {
+		t.Errorf("a queued job of row 3, attempt 2, answered as row %d, attempt %d", g.Row, g.Attempt)
 	}
 	_, other := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id + "x", "job_ids": []any{first.Jobs[0].JobID}})
 	if len(other.Jobs) != 1 || other.Jobs[0].Status != "unknown" {

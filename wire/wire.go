@@ -123,6 +123,10 @@ type Job struct {
 	// working directory (OutputDirEnv tells the script); the result's
 	// Files are then the files the job wrote below it.
 	OutputDir string `json:"output_dir,omitempty"`
+	// BatchRow and BatchAttempt are a batch job's row and attempt, as
+	// submit_jobs was given them; its result and record carry them back.
+	BatchRow     int64 `json:"batch_row,omitempty"`
+	BatchAttempt int64 `json:"batch_attempt,omitempty"`
 	// File is what a files job (KindFiles) does.
 	File *FileOp `json:"file,omitempty"`
 }
@@ -180,6 +184,10 @@ func (s Status) Failed() bool { return s != StatusOK }
 type Result struct {
 	V     int    `json:"v"`
 	JobID string `json:"job_id"`
+	// BatchRow and BatchAttempt are a batch job's (Job.BatchRow,
+	// Job.BatchAttempt).
+	BatchRow     int64 `json:"batch_row,omitempty"`
+	BatchAttempt int64 `json:"batch_attempt,omitempty"`
 	// Scope is the session scope of the job, so a result is only ever shown
 	// to the session that asked for it.
 	Scope  string `json:"scope"`

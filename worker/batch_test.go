@@ -39,6 +39,7 @@ func TestBatchJobs(t *testing.T) {
 		}
 	}
 	run := job("b-live", `{"x": 21}`)
+	run.BatchRow, run.BatchAttempt = 7, 1
 	if err := fx.broker.CancelBatch(ctx, "b-gone"); err != nil {
 		t.Fatal(err)
 	}
@@ -54,6 +55,9 @@ func TestBatchJobs(t *testing.T) {
 	}
 	if res.Status != wire.StatusOK || res.Stdout != "42\n" {
 		t.Errorf("batch job: %s %q %q, want ok 42", res.Status, res.Stdout, res.Stderr)
+	}
+	if res.BatchRow != 7 || res.BatchAttempt != 1 {
+		t.Errorf("the result of row 7, attempt 1 says row %d, attempt %d", res.BatchRow, res.BatchAttempt)
 	}
 	res, err = fx.broker.WaitResult(ctx, gone.ID)
 	if err != nil {

@@ -498,6 +498,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		return
 	}
 	tRan := time.Now()
+	res.BatchRow, res.BatchAttempt = job.BatchRow, job.BatchAttempt // for get_job_results
 	observeJob(job, res, tStart, span)
 	stampAudit(job, res)
 	if err := w.storeResultHeld(ctx, res, log); err != nil {
