@@ -28,7 +28,8 @@ var required = []string{"memory", "pids"}
 // cgroup (so that the worker's own limits still cover its jobs). name must
 // be 1 to 64 of A-Z a-z 0-9 . _ - and unique among the workers of the
 // host: groups left in codexec/<name> by an earlier worker of that name
-// are killed and removed.
+// are killed and removed, and so are the empty groups of workers that died
+// without removing theirs (sweepDead).
 //
 // On v2, if the worker's cgroup holds processes (it holds the worker), it
 // cannot enable controllers for its children; Detect then moves the worker
@@ -55,7 +56,57 @@ func Detect(name string) (*Manager, error) {
 	if err := l.removeChildren(); err != nil {
 		return nil, err
 	}
+	l.sweepDead(name)
 	return &Manager{l}, nil
+}
+
+// sweepDead removes the parent groups that workers left in codexec/ when
+// they died without closing them (a SIGKILL): those named <id>.<pid>, as
+// workers name theirs, whose pid is no process of this PID namespace (the
+// workers that share a cgroup share a host or a container, and with it
+// their PID namespace). Their jobs died with their zygotes, so nothing is
+// killed: only empty groups are removed, deepest first, and a group the
+// kernel finds busy is left as it is. Best effort.
+func (l layout) sweepDead(own string) {
+	for _, d := range l.dirs() {
+		shared := filepath.Dir(d)
+		entries, err := os.ReadDir(shared)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			if e.IsDir() && e.Name() != own && ownerGone(e.Name()) {
+				rmdirTree(filepath.Join(shared, e.Name()))
+			}
+		}
+	}
+}
+
+// ownerGone says whether name is a worker's parent group, <id>.<pid>,
+// whose pid is no process here.
+func ownerGone(name string) bool {
+	i := strings.LastIndexByte(name, '.')
+	if i < 0 {
+		return false
+	}
+	pid, err := strconv.Atoi(name[i+1:])
+	if err != nil || pid <= 0 || strconv.Itoa(pid) != name[i+1:] {
+		return false
+	}
+	_, err = os.Stat("/proc/" + name[i+1:])
+	return errors.Is(err, fs.ErrNotExist)
+}
+
+// rmdirTree removes dir and the groups inside it, deepest first, where
+// they hold no process (the kernel refuses rmdir otherwise).
+func rmdirTree(dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			rmdirTree(filepath.Join(dir, e.Name()))
+		}
+	}
+	_ = syscall.Rmdir(dir)
 }
 
 func detectV2(mounts []mount, members []membership, name string) (layout, error) {

@@ -1,7 +1,12 @@
 package cgroup
 
 import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -71,4 +76,77 @@ func TestParseErrors(t *testing.T) {
 	if _, err := parseMemberships(strings.NewReader("garbage\n")); err == nil {
 		t.Error("parseMemberships accepted a malformed line")
 	}
+}
+
+// A worker killed with SIGKILL cannot remove its groups. The next worker
+// to start removes those of workers that are gone (named <id>.<pid>, the
+// pid no process), when they are empty; it kills nothing, and leaves the
+// groups of live workers and anything else in codexec/ alone.
+func TestDetectRemovesTheEmptyGroupsOfDeadWorkers(t *testing.T) {
+	m := newManager(t)
+	gone := exec.Command("true")
+	if err := gone.Run(); err != nil {
+		t.Fatal(err)
+	}
+	deadPid := gone.Process.Pid
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", deadPid)); err == nil {
+		t.Skipf("pid %d was taken again at once", deadPid)
+	}
+	u := uniqueName("w")
+	names := map[string]string{
+		"dead":  fmt.Sprintf("%s-dead.%d", u, deadPid),
+		"busy":  fmt.Sprintf("%s-busy.%d", u, deadPid),
+		"live":  fmt.Sprintf("%s-live.%d", u, os.Getpid()),
+		"other": u + "-other",
+	}
+	var shared []string
+	for _, d := range m.Dirs() {
+		shared = append(shared, filepath.Dir(d))
+	}
+	for _, s := range shared {
+		for _, n := range names {
+			if err := os.MkdirAll(filepath.Join(s, n, "job"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	t.Cleanup(func() {
+		for _, s := range shared {
+			for _, n := range names {
+				_ = syscall.Rmdir(filepath.Join(s, n, "job"))
+				_ = syscall.Rmdir(filepath.Join(s, n))
+			}
+		}
+	})
+	// A process in the busy group, which nothing may kill.
+	sib := func(d string) string {
+		if d == "" {
+			return ""
+		}
+		return filepath.Join(filepath.Dir(d), names["busy"], "job")
+	}
+	busy := layout{version: m.l.version, mem: sib(m.l.mem), pids: sib(m.l.pids), cpu: sib(m.l.cpu)}
+	g := &Group{l: busy}
+	cmd, _ := startIn(t, g, "sleep", "1000")
+	waitProcs(t, g, 1)
+
+	m2, err := Detect(uniqueName("n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = m2.Close() })
+	for _, s := range shared {
+		assertGone(t, filepath.Join(s, names["dead"]))
+		for _, keep := range []string{"busy", "live", "other"} {
+			if _, err := os.Stat(filepath.Join(s, names[keep], "job")); err != nil {
+				t.Errorf("the %s worker's group in %s: %v, want it kept", keep, s, err)
+			}
+		}
+	}
+	waitProcs(t, g, 1)
+	if dead(cmd.Process.Pid) {
+		t.Error("the process in a dead worker's group was killed")
+	}
+	_ = cmd.Process.Kill()
+	_ = cmd.Wait()
 }
