@@ -158,6 +158,7 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		}
 		return fail(wire.StatusExpired, "job was not queued, and will not run: %v", err)
 	}
+	tSubmit := time.Now()
 	if err := f.submit(ctx, job, record, opts...); err != nil {
 		f.fair.release(job.ID)
 		f.cancelAbandoned(ctx, job) // it may be queued later: it must not run
@@ -168,7 +169,10 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 	}
 	f.announceGPUWait(ctx, job, gpuWait)
 	if f.log.Enabled(ctx, slog.LevelDebug) {
-		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "submit_ms", ms(time.Since(tPool)))
+		// submit_at_ns and the worker's delivered_at_ns (the same clock in
+		// one process) time the queue's own hop.
+		f.log.Debug("dispatched", "job", job.ID, "pool_ms", ms(tPool.Sub(t0)), "submit_ms", ms(time.Since(tPool)),
+			"submit_at_ns", tSubmit.UnixNano())
 	}
 	return target, nil
 }

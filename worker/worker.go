@@ -527,7 +527,8 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 // being ready, store_ms storing it, ack_ms the acknowledgement.
 func logStages(log *slog.Logger, job *wire.Job, res *wire.Result, delivered, start, ran, stored, acked time.Time) {
 	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
-	args := []any{"queue_ms", ms(start.Sub(job.EnqueuedAt)), "claim_ms", ms(start.Sub(delivered))}
+	args := []any{"queue_ms", ms(start.Sub(job.EnqueuedAt)), "claim_ms", ms(start.Sub(delivered)),
+		"delivered_at_ns", delivered.UnixNano()}
 	if !res.StartedAt.IsZero() && res.FinishedAt.After(res.StartedAt) {
 		args = append(args, "setup_ms", ms(res.StartedAt.Sub(start)),
 			"run_ms", ms(res.FinishedAt.Sub(res.StartedAt)), "exec_ms", res.DurationMS,
