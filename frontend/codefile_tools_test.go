@@ -155,7 +155,11 @@ func TestCodeFileToolsDev(t *testing.T) {
 		t.Fatalf("on-disk copy survived delete: %v", err)
 	}
 	for _, tool := range []string{"read_code_file", "append_to_code_file", "delete_code_file"} {
-		res, fr = callTool[FileResult](t, b.c, tool, map[string]any{"file_path": "main.py", "content": "x"})
+		args := map[string]any{"file_path": "main.py"}
+		if tool == "append_to_code_file" {
+			args["content"] = "x"
+		}
+		res, fr = callTool[FileResult](t, b.c, tool, args)
 		if !res.IsError || fr.Status != "not_found" || !strings.Contains(fr.Message, "list_code_files") {
 			t.Fatalf("%s after delete: %+v", tool, fr)
 		}
@@ -278,5 +282,26 @@ func TestCodeFileToolsStorageBudget(t *testing.T) {
 	}
 	if res, fr = callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": strings.Repeat("c", 1000), "filename": "c.py"}); res.IsError {
 		t.Fatalf("initialize after delete freed the room: %+v", fr)
+	}
+}
+
+// An argument a tool does not take fails the call before it does anything,
+// naming the tool's arguments: a client that guessed `timeout` for
+// `timeout_seconds` had its code run with the default timeout.
+func TestUnknownArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	res, er := callTool[ExecResult](t, b.c, "execute_code", map[string]any{"code": "import time; time.sleep(5)", "timeout": 1})
+	if !res.IsError || er.Status != "rejected" || er.JobID != "" ||
+		!strings.Contains(er.Message, `no argument "timeout"`) || !strings.Contains(er.Message, `did you mean "timeout_seconds"`) {
+		t.Errorf("execute_code with timeout: isError=%v %+v, want rejected, naming timeout_seconds", res.IsError, er)
+	}
+	res, lr := callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": 1, "bogus": true, "also": 1})
+	if !res.IsError || lr.Status != "rejected" || !strings.Contains(lr.Message, `"also", "bogus"`) || !strings.Contains(lr.Message, "max_runs") {
+		t.Errorf("list_code_files with two unknown arguments: isError=%v %+v", res.IsError, lr)
+	}
+	// The declared ones, the workspace handle included, still pass.
+	if res, lr := callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": 1, "workspace": ""}); res.IsError {
+		t.Errorf("list_code_files with its own arguments: %+v", lr)
 	}
 }

@@ -271,13 +271,20 @@ workspace of any tool from a later session to reach the same files, runs and env
 // MCPServer builds the MCP server with every tool registered. stdio says
 // whether it will be served on stdio (one session) or over HTTP.
 func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
-	s := server.NewMCPServer("codexec", f.cfg.Version,
+	var s *server.MCPServer
+	tool := func(name string) *mcp.Tool {
+		if t := s.GetTool(name); t != nil {
+			return &t.Tool
+		}
+		return nil
+	}
+	s = server.NewMCPServer("codexec", f.cfg.Version,
 		server.WithToolCapabilities(false),
 		server.WithInstructions(instructions),
 		server.WithRecovery(),
 		server.WithToolHandlerMiddleware(f.keepThroughDrain),
 		server.WithTaskCapabilities(true, true, true), // answered by taskRouter (tasks.go)
-		server.WithToolHandlerMiddleware(f.useWorkspace(stdio)),
+		server.WithToolHandlerMiddleware(f.useWorkspace(stdio, tool)),
 		server.WithToolHandlerMiddleware(linkWorkspace),
 	)
 	f.registerTools(s, stdio)

@@ -7,7 +7,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -94,19 +96,27 @@ func (f *Frontend) handleKey(owner, h string) string {
 // useWorkspace is the tool middleware that resolves a call's `workspace`
 // argument, when it has one, to the scope that the tool's handler then
 // gets (callScope). A handle that is malformed, unknown, or another
-// principal's, fails the call before the tool does anything.
-func (f *Frontend) useWorkspace(stdio bool) server.ToolHandlerMiddleware {
+// principal's, fails the call before the tool does anything; so does an
+// argument the tool does not take. tool looks a tool up by name.
+func (f *Frontend) useWorkspace(stdio bool, tool func(name string) *mcp.Tool) server.ToolHandlerMiddleware {
 	return func(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 		return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
-			return next(f.withWorkspace(ctx, stdio, req), req)
+			return next(f.withWorkspace(ctx, stdio, req, tool(req.Params.Name)), req)
 		}
 	}
 }
 
 // withWorkspace is ctx with the workspace req's `workspace` argument
-// chooses (useWorkspace; a task's before it starts, createTask).
-func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallToolRequest) context.Context {
+// chooses (useWorkspace; a task's before it starts, createTask), or with
+// the error that fails the call: an argument that t (when not nil) does
+// not take, or a bad handle.
+func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallToolRequest, t *mcp.Tool) context.Context {
 	var c workspaceChoice
+	if t != nil {
+		if err := unknownArgument(t, req.GetArguments()); err != nil {
+			return context.WithValue(ctx, workspaceCtxKey{}, workspaceChoice{err: err})
+		}
+	}
 	switch v, present := req.GetArguments()[workspaceArg]; {
 	case !present || v == nil || v == "":
 		c.scope = scopeFrom(ctx, stdio)
@@ -119,6 +129,54 @@ func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallTo
 		f.noteOwner(ctx, c.scope)
 	}
 	return context.WithValue(ctx, workspaceCtxKey{}, c)
+}
+
+// unknownArgument refuses an argument that t does not declare. A client
+// that guessed a name (timeout for timeout_seconds) would otherwise have
+// its call run as if it had not passed it: with the default timeout, the
+// default limits.
+func unknownArgument(t *mcp.Tool, args map[string]any) error {
+	known := t.InputSchema.Properties
+	if t.RawInputSchema != nil {
+		var raw struct {
+			Properties map[string]any `json:"properties"`
+		}
+		if json.Unmarshal(t.RawInputSchema, &raw) != nil {
+			return nil
+		}
+		known = raw.Properties
+	}
+	var unknown []string
+	for name := range args {
+		if _, ok := known[name]; !ok {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	names := slices.Sorted(maps.Keys(known))
+	msg := fmt.Sprintf("%s takes no argument %s; nothing was done. Its arguments: %s",
+		t.Name, quoteJoin(unknown), strings.Join(names, ", "))
+	for _, u := range unknown {
+		for _, n := range names {
+			if u != n && (strings.HasPrefix(n, u) || strings.HasPrefix(u, n) || strings.EqualFold(u, n)) {
+				msg += fmt.Sprintf(" (did you mean %q for %q?)", n, u)
+				break
+			}
+		}
+	}
+	return rejected("%s", msg)
+}
+
+// quoteJoin is names quoted and joined with ", ".
+func quoteJoin(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = fmt.Sprintf("%q", n)
+	}
+	return strings.Join(q, ", ")
 }
 
 func isString(v any) bool {

@@ -353,7 +353,7 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	// the workspace its `workspace` argument names, as useWorkspace gives a
 	// call's tool.
 	caller := context.WithValue(context.WithoutCancel(ctx), taskScopeKey{}, scope)
-	caller = r.f.withWorkspace(caller, r.stdio, req)
+	caller = r.f.withWorkspace(caller, r.stdio, req, &tool.Tool)
 	go func() {
 		defer r.f.tasks.Done()
 		defer r.f.taskSlots.give(owner, size)
