@@ -221,6 +221,44 @@ func addFileLinks(out *mcp.CallToolResult, r *wire.Result) {
 	}
 }
 
+// protocolHeaderKey holds, in an HTTP request's context, the protocol
+// version its Mcp-Protocol-Version header names.
+type protocolHeaderKey struct{}
+
+// resourceLinksSince is the protocol revision that added resource_link
+// content to tool results.
+const resourceLinksSince = "2025-06-18"
+
+// linksAsText is the tool middleware that, for a client of a protocol
+// revision older than resource links (2025-03-26, 2024-11-05), writes
+// each resource link of a result as a line of text instead: such a client
+// checks every content item against the kinds its revision has, and an
+// SDK of that time (the TypeScript SDK up to 1.12) rejects the whole
+// result, so every job that wrote a file failed for it. The version is the
+// one the session negotiated, or, over HTTP on a frontend that did not
+// serve the initialize, the request's Mcp-Protocol-Version header.
+func linksAsText(next server.ToolHandlerFunc) server.ToolHandlerFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res, err := next(ctx, req)
+		if res == nil {
+			return res, err
+		}
+		v := server.RequestProtocolVersion(ctx)
+		if v == "" {
+			v, _ = ctx.Value(protocolHeaderKey{}).(string)
+		}
+		if v == "" || v >= resourceLinksSince {
+			return res, err
+		}
+		for i, c := range res.Content {
+			if l, ok := c.(mcp.ResourceLink); ok {
+				res.Content[i] = mcp.NewTextContent(fmt.Sprintf("[file: %s (%s); resources/read reads it]", l.URI, l.Description))
+			}
+		}
+		return res, err
+	}
+}
+
 // linkWorkspace is the tool middleware that makes the resource links of a
 // call made in another workspace (its `workspace` argument, a handle) name
 // that workspace (?workspace=<handle>), so that resources/read reads them

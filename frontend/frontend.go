@@ -285,6 +285,7 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		server.WithToolHandlerMiddleware(f.keepThroughDrain),
 		server.WithTaskCapabilities(true, true, true), // answered by taskRouter (tasks.go)
 		server.WithToolHandlerMiddleware(f.useWorkspace(stdio, tool)),
+		server.WithToolHandlerMiddleware(linksAsText), // around linkWorkspace: sees its links
 		server.WithToolHandlerMiddleware(linkWorkspace),
 	)
 	f.registerTools(s, stdio)

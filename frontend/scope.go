@@ -29,6 +29,9 @@ type (
 // header (which an authenticating proxy in front may set) for sessionless
 // requests.
 func httpContext(ctx context.Context, r *http.Request) context.Context {
+	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" {
+		ctx = context.WithValue(ctx, protocolHeaderKey{}, v)
+	}
 	if id, ok := auth.FromContext(r.Context()); ok {
 		return context.WithValue(ctx, identityKey{}, identityPart(id))
 	}
