@@ -235,8 +235,8 @@ const resourceLinksSince = "2025-06-18"
 // checks every content item against the kinds its revision has, and an
 // SDK of that time (the TypeScript SDK up to 1.12) rejects the whole
 // result, so every job that wrote a file failed for it. The version is the
-// one the session negotiated, or, over HTTP on a frontend that did not
-// serve the initialize, the request's Mcp-Protocol-Version header.
+// one the request or its session names, or else, over HTTP, the request's
+// Mcp-Protocol-Version header (2025-03-26 when it has none).
 func linksAsText(next server.ToolHandlerFunc) server.ToolHandlerFunc {
 	return func(ctx context.Context, req mcp.CallToolRequest) (*mcp.CallToolResult, error) {
 		res, err := next(ctx, req)

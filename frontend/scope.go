@@ -29,9 +29,14 @@ type (
 // header (which an authenticating proxy in front may set) for sessionless
 // requests.
 func httpContext(ctx context.Context, r *http.Request) context.Context {
-	if v := r.Header.Get("Mcp-Protocol-Version"); v != "" {
-		ctx = context.WithValue(ctx, protocolHeaderKey{}, v)
+	// A client of revision 2025-06-18 or later sends the header on every
+	// request after initialize; without it, the revision says to assume
+	// 2025-03-26.
+	v := r.Header.Get("Mcp-Protocol-Version")
+	if v == "" {
+		v = "2025-03-26"
 	}
+	ctx = context.WithValue(ctx, protocolHeaderKey{}, v)
 	if id, ok := auth.FromContext(r.Context()); ok {
 		return context.WithValue(ctx, identityKey{}, identityPart(id))
 	}
