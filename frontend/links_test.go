@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"context"
+	"net/http"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -75,5 +76,30 @@ func TestResourceLinksOnlyForClientsThatKnowThem(t *testing.T) {
 				t.Fatalf("content %T", c)
 			}
 		})
+	}
+}
+
+// Over HTTP on a frontend that did not serve the initialize, the request's
+// Mcp-Protocol-Version header says the revision; a request without it is a
+// 2025-03-26 client's (the TypeScript SDK of that revision sends none).
+func TestResourceLinksByProtocolHeader(t *testing.T) {
+	t.Parallel()
+	h := linksAsText(func(context.Context, mcp.CallToolRequest) (*mcp.CallToolResult, error) {
+		res := mcp.NewToolResultText("[ok]")
+		res.Content = append(res.Content, mcp.NewResourceLink(workspaceURI("out.txt"), "out.txt", "a file the job wrote: out.txt", "text/plain"))
+		return res, nil
+	})
+	for header, link := range map[string]bool{"": false, "2025-03-26": false, "2025-06-18": true, "2025-11-25": true} {
+		r, _ := http.NewRequest("POST", "http://x/mcp", nil)
+		if header != "" {
+			r.Header.Set("Mcp-Protocol-Version", header)
+		}
+		res, err := h(httpContext(r.Context(), r), mcp.CallToolRequest{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, isLink := res.Content[1].(mcp.ResourceLink); isLink != link {
+			t.Fatalf("header %q: content %T", header, res.Content[1])
+		}
 	}
 }
