@@ -246,7 +246,18 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 			return nil, false
 		}
 		if _, ok := taskTools[p.Name]; !ok {
-			return nil, false
+			if r.srv == nil || r.srv.GetTool(p.Name) == nil {
+				return nil, false // mcp-go says there is no such tool
+			}
+			// A tool whose execution.taskSupport is absent (forbidden):
+			// the revision says to refuse the call with -32601. Run as a
+			// plain call, its answer would be a tool result where the
+			// client waits for a task, which it cannot read.
+			work = func() (any, *rpcError) {
+				return nil, &rpcError{Code: mcp.METHOD_NOT_FOUND, Message: fmt.Sprintf(
+					"tool %s cannot be called as a task (tools/list shows no execution.taskSupport for it): call it without \"task\"", p.Name)}
+			}
+			break
 		}
 		work = func() (any, *rpcError) { return r.createTask(ctx, scope, p) }
 	case string(mcp.MethodTasksGet), string(mcp.MethodTasksResult), string(mcp.MethodTasksCancel):
