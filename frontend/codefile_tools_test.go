@@ -33,7 +33,9 @@ func setupTools(t *testing.T, mirror bool) toolBundle {
 	return setupToolsConfig(t, cfg)
 }
 
-func setupToolsConfig(t *testing.T, cfg Config) toolBundle {
+// newDevFrontend is a frontend of cfg on a bbolt state store of its own,
+// without a broker: the tools that need none.
+func newDevFrontend(t *testing.T, cfg Config) *Frontend {
 	t.Helper()
 	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
 	if err != nil {
@@ -44,6 +46,12 @@ func setupToolsConfig(t *testing.T, cfg Config) toolBundle {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return f
+}
+
+func setupToolsConfig(t *testing.T, cfg Config) toolBundle {
+	t.Helper()
+	f := newDevFrontend(t, cfg)
 	c, err := client.NewInProcessClient(f.MCPServer(true))
 	if err != nil {
 		t.Fatal(err)

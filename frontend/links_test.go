@@ -3,11 +3,9 @@ package frontend
 import (
 	"context"
 	"net/http"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/codexec/codexec/statestore"
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/mcp"
 )
@@ -18,15 +16,7 @@ import (
 // the link.
 func TestResourceLinksOnlyForClientsThatKnowThem(t *testing.T) {
 	t.Parallel()
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	f, err := New(Config{}, nil, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newDevFrontend(t, Config{})
 	for _, tc := range []struct {
 		version string
 		link    bool

@@ -5,11 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"io"
-	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/statestore"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -64,15 +62,7 @@ func (s stdioConn) call(t *testing.T, id int, tool string, args map[string]any) 
 
 func serveStdio(t *testing.T, cfg Config) stdioConn {
 	t.Helper()
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	f, err := New(cfg, nil, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := newDevFrontend(t, cfg)
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
