@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -94,8 +95,13 @@ var (
 // directory), every file is also written through to
 // MirrorDir/<scope>/files/<name> as a plain file, so a local user finds
 // it with any editor. The copy is written without following links (package
-// safedir); an append writes its piece at the offset the store reported, so
-// concurrent appends leave the copy identical to the store. The store stays
+// safedir); an append writes its piece at the offset the store reported, or
+// rewrites the copy from the store when the copy is not at that offset yet.
+// The writes of a file's copy are serialised in the process (lockMirror),
+// so concurrent appends leave the copy identical to the store; an
+// initialize_code_file that races an append of the same file may leave the
+// copy with that piece where the store has none, until the next write.
+// Only `codexec dev` has a copy, and it is the one process. The store stays
 // the truth: edits made on disk are not read back and are overwritten by
 // the next initialize_code_file.
 type CodeStore struct {
@@ -109,6 +115,9 @@ type CodeStore struct {
 	// pruning holds the scopes whose run history this process is pruning
 	// (shared by the ForTenant copies).
 	pruning *sync.Map
+	// mirrorLocks serialise the writes of each file's on-disk copy (shared
+	// by the ForTenant copies; a file's lock is one of them by its hash).
+	mirrorLocks *[64]sync.Mutex
 }
 
 // NewCodeStore returns the code-file store of cfg (its Keys, limits and
@@ -116,7 +125,7 @@ type CodeStore struct {
 // reads with it what frontends wrote.
 func NewCodeStore(st statestore.Store, cfg Config) *CodeStore {
 	cfg = cfg.WithDefaults()
-	return &CodeStore{st: st, keys: cfg.Keys, cfg: cfg, log: cfg.Logger, pruning: new(sync.Map)}
+	return &CodeStore{st: st, keys: cfg.Keys, cfg: cfg, log: cfg.Logger, pruning: new(sync.Map), mirrorLocks: new([64]sync.Mutex)}
 }
 
 // FileInfo describes a code file.
@@ -189,7 +198,15 @@ func (cs *CodeStore) Init(ctx context.Context, scope, name, content string) (inf
 	}
 	cs.touchScope(ctx, scope)
 	info = FileInfo{Name: name, Size: m.Size, Created: m.Created, Updated: m.Updated}
-	cs.mirror(scope, &info, func(d *safedir.Dir) error { return d.WriteFile(name, []byte(content)) })
+	cs.mirror(scope, &info, func(d *safedir.Dir) error {
+		// From the store, not content: an append that landed after this
+		// write may already have written its piece to the copy.
+		full, err := cs.st.Get(ctx, key)
+		if err != nil {
+			return err
+		}
+		return d.WriteFile(name, full)
+	})
 	return info, replaced, oldSize, nil
 }
 
@@ -229,8 +246,14 @@ func (cs *CodeStore) Append(ctx context.Context, scope, name, piece string) (Fil
 	info := FileInfo{Name: name, Size: n, Created: m.Created, Updated: m.Updated}
 	cs.mirror(scope, &info, func(d *safedir.Dir) error {
 		off := n - int64(len(piece))
-		if size, err := d.Size(name); err == nil && size >= off {
+		size, err := d.Size(name)
+		switch {
+		case err == nil && size == off:
 			return d.WriteAt(name, []byte(piece), off)
+		case err == nil && size >= n:
+			// A later write of the copy, from the store, already holds
+			// this piece.
+			return nil
 		}
 		// The copy is missing, not a plain file, or behind (another
 		// append's piece has not reached it yet): rewrite it from the store,
@@ -303,6 +326,7 @@ func (cs *CodeStore) Delete(ctx context.Context, scope, name string) (int64, err
 		return 0, err
 	}
 	if cs.cfg.MirrorDir != "" {
+		defer cs.lockMirror(scope, name)()
 		d, err := safedir.Open(cs.cfg.MirrorDir, false, scope, "files")
 		if err == nil {
 			err = d.Remove(name)
@@ -630,6 +654,20 @@ func (cs *CodeStore) mirrorPath(scope, name string) string {
 	return filepath.Join(cs.cfg.MirrorDir, scope, "files", name)
 }
 
+// lockMirror locks the on-disk copy of name of scope and returns its
+// unlock. One write of a file's copy at a time: each reads the copy's size
+// and decides from it, and a whole rewrite (a rename) must not replace a
+// copy that another write is extending.
+func (cs *CodeStore) lockMirror(scope, name string) func() {
+	h := fnv.New32a()
+	h.Write([]byte(scope))
+	h.Write([]byte{0})
+	h.Write([]byte(name))
+	mu := &cs.mirrorLocks[h.Sum32()%uint32(len(cs.mirrorLocks))]
+	mu.Lock()
+	return mu.Unlock
+}
+
 // mirror runs write on scope's on-disk files directory, when there is one,
 // and records the outcome in info. A failure does not fail the call: the
 // store has the content.
@@ -638,6 +676,7 @@ func (cs *CodeStore) mirror(scope string, info *FileInfo, write func(*safedir.Di
 		return
 	}
 	info.Path = cs.mirrorPath(scope, info.Name)
+	defer cs.lockMirror(scope, info.Name)()
 	d, err := safedir.Open(cs.cfg.MirrorDir, true, scope, "files")
 	if err == nil {
 		err = write(d)

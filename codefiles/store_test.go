@@ -361,10 +361,12 @@ func runCodeStoreSuite(t *testing.T, newStore newStoreFunc) {
 			t.Fatalf("Path %q, want %q", info.Path, disk)
 		}
 		var wg sync.WaitGroup
-		for i := range 8 {
+		// Enough concurrent appends that some find the copy behind and
+		// rewrite it whole while others extend it.
+		for i := range 16 {
 			wg.Go(func() {
-				for j := range 10 {
-					if _, err := b.cs.Append(b.ctx, "local", "m.py", fmt.Sprintf("%d-%d\n", i, j)); err != nil {
+				for j := range 25 {
+					if _, err := b.cs.Append(b.ctx, "local", "m.py", fmt.Sprintf("%d-%d %s\n", i, j, strings.Repeat("x", (i*7+j)%50))); err != nil {
 						t.Error(err)
 					}
 				}
