@@ -104,3 +104,59 @@ func TestSandboxedJobsFindNoOtherSessionInMemory(t *testing.T) {
 		}
 	}
 }
+
+// sharedMapWriteJob writes the marker MARK (built at run time, so that the
+// script's text does not hold it whole) at the end of every shared map of
+// its process that it can make writable, and prints their names.
+const sharedMapWriteJob = `
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+libc.mprotect.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+mark = ('sess' + '-' + os.environ['MARK']).encode()
+wrote = []
+for l in open('/proc/self/maps').read().splitlines():
+    r = l.split()
+    if r[1][3] != 's':
+        continue
+    lo, hi = (int(x, 16) for x in r[0].split('-'))
+    if libc.mprotect(lo, hi - lo, 7) == 0:
+        ctypes.memmove(hi - 64, mark, len(mark))
+        wrote.append(l)
+print(wrote)
+`
+
+// Every job of a zygote is its fork, so a map the zygote made shared
+// (MAP_SHARED: Python's mmap.mmap(-1, n) by default) is one memory for
+// the zygote and every job of every session. The keeper's code and stack
+// were such maps: a job made the code page writable and replaced it, and
+// the next job of another session ran that code at its exit, as that
+// session, reading its files into the shared stack for the first job to
+// read. Nothing a job inherits from the zygote may be shared.
+func TestSandboxedJobsShareNoMemory(t *testing.T) {
+	l := newSandboxLayout(t)
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Sandbox: l.cfg})
+	b := make([]byte, 8)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	mark := hex.EncodeToString(b)
+	a := l.spec(t, "a", testUIDA, sharedMapWriteJob)
+	a.Env = append(a.Env, "MARK="+mark)
+	out := zrun(t, z, a)
+	if out.ExitCode != 0 {
+		t.Fatalf("session a: exit %d\n%s%s", out.ExitCode, out.Stdout, out.Stderr)
+	}
+	if s := strings.TrimSpace(string(out.Stdout)); s != "[]" {
+		t.Errorf("a job made these maps, shared with the zygote and other sessions' jobs, writable: %s", s)
+	}
+	for i := range 2 {
+		out := zrun(t, z, l.spec(t, "b", testUIDB, memoryScanJob))
+		var found []string
+		if err := json.Unmarshal(out.Stdout, &found); err != nil || out.ExitCode != 0 {
+			t.Fatalf("scan %d: exit %d, %v\n%s%s", i, out.ExitCode, err, out.Stdout, out.Stderr)
+		}
+		if slices.Contains(found, "sess-"+mark) {
+			t.Errorf("a job of session b found what a job of session a wrote in its own memory (scan %d)", i)
+		}
+	}
+}

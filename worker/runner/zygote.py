@@ -300,12 +300,17 @@ def _keeper():
     try:
         import mmap
         page = mmap.PAGESIZE
-        code = mmap.mmap(-1, page)
+        # Private, as every map a job inherits from the zygote must be: a
+        # shared one (mmap's default) is one page for the zygote and every
+        # job of every session, which a job could make writable (mprotect)
+        # and fill with code that the next job of another session runs at
+        # its exit, as that session.
+        code = mmap.mmap(-1, page, flags=mmap.MAP_PRIVATE)
         code.write(_KEEPER_X86_64)
         addr = ctypes.addressof(ctypes.c_char.from_buffer(code))
         if _libc.mprotect(ctypes.c_void_p(addr), page, _PROT_READ | _PROT_EXEC) != 0:
             return None
-        stack = mmap.mmap(-1, 4 * page)
+        stack = mmap.mmap(-1, 4 * page, flags=mmap.MAP_PRIVATE)
         top = ctypes.addressof(ctypes.c_char.from_buffer(stack)) + 4 * page - 64
         fn = ctypes.cast(addr, ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_void_p))
         return fn, top, (code, stack)  # the maps stay referenced: never unmapped
