@@ -148,19 +148,13 @@ func openDirBeneath(dir int, rel string) (int, error) {
 	})
 }
 
-// dirNames lists the picture names of dir, in order.
+// dirNames lists the picture names of dir, in order, among its first
+// maxWalk entries (readNames).
 func dirNames(dir int) ([]string, error) {
-	dup, err := unix.Dup(dir)
+	names, err := readNames(dir, DisplayDir, maxWalk, imageNameRe.MatchString)
 	if err != nil {
 		return nil, err
 	}
-	f := os.NewFile(uintptr(dup), DisplayDir)
-	defer f.Close()
-	names, err := f.Readdirnames(-1)
-	if err != nil {
-		return nil, err
-	}
-	names = slices.DeleteFunc(names, func(n string) bool { return !imageNameRe.MatchString(n) })
 	slices.Sort(names)
 	return names, nil
 }

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"os"
+	"path"
 	"slices"
 	"strings"
 	"syscall"
@@ -210,7 +211,11 @@ func changedFiles(cwd string, since time.Time) []string {
 // itself), without its bound on the list's length, names relative to sub.
 // The walk stays below cwd and follows no link: the job, whose directory
 // it is, may have replaced any directory of sub by a link to a host path,
-// which the worker, as root, would otherwise list.
+// which the worker, as root, would otherwise list. It reads directories a
+// few entries at a time, breadth first, and stops after maxWalk entries:
+// a directory is the job's, which may have put millions of names in it,
+// and reading any directory whole (fs.WalkDir does, to sort it) once held
+// every name in the worker's memory after each of the session's calls.
 func allChangedFiles(cwd, sub string, since time.Time) []string {
 	root, err := os.OpenRoot(cwd)
 	if err != nil {
@@ -227,29 +232,77 @@ func allChangedFiles(cwd, sub string, since time.Time) []string {
 	}
 	var out []string
 	seen := 0
-	_ = fs.WalkDir(root.FS(), ".", func(p string, d fs.DirEntry, err error) error {
+	queue := []string{"."}
+	for len(queue) > 0 && seen < maxWalk {
+		dir := queue[0]
+		queue = queue[1:]
+		f, err := root.Open(dir)
 		if err != nil {
-			return nil
+			continue
 		}
-		if seen++; seen > maxWalk {
-			return fs.SkipAll
-		}
-		if d.IsDir() {
-			if p == ".codexec" {
-				return fs.SkipDir
+		for seen < maxWalk {
+			entries, err := f.ReadDir(min(readDirChunk, maxWalk-seen))
+			for _, d := range entries {
+				seen++
+				p := path.Join(dir, d.Name())
+				if wire.CheckWorkspacePath(p) != nil {
+					continue // nothing below it would be a path either
+				}
+				if d.IsDir() {
+					if p != ".codexec" {
+						queue = append(queue, p)
+					}
+					continue
+				}
+				if !d.Type().IsRegular() {
+					continue
+				}
+				if fi, err := d.Info(); err == nil && !changedAt(fi).Before(since) {
+					out = append(out, p)
+				}
 			}
-			return nil
+			if err != nil || len(entries) == 0 {
+				break
+			}
 		}
-		if !d.Type().IsRegular() || wire.CheckWorkspacePath(p) != nil {
-			return nil
-		}
-		if fi, err := d.Info(); err == nil && !changedAt(fi).Before(since) {
-			out = append(out, p)
-		}
-		return nil
-	})
+		f.Close()
+	}
 	slices.Sort(out)
 	return out
+}
+
+// readDirChunk is how many entries a walk of a job's directory reads at
+// once.
+const readDirChunk = 256
+
+// readNames returns the names of dir (a descriptor, left open) for which
+// keep is true, among the first limit entries it holds: read a few at a
+// time, so that a directory of millions of names, which a job can make,
+// costs the worker no more than limit names.
+func readNames(dir int, what string, limit int, keep func(string) bool) ([]string, error) {
+	dup, err := unix.Dup(dir)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), what)
+	defer f.Close()
+	var names []string
+	for seen := 0; seen < limit; {
+		chunk, err := f.Readdirnames(min(readDirChunk, limit-seen))
+		seen += len(chunk)
+		for _, n := range chunk {
+			if keep(n) {
+				names = append(names, n)
+			}
+		}
+		if errors.Is(err, io.EOF) || (err == nil && len(chunk) == 0) {
+			break
+		}
+		if err != nil {
+			return nil, err
+		}
+	}
+	return names, nil
 }
 
 // rootBeneath opens the directory rel (slash-separated) below root one

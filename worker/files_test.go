@@ -3,8 +3,11 @@ package worker
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 	"time"
 
@@ -116,5 +119,60 @@ func TestBatchOutputDirFollowsNoLink(t *testing.T) {
 	must(os.Symlink(host, filepath.Join(cwd, "own", "5", "hostlink")))
 	if got, _ := outputDirFiles(cwd, &wire.Job{OutputDir: "own/5"}, since); len(got) != 1 || got[0] != "own/5/d/result.txt" {
 		t.Errorf("the job's own output folder: listed %q, want own/5/d/result.txt", got)
+	}
+}
+
+// A job can fill a directory of its working directory with millions of
+// names (hard links of one empty file take neither inodes nor data), and
+// the worker lists the working directory after each of the session's
+// calls, and the display directory after each job. Reading a directory
+// whole held every name in the worker's memory: 1,000,000 links took 600
+// MiB per call, and four calls at once 2.4 GB. The walks read a bounded
+// part of any directory.
+func TestJobDirectoriesAreReadInBoundedPieces(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	const links = 60000
+	pad := strings.Repeat("x", 200)
+	fill := func(dir string) {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		base := filepath.Join(dir, "base")
+		if err := os.WriteFile(base, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		for i := range links {
+			if err := os.Link(base, filepath.Join(dir, fmt.Sprintf("%s%06d", pad, i))); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	since := time.Now().Add(-time.Minute)
+	fill(filepath.Join(cwd, "d"))
+	jobID := "01M90R39DBYZWDMAAF4FWT2G58"
+	fill(filepath.Join(cwd, DisplayDir, jobID))
+	allocated := func(f func()) uint64 {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		f()
+		runtime.ReadMemStats(&after)
+		return after.TotalAlloc - before.TotalAlloc
+	}
+	const most = 8 << 20 // the whole directory is about 60,000 × 200 bytes of names alone
+	var files []string
+	if n := allocated(func() { files = changedFiles(cwd, since) }); n > most {
+		t.Errorf("listing the changed files allocated %d bytes, more than %d", n, most)
+	}
+	if len(files) != wire.MaxChangedFiles {
+		t.Errorf("changed files: %d, want %d", len(files), wire.MaxChangedFiles)
+	}
+	var notes []string
+	if n := allocated(func() { _, notes, _ = collectPictures(cwd, jobID) }); n > most {
+		t.Errorf("collecting the pictures allocated %d bytes, more than %d", n, most)
+	}
+	if len(notes) != 0 {
+		t.Errorf("pictures: notes %q for a directory without pictures", notes)
 	}
 }

@@ -186,17 +186,10 @@ func splitDirs(rel string) (dirs []string, name string) {
 // pruneOutputFiles removes the oldest output files of dir (ULID names sort
 // by time) so that at most keep remain; other names are left alone.
 func pruneOutputFiles(dir, keep int) {
-	dup, err := unix.Dup(dir)
+	names, err := readNames(dir, OutputDir, maxWalk, outputFileRe.MatchString)
 	if err != nil {
 		return
 	}
-	f := os.NewFile(uintptr(dup), OutputDir)
-	names, err := f.Readdirnames(-1)
-	f.Close()
-	if err != nil {
-		return
-	}
-	names = slices.DeleteFunc(names, func(n string) bool { return !outputFileRe.MatchString(n) })
 	slices.Sort(names)
 	for len(names) > keep {
 		_ = unix.Unlinkat(dir, names[0], 0) // a directory of that name stays
