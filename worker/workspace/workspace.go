@@ -170,7 +170,7 @@ func (p *packer) addFile(hdr *tar.Header) error {
 // a name that is not a plain relative path, or that would reach outside dir
 // through a link, fails the restore, as do files' bytes past maxBytes or
 // entries past maxEntries(maxBytes). On failure dir may hold part of the
-// archive.
+// archive: whole files, never one cut short.
 func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	root, err := os.OpenRoot(dir)
 	if err != nil {
@@ -320,20 +320,28 @@ func (u *unpacker) file(tr io.Reader, name string, size int64, perm fs.FileMode,
 	if err != nil {
 		return err
 	}
-	if _, err := io.CopyN(f, tr, size); err != nil {
-		f.Close()
-		return err
+	err = u.fill(f, tr, size, perm)
+	if cerr := f.Close(); err == nil {
+		err = cerr
 	}
-	if err := f.Chown(u.uid, u.gid); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Chmod(perm); err != nil {
-		f.Close()
-		return err
-	}
-	if err := f.Close(); err != nil {
+	if err != nil {
+		// A file cut short (the disk limit reached, the archive truncated)
+		// is not the archive's file: it goes, so that what a failed
+		// restore leaves is whole files only, and an empty one does not
+		// count a block against a limit that held.
+		_ = u.root.Remove(name)
 		return err
 	}
 	return u.root.Chtimes(name, mtime, mtime)
+}
+
+// fill writes size bytes from tr to f and gives it its owner and mode.
+func (u *unpacker) fill(f *os.File, tr io.Reader, size int64, perm fs.FileMode) error {
+	if _, err := io.CopyN(f, tr, size); err != nil {
+		return err
+	}
+	if err := f.Chown(u.uid, u.gid); err != nil {
+		return err
+	}
+	return f.Chmod(perm)
 }

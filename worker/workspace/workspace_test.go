@@ -292,6 +292,31 @@ func TestUnpackOwnsFilesByTheSessionsUID(t *testing.T) {
 	}
 }
 
+// A restore that fails inside a file (here the archive ends in its bytes;
+// in a worker, the session's disk limit) leaves the files before it whole
+// and not that one: a file cut short is not the snapshot's, and an empty
+// one would still count a block against the disk limit.
+func TestUnpackLeavesNoFileCutShort(t *testing.T) {
+	big := strings.Repeat("z", 64<<10)
+	data := archive(t,
+		entry{tar.Header{Name: "whole", Typeflag: tar.TypeReg}, "kept"},
+		entry{tar.Header{Name: "d/cut", Typeflag: tar.TypeReg}, big},
+	)
+	cut := bytes.Index(data, []byte(big)) + 4096
+	dir := t.TempDir()
+	uid, gid := ids()
+	err := Unpack(bytes.NewReader(data[:cut]), dir, uid, gid, 1<<20)
+	if err == nil {
+		t.Fatal("an archive ending inside a file unpacked without an error")
+	}
+	if got := read(t, filepath.Join(dir, "whole")); got != "kept" {
+		t.Errorf("the whole file before it: %q", got)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, "d", "cut")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("the file cut short is left (lstat: %v)", err)
+	}
+}
+
 func TestManifestSeesChanges(t *testing.T) {
 	dir := t.TempDir()
 	m0, err := Manifest(dir)
