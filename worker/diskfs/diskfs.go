@@ -277,14 +277,28 @@ func (f *FS) SetLimit(limit int64) error {
 		return fmt.Errorf("diskfs: %w", err)
 	}
 	defer b.Close()
+	// A ballast that grew may have taken extent blocks it had not
+	// counted (the first fallocate of a new file system's ballast takes
+	// one): a second look gives them back, shrinking it, so that the
+	// limit is the bytes asked, not a block less.
+	grew, err := f.sizeBallast(b, limit, true)
+	if err == nil && grew {
+		_, err = f.sizeBallast(b, limit, false)
+	}
+	return err
+}
+
+// sizeBallast sizes the ballast b for limit, growing it only when grow is
+// set, and reports whether it grew.
+func (f *FS) sizeBallast(b *os.File, limit int64, grow bool) (bool, error) {
 	var st unix.Stat_t
 	if err := unix.Fstat(int(b.Fd()), &st); err != nil {
-		return fmt.Errorf("diskfs: %w", err)
+		return false, fmt.Errorf("diskfs: %w", err)
 	}
 	ballast := st.Blocks * 512 // its data and its extent blocks
 	used, avail, err := f.space()
 	if err != nil {
-		return err
+		return false, err
 	}
 	work := used - ballast - f.overhead
 	// The ballast takes all the rest but what the job may still use;
@@ -296,8 +310,11 @@ func (f *FS) SetLimit(limit int64) error {
 	want = max(0, want) &^ (st.Blksize - 1)
 	if want < st.Size {
 		if err := b.Truncate(want); err != nil {
-			return fmt.Errorf("diskfs: ballast: %w", err)
+			return false, fmt.Errorf("diskfs: ballast: %w", err)
 		}
+	}
+	if !grow || want <= st.Size {
+		return false, nil
 	}
 	// Growing may find a few blocks short (the ballast's own extent
 	// blocks): then it takes what there is, a few blocks less at a time
@@ -307,17 +324,17 @@ func (f *FS) SetLimit(limit int64) error {
 	for i := 0; want > st.Size; i++ {
 		err := unix.Fallocate(int(b.Fd()), 0, 0, want)
 		if err == nil {
-			break
+			return true, nil
 		}
 		if !errors.Is(err, unix.ENOSPC) {
-			return fmt.Errorf("diskfs: ballast: %w", err)
+			return false, fmt.Errorf("diskfs: ballast: %w", err)
 		}
 		if i == 16 {
 			step = 1 << 20
 		}
 		want -= step
 	}
-	return nil
+	return false, nil
 }
 
 // Usage is what the Work directory holds, in bytes: what the file system

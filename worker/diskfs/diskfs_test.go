@@ -198,6 +198,42 @@ func TestSetLimitFollowsWhatIsThere(t *testing.T) {
 	}
 }
 
+// The limit is the bytes asked, to the block: what the Work directory
+// holds and what it may still allocate add up to it, from a new file
+// system's first SetLimit (whose ballast takes an extent block it had not
+// counted) to a grown and a shrunk limit, on a small image and on one the
+// size of a worker's.
+func TestSetLimitIsExact(t *testing.T) {
+	for _, size := range []int64{256 << 20, 32 << 30} {
+		f := mounted(t, size)
+		exact := func(limit int64) {
+			t.Helper()
+			if err := f.SetLimit(limit); err != nil {
+				t.Fatal(err)
+			}
+			used, err := f.Usage()
+			if err != nil {
+				t.Fatal(err)
+			}
+			avail, err := f.Avail()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if used+avail != limit {
+				t.Errorf("%d MiB image, %d KiB limit: %d KiB used, %d KiB free: %d KiB off",
+					size>>20, limit>>10, used>>10, avail>>10, (used+avail-limit)>>10)
+			}
+		}
+		exact(20 << 20)
+		if err := os.WriteFile(filepath.Join(f.Work(), "a"), make([]byte, 3<<20), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		exact(8 << 20)
+		exact(64 << 20)
+		exact(20 << 20)
+	}
+}
+
 // Mounting an image on the directory that already has it (a worker that
 // died left it mounted) reuses that mount; mounting it anywhere else while
 // it is attached is refused, since two mounts would corrupt it.
