@@ -447,7 +447,7 @@ func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire
 	if err := disk.setLimit(set.Disk); err != nil {
 		return fail(wire.StatusInternal, "set the disk limit: "+err.Error())
 	}
-	if _, err := w.restoreWorkspace(ctx, req.Scope, cwd, uid, set.Disk, log); err != nil {
+	if _, err := w.restoreWorkspace(ctx, req.Scope, cwd, uid, disk, set.Disk, log); err != nil {
 		return fail(wire.StatusInternal, "restore the session's files: "+err.Error())
 	}
 	script := filepath.Join(scripts, "context_"+req.ID+".py")
@@ -514,7 +514,7 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		return &wire.ContextReply{Result: res, Ended: why, EndedBefore: true}
 	default:
 	}
-	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.set.Disk, log)
+	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.disk, c.set.Disk, log)
 	if err != nil {
 		log.Warn("the session's files could not be restored; the call runs on this worker's copy", "err", err)
 	}

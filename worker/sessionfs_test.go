@@ -272,7 +272,12 @@ func sessionWork(w *Worker, scope string) string {
 // limit too: files whose bytes fit 20 MiB but whose blocks do not (19 MiB
 // and 400 one-byte files, a block each) are refused by the kernel, and the
 // job ends on the disk limit with what to do, not with an internal error
-// or a workspace over its limit.
+// or a workspace over its limit (not even by the block of a file the
+// restore could not write). So is one restored over an older copy that
+// held more than the call's limit: the limit is set again once the restore
+// has cleared that copy (set over it, the limit left the restore every
+// block the clear freed: 19 MiB and 400 blocks were restored under 20 MiB,
+// 21,072 KiB, and the job ended ok).
 func TestRestoreHeldToTheDiskLimit(t *testing.T) {
 	needSessionFS(t)
 	fx := newLifecycleFixture(t)
@@ -295,8 +300,7 @@ func TestRestoreHeldToTheDiskLimit(t *testing.T) {
 	a, b := start("restore-a"), start("restore-b")
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	const scope = "restore-limit"
-	run := func(w *Worker, code string, diskMB int64) *wire.Result {
+	run := func(w *Worker, scope, code string, diskMB int64) *wire.Result {
 		t.Helper()
 		job := &wire.Job{
 			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope,
@@ -318,14 +322,37 @@ for i in range(400):
     with open('small-%d' % i, 'wb') as f:
         f.write(b'y')
 print('written')`
-	if res := run(a, write, 30); res.Status != wire.StatusOK {
+	const scope = "restore-limit"
+	if res := run(a, scope, write, 30); res.Status != wire.StatusOK {
 		t.Fatalf("writing on %s: %s %s %q", a.ID(), res.Status, res.Message, res.Stderr)
 	}
-	res := run(b, "print('restored')", 20)
+	res := run(b, scope, "print('restored')", 20)
 	if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk || !strings.Contains(res.Message, "restored from their snapshot") {
 		t.Errorf("restoring 19 MiB and 400 blocks under 20 MiB: status %s, limit %q: %s; want the disk limit, the snapshot named", res.Status, res.Limit, res.Message)
 	}
 	if du := DiskUsage(sessionWork(b, scope)); du > 20<<20 {
 		t.Errorf("the restored workspace takes %d KiB, over its 20 MiB limit", du>>10)
+	}
+
+	// b holds 25 MiB of the session; a cuts it to 19 MiB and 400 blocks;
+	// b restores that under 20 MiB.
+	const over = "restore-over"
+	for _, step := range []struct {
+		w    *Worker
+		code string
+	}{
+		{b, "open('old', 'wb').write(b'x' * (25 << 20))"},
+		{a, "import os\nos.truncate('old', 19 << 20)\n" + write[strings.Index(write, "for i"):]},
+	} {
+		if res := run(step.w, over, step.code, 30); res.Status != wire.StatusOK {
+			t.Fatalf("on %s: %s %s %q", step.w.ID(), res.Status, res.Message, res.Stderr)
+		}
+	}
+	res = run(b, over, "import os\nprint(os.path.getsize('old') >> 20)", 20)
+	if res.Status != wire.StatusLimit || res.Limit != wire.LimitDisk {
+		t.Errorf("restoring 19 MiB and 400 blocks under 20 MiB over an older 25 MiB copy: status %s, limit %q: %s %q; want the disk limit", res.Status, res.Limit, res.Message, res.Stdout)
+	}
+	if du := DiskUsage(sessionWork(b, over)); du > 20<<20 {
+		t.Errorf("the workspace restored over an older copy takes %d KiB, over its 20 MiB limit", du>>10)
 	}
 }

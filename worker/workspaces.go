@@ -89,9 +89,12 @@ func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + 
 // worker's copy is of another one (or it has none), owned by uid. On the
 // holder, the common case, it costs one read of the state store. A
 // snapshot that is gone (expired, or never stored) leaves cwd as it is; a
-// snapshot that cannot be read fails the job, which may be retried. With
-// Config.LocalWorkspaces it does nothing (and saveWorkspace neither).
-func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid int, maxLen int64, log *slog.Logger) (*workspaceJob, error) {
+// snapshot that cannot be read fails the job, which may be retried. The
+// snapshot's files are held to maxLen bytes, and on a session file system
+// (disk, nil for none) to the disk limit maxLen, set again once the old
+// files are gone. With Config.LocalWorkspaces it does nothing (and
+// saveWorkspace neither).
+func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid int, disk *sessionDisk, maxLen int64, log *slog.Logger) (*workspaceJob, error) {
 	if w.cfg.LocalWorkspaces {
 		return nil, nil
 	}
@@ -120,7 +123,18 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 		return nil, err
 	}
 	defer r.Close()
-	if err := workspace.Unpack(r, cwd, uid, gidOf(uid), maxLen); err != nil {
+	// The old files go before the limit is set again: set over them (as
+	// the job's limit was, before the restore), a copy that held more
+	// than this call's limit left the ballast no room to hold it, and
+	// the restore could use every block the clear freed.
+	err = workspace.Clear(cwd)
+	if err == nil {
+		err = disk.setLimit(maxLen)
+	}
+	if err == nil {
+		err = workspace.Unpack(r, cwd, uid, gidOf(uid), maxLen)
+	}
+	if err != nil {
 		// The directory holds part of the snapshot: this worker's copy is
 		// of none, and the next job restores again.
 		if lerr := w.saveLocalWorkspace(scope, localWorkspace{Manifest: "partial"}); lerr != nil {

@@ -116,7 +116,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	// the snapshot's size) fails that job, and the next job restores again.
 	cwdA := sessionWork(a, scope)
 	log := slog.New(slog.DiscardHandler)
-	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 3, log); !errors.Is(err, workspace.ErrTooLarge) {
+	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 3, log); !errors.Is(err, workspace.ErrTooLarge) {
 		t.Fatalf("a restore past the job's disk limit: %v, want ErrTooLarge", err)
 	}
 	res, _ = run(a, "import os\nprint(sorted(os.listdir('.')), open('new.txt').read())")
@@ -154,7 +154,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cwdA, "big"), make([]byte, 64<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), 32<<10, log)
+	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 32<<10, log)
 	if err != nil {
 		t.Fatal(err)
 	}

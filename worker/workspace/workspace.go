@@ -187,6 +187,22 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	return nil
 }
 
+// Clear removes everything in dir, not dir itself (it may be a mount
+// point), without following links: what Unpack does first, for a caller
+// that must act between the old files' going and the archive's coming (a
+// disk limit set on the emptied directory).
+func Clear(dir string) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return fmt.Errorf("workspace: clear: %w", err)
+	}
+	defer root.Close()
+	if err := clear(root); err != nil {
+		return fmt.Errorf("workspace: clear %s: %w", dir, err)
+	}
+	return nil
+}
+
 // clear removes everything in root's directory, not the directory itself.
 // os.Root.RemoveAll does not follow links.
 func clear(root *os.Root) error {
