@@ -19,6 +19,11 @@
 // never attached twice: a second mount of one ext4 image through two
 // devices would corrupt it. mkfs.ext4 is run with fixed arguments.
 //
+// A new session's file system need not pay for mkfs.ext4 and its first
+// ballast: MakeTemplate makes one, mounted once and set for a limit, and
+// Clone copies it (FICLONE, or copy_file_range of its data only, holes
+// kept), ready to mount.
+//
 // Everything here needs root (CAP_SYS_ADMIN for loop devices and mounts);
 // Check says whether this process can use it, and why not.
 package diskfs
