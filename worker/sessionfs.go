@@ -25,6 +25,18 @@ import (
 // job sets the ballast for its own disk limit before it runs, and the
 // kernel refuses a write past it: nothing to measure, nothing to outrun.
 //
+// A session's image is a copy of a template the worker makes once, at
+// start and in the background, for its image size and its default disk
+// limit (disks/.template-<size>-<limit>.img: an empty file system mounted
+// once, its ballast set for that limit): copied by FICLONE or by
+// copy_file_range of its data only, so that a session's first call pays
+// for neither mkfs.ext4 nor the first fallocate of its ballast. Made by
+// each worker at its start (a template left by another is removed, with a
+// copy cut short), and removed when it stops, it is never older than the
+// worker's mkfs.ext4 and settings. Where a copy fails, or a copy does not
+// mount, the worker drops the template, says why, and makes images with
+// mkfs.ext4 as without one.
+//
 // The sessions root is a shared mount (bound onto itself), so that a file
 // system mounted there after the sandboxes started still reaches them:
 // bubblewrap makes its mount namespace a slave of the host's, and each
@@ -34,9 +46,15 @@ import (
 type sessionFS struct {
 	root, images string
 	size         int64
+	limit        int64 // the default disk limit, the template's
 	max          int
 	idle         time.Duration
 	log          *slog.Logger
+
+	tmplPath  string        // the template image
+	tmplReady chan struct{} // closed once the template is made, or not
+	tmplMu    sync.Mutex
+	tmplOK    bool // made, and not dropped
 
 	scopes scopeLocks // one mount or unmount of a session at a time
 	mu     sync.Mutex
@@ -89,14 +107,18 @@ func newSessionFS(ctx context.Context, cfg Config, root string, log *slog.Logger
 	}
 	s := &sessionFS{
 		root: root, images: filepath.Join(cfg.DataDir, "disks"), size: cfg.SessionFSSize,
-		max: cfg.SessionFSMounted, idle: cfg.SessionFSIdle, log: log,
+		limit: cfg.Limits.Disk, max: cfg.SessionFSMounted, idle: cfg.SessionFSIdle, log: log,
 		disks: map[string]*sessionDisk{}, legacy: map[string]bool{},
-		stop: make(chan struct{}), done: make(chan struct{}),
+		stop: make(chan struct{}), done: make(chan struct{}), tmplReady: make(chan struct{}),
 	}
+	s.tmplPath = filepath.Join(s.images, fmt.Sprintf(".template-%d-%d.img", s.size, s.limit))
 	if err := os.MkdirAll(s.images, 0o700); err != nil {
 		return nil, err
 	}
 	if err := s.probe(ctx); err != nil {
+		return nil, err
+	}
+	if err := s.removeTemplates(); err != nil {
 		return nil, err
 	}
 	if err := unmountUnder(root); err != nil {
@@ -105,8 +127,101 @@ func newSessionFS(ctx context.Context, cfg Config, root string, log *slog.Logger
 	if err := shareRoot(root); err != nil {
 		return nil, err
 	}
+	go s.makeTemplate()
 	go s.sweepLoop()
 	return s, nil
+}
+
+// templateDir is where the template is mounted while it is made.
+func (s *sessionFS) templateDir() string { return filepath.Join(s.images, ".template") }
+
+// removeTemplates removes what a worker left of its template: the images
+// (of any size and limit), the mount of one being made when it died, and
+// the copies cut short.
+func (s *sessionFS) removeTemplates() error {
+	dir := s.templateDir()
+	if mp, err := diskfs.IsMountPoint(dir); err != nil {
+		return err
+	} else if mp {
+		if err := unix.Unmount(dir, unix.MNT_DETACH); err != nil {
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+	for _, pattern := range []string{".template-*.img", ".*.clone"} {
+		stale, _ := filepath.Glob(filepath.Join(s.images, pattern))
+		for _, p := range stale {
+			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// makeTemplate makes the template, and says when it cannot.
+func (s *sessionFS) makeTemplate() {
+	defer close(s.tmplReady)
+	dir := s.templateDir()
+	err := os.MkdirAll(dir, 0o700)
+	defer os.Remove(dir)
+	if err == nil {
+		err = diskfs.MakeTemplate(context.Background(), s.tmplPath, dir, s.size, s.limit)
+	}
+	if err != nil {
+		s.log.Warn("no template for the sessions' file systems: each is made with mkfs.ext4", "err", err)
+		return
+	}
+	s.tmplMu.Lock()
+	s.tmplOK = true
+	s.tmplMu.Unlock()
+}
+
+// template is the template's path once it is made, "" for none.
+func (s *sessionFS) template(ctx context.Context) string {
+	select {
+	case <-s.tmplReady:
+	case <-ctx.Done():
+		return ""
+	}
+	s.tmplMu.Lock()
+	defer s.tmplMu.Unlock()
+	if !s.tmplOK {
+		return ""
+	}
+	return s.tmplPath
+}
+
+// dropTemplate stops the use of the template (a copy failed, or did not
+// mount), and says why.
+func (s *sessionFS) dropTemplate(scope string, err error) {
+	s.tmplMu.Lock()
+	ok := s.tmplOK
+	s.tmplOK = false
+	s.tmplMu.Unlock()
+	if ok {
+		s.log.Warn("template of the sessions' file systems dropped: each is made with mkfs.ext4 from now on", "scope", scope, "err", err)
+		os.Remove(s.tmplPath)
+	}
+}
+
+// makeImage makes scope's image, a copy of the template where there is
+// one, and reports whether it is.
+func (s *sessionFS) makeImage(ctx context.Context, scope, image string) (cloned bool, err error) {
+	if tmpl := s.template(ctx); tmpl != "" {
+		// Copied beside it, then renamed: a copy cut short (the worker
+		// killed) is never taken for the session's image.
+		tmp := filepath.Join(s.images, "."+scope+".clone")
+		os.Remove(tmp)
+		err := diskfs.Clone(tmpl, tmp)
+		if err == nil {
+			if err = os.Rename(tmp, image); err == nil {
+				return true, nil
+			}
+			os.Remove(tmp)
+		}
+		s.dropTemplate(scope, err)
+	}
+	return false, diskfs.Create(ctx, image, s.size)
 }
 
 // probe makes, mounts and removes a small file system: Check finds the
@@ -227,13 +342,26 @@ func (s *sessionFS) mount(ctx context.Context, scope, dir string) (*diskfs.FS, e
 		return nil, err
 	}
 	image := filepath.Join(s.images, scope+".img")
+	cloned := false
 	if _, err := os.Lstat(image); errors.Is(err, os.ErrNotExist) {
-		if err := diskfs.Create(ctx, image, s.size); err != nil {
+		if cloned, err = s.makeImage(ctx, scope, image); err != nil {
 			return nil, err
 		}
 	}
 	for i := 0; ; i++ {
 		f, err := diskfs.Mount(image, dir)
+		if err != nil && cloned && !errors.Is(err, diskfs.ErrInUse) {
+			// A copy of the template that does not mount holds no file
+			// of the session's yet: made again with mkfs.ext4.
+			s.dropTemplate(scope, err)
+			cloned = false
+			if err = os.Remove(image); err == nil {
+				err = diskfs.Create(ctx, image, s.size)
+			}
+			if err == nil {
+				f, err = diskfs.Mount(image, dir)
+			}
+		}
 		if err == nil {
 			// Passable, not listable, like the sessions root: the job's
 			// uid goes through to its Work directory.
@@ -345,6 +473,13 @@ func (s *sessionFS) sweepLoop() {
 func (s *sessionFS) close() {
 	close(s.stop)
 	<-s.done
+	<-s.tmplReady
+	s.tmplMu.Lock()
+	s.tmplOK = false
+	s.tmplMu.Unlock()
+	if err := os.Remove(s.tmplPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		s.log.Warn("template of the sessions' file systems not removed", "err", err)
+	}
 	s.mu.Lock()
 	disks := s.disks
 	s.disks = map[string]*sessionDisk{}

@@ -2,6 +2,8 @@ package worker
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -254,6 +256,123 @@ func TestSessionFSMountsBoundedAndIdle(t *testing.T) {
 	}
 	if data, err := os.ReadFile(filepath.Join(root, "legacy", "old.txt")); err != nil || string(data) != "kept" {
 		t.Errorf("the plain directory's file: %q, %v", data, err)
+	}
+}
+
+// fsUUID is the UUID in the superblock of the ext4 image at path.
+func fsUUID(t *testing.T, path string) string {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	uuid := make([]byte, 16)
+	if _, err := f.ReadAt(uuid, 1024+0x68); err != nil {
+		t.Fatal(err)
+	}
+	return fmt.Sprintf("%x", uuid)
+}
+
+// A session's image is a copy of the worker's template: same file system
+// (its UUID), its ballast already set for the default disk limit, to the
+// block, before any job sets it. A template that no longer gives an image
+// that mounts is dropped, and the session's image made with mkfs.ext4. A
+// worker removes what another left of its templates when it starts, and
+// its own when it stops.
+func TestSessionImagesClonedFromTheTemplate(t *testing.T) {
+	needSessionFS(t)
+	data := t.TempDir()
+	root := filepath.Join(data, "sessions")
+	disks := filepath.Join(data, "disks")
+	for _, d := range []string{root, disks} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stale := []string{filepath.Join(disks, ".template-1-2.img"), filepath.Join(disks, ".gone.clone")}
+	for _, p := range stale {
+		if err := os.WriteFile(p, []byte("left by a worker that died"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const limit = 20 << 20
+	cfg := Config{DataDir: data, SessionFSSize: 1 << 30, SessionFSMounted: 8, SessionFSIdle: time.Hour}
+	cfg.Limits.Disk = limit
+	ctx := context.Background()
+	s, err := newSessionFS(ctx, cfg, root, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed := false
+	t.Cleanup(func() {
+		if !closed {
+			s.close()
+		}
+	})
+	for _, p := range stale {
+		if _, err := os.Stat(p); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("%s, left by another worker, is still there: %v", filepath.Base(p), err)
+		}
+	}
+	tmpl := s.template(ctx)
+	if tmpl == "" {
+		t.Fatal("no template")
+	}
+	a, err := s.acquire(ctx, "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fsUUID(t, filepath.Join(disks, "a.img")), fsUUID(t, tmpl); got != want {
+		t.Errorf("the session's file system %s, the template's %s: not a copy", got, want)
+	}
+	used, _ := a.fs.Usage()
+	avail, _ := a.fs.Avail()
+	if used+avail != limit {
+		t.Errorf("a new session's file system, before any limit is set: %d KiB used, %d KiB free; want the default %d KiB in all",
+			used>>10, avail>>10, limit>>10)
+	}
+
+	// A template whose copies do not mount: its superblock gone.
+	f, err := os.OpenFile(tmpl, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WriteAt(make([]byte, 4096), 0); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	b, err := s.acquire(ctx, "b")
+	if err != nil {
+		t.Fatalf("a session whose copy of the template did not mount: %v", err)
+	}
+	if err := os.WriteFile(filepath.Join(b.fs.Work(), "f"), []byte("x"), 0o600); err != nil {
+		t.Error(err)
+	}
+	if s.template(ctx) != "" {
+		t.Error("the template is still used after a copy that did not mount")
+	}
+	if _, err := os.Stat(tmpl); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the dropped template is still there: %v", err)
+	}
+
+	// A template again at the next start; none once it stops.
+	s.release(a)
+	s.release(b)
+	s.close()
+	closed = true
+	s, err = newSessionFS(ctx, cfg, root, slog.New(slog.DiscardHandler))
+	if err != nil {
+		t.Fatal(err)
+	}
+	closed = false
+	if s.template(ctx) != tmpl {
+		t.Errorf("no template at the next start")
+	}
+	s.close()
+	closed = true
+	if left, _ := filepath.Glob(filepath.Join(disks, ".*")); len(left) != 0 {
+		t.Errorf("left in disks/ after the stop: %v", left)
 	}
 }
 
