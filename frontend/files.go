@@ -132,36 +132,74 @@ func (f *Frontend) filesJob(ctx context.Context, scope string, op *wire.FileOp, 
 	return res, nil
 }
 
-// readWorkspaceFile answers resources/read of a workspace URI.
+// readWorkspaceFile answers resources/read of a workspace URI when mcp-go
+// serves it. The router answers most such reads itself (readResource), so
+// that their errors carry the codes the protocol gives them; mcp-go makes
+// any handler's error an internal error (-32603).
 func (f *Frontend) readWorkspaceFile(stdio bool) server.ResourceTemplateHandlerFunc {
 	return func(ctx context.Context, req mcp.ReadResourceRequest) ([]mcp.ResourceContents, error) {
-		op, handle, err := parseWorkspaceURI(req.Params.URI)
-		if err != nil {
-			return nil, err
-		}
 		scope, err := callScope(ctx, stdio)
-		if err == nil && handle != "" {
-			scope, err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), handle)
-		}
-		if bscope, berr := batchURIScope(ctx, stdio, req.Params.URI); err == nil && (berr != nil || bscope != "") {
-			scope, err = bscope, berr
-			if handle != "" {
-				err = rejected("a workspace URI names a workspace or a batch, not both")
-			}
-		}
 		if err != nil {
 			return nil, errors.New(asToolError(err).Message)
 		}
-		res, err := f.filesJob(ctx, scope, op, "")
-		if err != nil {
-			return nil, errors.New(asToolError(err).Message)
+		contents, rerr := f.readWorkspace(ctx, stdio, scope, req.Params.URI)
+		if rerr != nil {
+			return nil, errors.New(rerr.Message)
 		}
-		var data wire.FileData
-		if err := json.Unmarshal(res.Data, &data); err != nil {
-			return nil, fmt.Errorf("the worker's answer for job %s is unreadable: %v", res.JobID, err)
-		}
-		return []mcp.ResourceContents{fileContents(req.Params.URI, data)}, nil
+		return contents, nil
 	}
+}
+
+// readWorkspace reads the file of a workspace URI for a caller of session
+// scope scope: in that scope, in the workspace of its ?workspace= handle,
+// or in the batch of its ?batch=. A URI that is no workspace file's, or
+// names a handle or batch badly, is invalid params (-32602); a file that
+// is not there is resource not found (-32002, the URI in data); anything
+// else is internal (-32603).
+func (f *Frontend) readWorkspace(ctx context.Context, stdio bool, scope, uri string) ([]mcp.ResourceContents, *rpcError) {
+	op, handle, err := parseWorkspaceURI(uri)
+	if err != nil {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: err.Error()}
+	}
+	if handle != "" {
+		scope, err = f.resolveHandle(ctx, ownerFrom(ctx, stdio), handle)
+	}
+	if bscope, berr := batchURIScope(ctx, stdio, uri); err == nil && (berr != nil || bscope != "") {
+		scope, err = bscope, berr
+		if handle != "" {
+			err = rejected("a workspace URI names a workspace or a batch, not both")
+		}
+	}
+	if err == nil {
+		var res *wire.Result
+		if res, err = f.filesJob(ctx, scope, op, ""); err == nil {
+			var data wire.FileData
+			if err := json.Unmarshal(res.Data, &data); err != nil {
+				return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: fmt.Sprintf("the worker's answer for job %s is unreadable: %v", res.JobID, err)}
+			}
+			return []mcp.ResourceContents{fileContents(uri, data)}, nil
+		}
+	}
+	te := asToolError(err)
+	switch {
+	case te.Status == wire.StatusRejected:
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: te.Message}
+	case te.Status == wire.StatusError && strings.HasSuffix(te.Message, wire.NoFile):
+		return nil, &rpcError{Code: resourceNotFoundCode(ctx), Message: "Resource not found: " + te.Message, Data: map[string]string{"uri": uri}}
+	}
+	return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: te.Message}
+}
+
+// resourceNotFoundCode is the code of a missing resource: -32002 up to
+// revision 2025-11-25, invalid params (-32602) from 2026-07-28 on, as
+// mcp-go answers for a URI that no resource matches. Over HTTP the
+// request's Mcp-Protocol-Version header names the revision.
+func resourceNotFoundCode(ctx context.Context) int {
+	v, _ := ctx.Value(protocolHeaderKey{}).(string)
+	if mcp.IsModernProtocol(v) {
+		return mcp.INVALID_PARAMS
+	}
+	return mcp.RESOURCE_NOT_FOUND
 }
 
 // fileContents is a read's answer: text when the bytes are UTF-8 without

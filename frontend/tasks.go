@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -176,7 +177,8 @@ type taskOutcome struct {
 }
 
 // taskRouter answers the task methods and task-augmented tool calls of one
-// MCP server, and passes everything else on.
+// MCP server, and resources/read of its workspace files (readResource),
+// and passes everything else on.
 type taskRouter struct {
 	f     *Frontend
 	srv   *server.MCPServer
@@ -218,13 +220,15 @@ type rpcMessage struct {
 type rpcError struct {
 	Code    int    `json:"code"`
 	Message string `json:"message"`
+	Data    any    `json:"data,omitempty"`
 }
 
 // mayConcernTasks is a cheap first look at a message (which may carry
-// megabytes of code): only one that names a task method or a task
-// parameter is decoded.
+// megabytes of code): only one that names a task method, a task parameter
+// or resources/read (readResource) is decoded.
 func mayConcernTasks(msg []byte) bool {
-	return bytes.Contains(msg, []byte(`"tasks/`)) || bytes.Contains(msg, []byte(`"task"`))
+	return bytes.Contains(msg, []byte(`"tasks/`)) || bytes.Contains(msg, []byte(`"task"`)) ||
+		bytes.Contains(msg, []byte(`"resources/read"`))
 }
 
 // take decides whether msg is the router's to answer: when it is, answer
@@ -283,6 +287,14 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 		}
 		_ = json.Unmarshal(m.Params, &p)
 		work = func() (any, *rpcError) { return r.listTasks(ctx, scope, p.Cursor) }
+	case string(mcp.MethodResourcesRead):
+		var p struct {
+			URI string `json:"uri"`
+		}
+		if err := json.Unmarshal(m.Params, &p); err != nil || !strings.HasPrefix(p.URI, workspaceURIPrefix) {
+			return nil, false // mcp-go says there is no such resource
+		}
+		work = func() (any, *rpcError) { return r.readResource(ctx, scope, p.URI) }
 	default:
 		return nil, false
 	}
@@ -290,6 +302,18 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 		result, rerr := work()
 		return encodeResponse(m.ID, result, rerr)
 	}, true
+}
+
+// readResource answers resources/read of a workspace URI. mcp-go would
+// answer every error of its handler as internal (-32603), where the
+// protocol says -32002 for a resource that is not there: a client tells a
+// missing file from a failure by the code.
+func (r *taskRouter) readResource(ctx context.Context, scope, uri string) (any, *rpcError) {
+	contents, rerr := r.f.readWorkspace(ctx, r.stdio, scope, uri)
+	if rerr != nil {
+		return nil, rerr
+	}
+	return mcp.ReadResourceResult{Contents: contents}, nil
 }
 
 // encodeResponse is the JSON-RPC response to the request of id.

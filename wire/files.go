@@ -43,6 +43,11 @@ type FileData struct {
 // MaxFileRead is the most bytes one read of a files job returns.
 const MaxFileRead = 4 << 20
 
+// NoFile ends the message of a files job that found no regular file of
+// the working directory at its path (missing, a link, a directory: the
+// same words for all). The frontend tells a missing resource by it.
+const NoFile = "no such file in the working directory"
+
 // CheckWorkspacePath says why p cannot name a file of a working directory:
 // it must be relative, clean (no ".", "..", empty or trailing component),
 // valid UTF-8 without control characters, at most 1024 bytes, each name at

@@ -28,7 +28,7 @@ const maxUpload = 16 << 20
 // file of the working directory, says: the same words whatever the
 // reason, so that nothing tells a missing file from a link or another
 // session's name.
-var errNoFile = errors.New("no such file in the working directory")
+var errNoFile = errors.New(wire.NoFile)
 
 // runFiles reads or writes one file of the session's working directory,
 // in its session as an execution would (the directory restored when

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/codexec/codexec/frontend"
@@ -49,6 +50,20 @@ func readResource(t *testing.T, c *client.Client, uri string) ([]byte, int64, er
 	}
 	size, _ := meta["size"].(float64)
 	return data, int64(size), nil
+}
+
+// readResourceError is the JSON-RPC error of resources/read of uri, nil
+// when the read succeeds.
+func readResourceError(t *testing.T, c *client.Client, uri string) *mcp.JSONRPCErrorDetails {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	resp, err := c.GetTransport().SendRequest(ctx, transport.JSONRPCRequest{JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId(int64(1 << 40)),
+		Method: string(mcp.MethodResourcesRead), Params: map[string]any{"uri": uri}})
+	if err != nil {
+		t.Fatalf("resources/read %s: %v", uri, err)
+	}
+	return resp.Error
 }
 
 // readWhole reads uri in pieces of 4 MiB until _meta.size.
@@ -171,6 +186,14 @@ print(len(text), len(blob))
 	_, _, missing := readResource(t, c, "codexec://workspace/never-written.txt")
 	if missing == nil {
 		t.Fatal("a missing file read without error")
+	}
+	// The protocol's code for a resource that is not there, with its URI;
+	// a path that names no file of a workspace is invalid params.
+	for uri, code := range map[string]int{"codexec://workspace/never-written.txt": mcp.RESOURCE_NOT_FOUND, "codexec://workspace/../x": mcp.INVALID_PARAMS} {
+		rerr := readResourceError(t, c, uri)
+		if rerr == nil || rerr.Code != code || code == mcp.RESOURCE_NOT_FOUND && fmt.Sprint(rerr.Data) != fmt.Sprint(map[string]any{"uri": uri}) {
+			t.Fatalf("read %s: error %+v; want code %d", uri, rerr, code)
+		}
 	}
 	for _, bad := range []string{"codexec://workspace/link.txt", "codexec://workspace/linkdir/secret.txt",
 		"codexec://workspace/..%2Fetc%2Fpasswd", "codexec://workspace/%2E%2E/etc/passwd", "codexec://workspace//etc/passwd",
