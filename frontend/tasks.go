@@ -460,6 +460,9 @@ func (f *Frontend) outcomeOf(res *mcp.CallToolResult, err error, cancelled bool)
 		o.Status, o.Message = mcp.TaskStatusFailed, "the tool returned no result"
 	default:
 		o.Status = outcomeStatus(res, cancelled)
+		if o.Status != mcp.TaskStatusCompleted {
+			o.Message = resultMessage(res)
+		}
 		o.Result, _ = json.Marshal(res)
 		if len(o.Result) > f.outcomeLimit() {
 			// Too large for one message: the job's stored result
@@ -496,6 +499,44 @@ func outcomeStatus(res *mcp.CallToolResult, cancelled bool) mcp.TaskStatus {
 		return mcp.TaskStatusFailed
 	}
 	return mcp.TaskStatusCompleted
+}
+
+// maxStatusMessage bounds a task's statusMessage taken from its result.
+const maxStatusMessage = 1000
+
+// resultMessage is why a tool's result failed, as a task's statusMessage
+// says it: the status and message of its structured content (every
+// result shape has them), else its first text, on one line, clipped.
+func resultMessage(res *mcp.CallToolResult) string {
+	var st struct {
+		Status  string `json:"status"`
+		Message string `json:"message"`
+	}
+	if b, err := json.Marshal(res.StructuredContent); err == nil {
+		_ = json.Unmarshal(b, &st)
+	}
+	msg := st.Message
+	if msg == "" {
+		for _, c := range res.Content {
+			if tc, ok := c.(mcp.TextContent); ok && strings.TrimSpace(tc.Text) != "" {
+				msg = tc.Text
+				break
+			}
+		}
+	}
+	msg = strings.Join(strings.Fields(msg), " ")
+	switch {
+	case msg == "" && st.Status == "":
+		msg = "the tool failed"
+	case msg == "":
+		msg = st.Status
+	case st.Status != "" && !strings.HasPrefix(msg, st.Status):
+		msg = st.Status + ": " + msg
+	}
+	if len(msg) > maxStatusMessage {
+		msg = strings.ToValidUTF8(msg[:maxStatusMessage], "") + "…"
+	}
+	return msg
 }
 
 // taskState is what is known of a task now: its outcome when it is over
@@ -564,6 +605,12 @@ func (f *Frontend) state(ctx context.Context, scope, id string) (*taskState, *rp
 func jobOutcome(res *wire.Result) *taskOutcome {
 	tr := toolResult(res, "")
 	o := &taskOutcome{Status: outcomeStatus(tr, false), JobID: res.JobID}
+	if o.Status != mcp.TaskStatusCompleted {
+		o.Message = string(res.Status)
+		if res.Message != "" {
+			o.Message += ": " + res.Message
+		}
+	}
 	return o
 }
 
@@ -580,8 +627,10 @@ func (r *taskRouter) cancelTask(ctx context.Context, scope, id string) (any, *rp
 	if rerr != nil {
 		return nil, rerr
 	}
-	if st, _ := s.status(); st.IsTerminal() && st != mcp.TaskStatusCancelled {
-		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("cannot cancel task %s: it is %s already", id, st)}
+	// The revision: a task in a terminal status (completed, failed or
+	// cancelled) cannot be cancelled, -32602.
+	if st, _ := s.status(); st.IsTerminal() {
+		return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: fmt.Sprintf("cannot cancel task %s: it is %s already, a terminal status", id, st)}
 	}
 	if err := r.f.broker.CancelJob(ctx, id); err != nil {
 		return nil, storeError(err)

@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
@@ -161,4 +162,58 @@ func serveHTTP(t *testing.T, f *Frontend) string {
 		f.tasks.Wait()
 	})
 	return srv.URL + "/mcp"
+}
+
+// awaitTaskOver polls tasks/get until task id is in a terminal status.
+func awaitTaskOver(t *testing.T, c *client.Client, id string) mcp.Task {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		got, err := c.GetTask(t.Context(), mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: id}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status.IsTerminal() || time.Now().After(deadline) {
+			return got.Task
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// A failed task says why in its statusMessage, in tasks/get and
+// tasks/list; a task in a terminal status (failed, cancelled) cannot be
+// cancelled: the revision says -32602, and its status stays as it was.
+func TestTaskFailedSaysWhyAndTerminalTasksRefuseCancel(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	c := httpSession(t, url)
+
+	failed := createdTask(t, taskCall(t, c, "execute_code_file", map[string]any{"file_path": "never_made.py"}))
+	got := awaitTaskOver(t, c, failed.TaskId)
+	if got.Status != mcp.TaskStatusFailed || !strings.HasPrefix(got.StatusMessage, "rejected: ") || !strings.Contains(got.StatusMessage, "never_made") {
+		t.Fatalf("failed task: status %s, statusMessage %q", got.Status, got.StatusMessage)
+	}
+	list, err := c.ListTasks(t.Context(), mcp.ListTasksRequest{})
+	if err != nil || len(list.Tasks) != 1 || list.Tasks[0].StatusMessage != got.StatusMessage {
+		t.Fatalf("tasks/list: %+v %v", list, err)
+	}
+
+	working := createdTask(t, taskCall(t, c, "execute_code", map[string]any{"code": "print(1)"}))
+	if cancelled, err := c.CancelTask(t.Context(), mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: working.TaskId}}); err != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel of a working task: %+v %v", cancelled, err)
+	}
+	for _, id := range []string{failed.TaskId, working.TaskId} {
+		resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{
+			JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("c"), Method: string(mcp.MethodTasksCancel),
+			Params: map[string]any{"taskId": id},
+		})
+		if err != nil || resp.Error == nil || resp.Error.Code != mcp.INVALID_PARAMS || !strings.Contains(resp.Error.Message, "terminal") {
+			t.Errorf("tasks/cancel of terminal task %s: %+v %v", id, resp, err)
+		}
+	}
+	if got := awaitTaskOver(t, c, failed.TaskId); got.Status != mcp.TaskStatusFailed {
+		t.Errorf("the failed task after a cancel: %+v", got)
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -229,8 +230,8 @@ func TestDevTasks(t *testing.T) {
 			t.Errorf("tasks/list does not list %s: %+v", task.TaskId, list.Tasks)
 		}
 		failed := callAsTask(t, c, "execute_code", map[string]any{"code": "1/0"})
-		if got := awaitTask(t, c, failed.TaskId); got.Status != mcp.TaskStatusFailed {
-			t.Errorf("a task whose code raised: %+v, want failed", got)
+		if got := awaitTask(t, c, failed.TaskId); got.Status != mcp.TaskStatusFailed || !strings.HasPrefix(got.StatusMessage, "error: ") {
+			t.Errorf("a task whose code raised: %+v, want failed, its statusMessage saying why", got)
 		}
 	})
 
@@ -253,13 +254,13 @@ func TestDevTasks(t *testing.T) {
 		if got := awaitTask(t, c, task.TaskId); got.Status != mcp.TaskStatusCancelled {
 			t.Errorf("tasks/get: %+v, want cancelled", got)
 		}
-		if _, err := cancelTask(c, task.TaskId); err != nil {
-			t.Errorf("cancelling a cancelled task again: %v", err)
+		if _, err := cancelTask(c, task.TaskId); !errors.Is(err, mcp.ErrInvalidParams) {
+			t.Errorf("cancelling a cancelled task again: %v; want invalid params (-32602)", err)
 		}
 		done := callAsTask(t, c, "execute_code", map[string]any{"code": "print('done')"})
 		awaitTask(t, c, done.TaskId)
-		if _, err := cancelTask(c, done.TaskId); err == nil {
-			t.Error("a completed task was cancelled")
+		if _, err := cancelTask(c, done.TaskId); !errors.Is(err, mcp.ErrInvalidParams) {
+			t.Errorf("cancelling a completed task: %v; want invalid params (-32602)", err)
 		}
 		if res, err := taskResult(c, done.TaskId); err != nil || taskExec(t, res).Stdout != "done\n" {
 			t.Errorf("a completed task lost its result to a cancel: %v", err)
