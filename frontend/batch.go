@@ -140,20 +140,21 @@ func (f *Frontend) registerBatchTools(s *server.MCPServer, stdio bool) {
 		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of the batch's environment")),
 		f.runOptionsNoSchema(),
 		mcp.WithOutputSchema[BatchResult](),
+		hints(runsCode|idempotent),
 	), handler(stdio, f.submitJobs, batchFailure))
 	s.AddTool(mcp.NewTool("get_job_results",
 		mcp.WithDescription(fmt.Sprintf("Fetch the status and output of up to %d jobs of a batch by job id: running while queued or running.", MaxBatchJobs)),
 		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id")),
 		mcp.WithArray("job_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("job ids submit_jobs returned")),
 		mcp.WithOutputSchema[BatchResult](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.getJobResults, batchFailure))
 	s.AddTool(mcp.NewTool("cancel_batch",
 		mcp.WithDescription("Cancel a batch: its jobs that no worker has started yet are not started, and those of job_ids that run are stopped (status cancelled)."),
 		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id")),
 		mcp.WithArray("job_ids", mcp.WithStringItems(), mcp.Description(fmt.Sprintf("up to %d jobs of the batch to stop if they run (the client's unfinished ones)", MaxBatchJobs))),
 		mcp.WithOutputSchema[BatchResult](),
-		mcp.WithDestructiveHintAnnotation(true),
+		hints(destructive|idempotent),
 	), handler(stdio, f.cancelBatch, batchFailure))
 }
 

@@ -89,8 +89,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("content", mcp.Required(), mcp.Description("The first piece of the file (may be empty)")),
 		mcp.WithString("filename", mcp.Description("Name for the file (sanitized to letters, digits, '.', '_', '-'; '.py' added). Default: a new unique name")),
 		mcp.WithOutputSchema[FileResult](),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(destructive), // without filename, each call makes another file
 	), handler(stdio, f.initializeCodeFile, fileFailure))
 
 	s.AddTool(mcp.NewTool("append_to_code_file",
@@ -98,8 +97,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("file_path", mcp.Required(), mcp.Description(filePathHelp)),
 		mcp.WithString("content", mcp.Required(), mcp.Description("The text to append")),
 		mcp.WithOutputSchema[FileResult](),
-		mcp.WithDestructiveHintAnnotation(false),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(0),
 	), handler(stdio, f.appendToCodeFile, fileFailure))
 
 	s.AddTool(mcp.NewTool("read_code_file",
@@ -108,7 +106,7 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("file_path", mcp.Description(filePathHelp+". Give this or job_id")),
 		mcp.WithString("job_id", mcp.Description("Read the code of this earlier run instead (execute_code or execute_code_file)")),
 		mcp.WithOutputSchema[FileResult](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.readCodeFile, fileFailure))
 
 	s.AddTool(mcp.NewTool("execute_code_file",
@@ -124,15 +122,14 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 			"read_code_file reads either."),
 		mcp.WithNumber("max_runs", mcp.Description(fmt.Sprintf("How many recent runs to list (default %d, 0 for none, at most %d)", defaultListRuns, cf.RunHistory))),
 		mcp.WithOutputSchema[ListResult](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.listCodeFiles, listFailure))
 
 	s.AddTool(mcp.NewTool("delete_code_file",
 		mcp.WithDescription("Delete a code file of this session. Runs already recorded keep their code."),
 		mcp.WithString("file_path", mcp.Required(), mcp.Description(filePathHelp)),
 		mcp.WithOutputSchema[FileResult](),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(destructive|idempotent),
 	), handler(stdio, f.deleteCodeFile, fileFailure))
 }
 

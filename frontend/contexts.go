@@ -84,7 +84,7 @@ func (f *Frontend) registerContextTools(s *server.MCPServer, stdio bool) {
 		mcp.WithString("name", mcp.Description("Its name: lower-case letters, digits, '-' and '_' (default: a generated one)")),
 		limitsOption(),
 		mcp.WithOutputSchema[ContextResult](),
-		mcp.WithOpenWorldHintAnnotation(true),
+		hints(0),
 	), handler(stdio, f.createContext, contextFailure))
 
 	s.AddTool(mcp.NewTool("run_in_context",
@@ -98,28 +98,27 @@ func (f *Frontend) registerContextTools(s *server.MCPServer, stdio bool) {
 			"Wall-clock limit in seconds (default %g, at most %g); then KeyboardInterrupt stops the code",
 			f.cfg.DefaultTimeout.Seconds(), f.cfg.MaxTimeout.Seconds()))),
 		mcp.WithOutputSchema[ExecResult](),
-		mcp.WithOpenWorldHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(true),
+		hints(runsCode),
 	), handler(stdio, f.runInContext, execFailure))
 
 	s.AddTool(mcp.NewTool("list_contexts",
 		mcp.WithDescription("List this session's contexts: name, worker, environment, creation time, and whether each is live or lost."),
 		mcp.WithOutputSchema[ContextList](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.listContexts, contextListFailure))
 
 	s.AddTool(mcp.NewTool("reset_context",
 		mcp.WithDescription("Replace a context's interpreter by a fresh one (same name, environment and limits): every variable is gone."),
 		idArg,
 		mcp.WithOutputSchema[ContextResult](),
-		mcp.WithDestructiveHintAnnotation(true),
+		hints(destructive|idempotent),
 	), handler(stdio, f.resetContext, contextFailure))
 
 	s.AddTool(mcp.NewTool("close_context",
 		mcp.WithDescription("End a context and free what it holds. Its files in the working directory stay."),
 		idArg,
 		mcp.WithOutputSchema[ContextResult](),
-		mcp.WithDestructiveHintAnnotation(true),
+		hints(destructive|idempotent),
 	), handler(stdio, f.closeContext, contextFailure))
 }
 

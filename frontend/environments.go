@@ -574,11 +574,12 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of a new environment, e.g. [\"numpy>=2\", \"pandas\"]")),
 		taskSupport(),
 		mcp.WithOutputSchema[EnvResult](),
+		hints(destructive|idempotent|openWorld), // a new environment's packages come from the package index
 	), handler(stdio, f.configureEnvironment, envFailure))
 	s.AddTool(mcp.NewTool("get_environment_config",
 		mcp.WithDescription("Show this session's environment: its spec, id, whether it is built and which workers hold it, and what the workers offer."),
 		mcp.WithOutputSchema[EnvResult](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.getEnvironmentConfig, envFailure))
 	s.AddTool(mcp.NewTool("install_dependencies",
 		mcp.WithDescription("Install packages for this session: a new environment with the session's packages plus these is built "+
@@ -587,13 +588,15 @@ func (f *Frontend) registerEnvTools(s *server.MCPServer, stdio bool) {
 		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("requirements to install")),
 		taskSupport(),
 		mcp.WithOutputSchema[EnvResult](),
-		mcp.WithOpenWorldHintAnnotation(true),
+		// Destructive: the session's environment is replaced, and a
+		// requirement may change the version of a package it had.
+		hints(destructive|idempotent|openWorld),
 	), handler(stdio, f.installDependencies, envFailure))
 	s.AddTool(mcp.NewTool("check_installed_packages",
 		mcp.WithDescription("Check whether packages are installed in this session's environment, by distribution name (scikit-learn) "+
 			"or import name (sklearn), with versions. Nothing is imported."),
 		mcp.WithArray("packages", mcp.Required(), mcp.WithStringItems(), mcp.Description("distribution or import names")),
 		mcp.WithOutputSchema[EnvResult](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.checkInstalledPackages, envFailure))
 }

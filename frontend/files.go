@@ -58,8 +58,7 @@ func (f *Frontend) registerWorkspaceFiles(s *server.MCPServer, stdio bool) {
 		mcp.WithString("content", mcp.Required(), mcp.Description("The file's content: text, or base64 with encoding='base64'")),
 		mcp.WithString("encoding", mcp.Enum("text", "base64"), mcp.Description("How content is given; default text")),
 		mcp.WithOutputSchema[UploadResult](),
-		mcp.WithDestructiveHintAnnotation(true),
-		mcp.WithOpenWorldHintAnnotation(false),
+		hints(destructive|idempotent),
 	), handler(stdio, f.uploadFile, uploadFailure))
 
 	s.AddResourceTemplate(mcp.NewResourceTemplate(workspaceURIPrefix+"{+path}", "workspace file",

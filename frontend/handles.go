@@ -300,7 +300,7 @@ func (f *Frontend) registerWorkspaceTools(s *server.MCPServer, stdio bool) {
 		mcp.WithDescription("The handle of this call's workspace (its working directory, code files, runs, results and environment). "+
 			"Keep it: a later session (after a reconnect, or without sessions) passes it as the argument 'workspace' of any tool to work in this workspace again."),
 		mcp.WithOutputSchema[WorkspaceResult](),
-		mcp.WithIdempotentHintAnnotation(true),
+		hints(idempotent), // records the handle on the first call
 	), handler(stdio, func(ctx context.Context, _ mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 		h, err := f.handleOf(ctx, ownerFrom(ctx, stdio), scope)
 		if err != nil {
@@ -313,6 +313,7 @@ func (f *Frontend) registerWorkspaceTools(s *server.MCPServer, stdio bool) {
 	s.AddTool(mcp.NewTool("new_workspace",
 		mcp.WithDescription("Make a new, empty workspace and return its handle; pass it as the argument 'workspace' of any tool to work in it."),
 		mcp.WithOutputSchema[WorkspaceResult](),
+		hints(0),
 	), handler(stdio, func(ctx context.Context, _ mcp.CallToolRequest, _ string) (*mcp.CallToolResult, error) {
 		owner := ownerFrom(ctx, stdio)
 		scope := "w-" + digest(owner+"\x00workspace\x00"+newHandle())

@@ -43,6 +43,36 @@ type ExecResult struct {
 	Pictures
 }
 
+// hint is a tool annotation hint that holds (the others do not).
+type hint uint8
+
+const (
+	readOnly    hint = 1 << iota // changes nothing; hints implies idempotent
+	destructive                  // may delete or overwrite, not only add
+	idempotent                   // a repeated call with the same arguments does nothing more
+	openWorld                    // reaches beyond codexec (code that runs, a package index)
+	// runsCode is a tool that runs the caller's code: anything it does
+	// the code may do.
+	runsCode = destructive | openWorld
+)
+
+// hints sets all four annotation hints of a tool, the given ones true and
+// the rest false. mcp-go's NewTool starts with destructiveHint and
+// openWorldHint true, so a hint left unset would claim what a tool does
+// not do (a read-only tool that is destructive).
+func hints(h hint) mcp.ToolOption {
+	if h&readOnly != 0 {
+		h |= idempotent
+	}
+	return func(t *mcp.Tool) {
+		set := func(b hint) *bool { v := h&b != 0; return &v }
+		t.Annotations.ReadOnlyHint = set(readOnly)
+		t.Annotations.DestructiveHint = set(destructive)
+		t.Annotations.IdempotentHint = set(idempotent)
+		t.Annotations.OpenWorldHint = set(openWorld)
+	}
+}
+
 func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 	s.AddTool(mcp.NewTool("execute_code",
 		mcp.WithDescription("Run Python code in a fresh interpreter in this session's environment and working directory. "+
@@ -61,7 +91,7 @@ func (f *Frontend) registerTools(s *server.MCPServer, stdio bool) {
 		mcp.WithDescription("Fetch the result of an earlier job of this session by its job_id, e.g. after a call was interrupted. Results are kept for a limited time."),
 		mcp.WithString("job_id", mcp.Required(), mcp.Description("The job_id an earlier call returned")),
 		mcp.WithOutputSchema[ExecResult](),
-		mcp.WithReadOnlyHintAnnotation(true),
+		hints(readOnly),
 	), handler(stdio, f.getJobResult, execFailure))
 
 	f.registerFileTools(s, stdio)
@@ -167,8 +197,7 @@ func (f *Frontend) runOptions() mcp.ToolOption {
 		taskSupport(),
 		gpuOption(),
 		mcp.WithOutputSchema[ExecResult](),
-		mcp.WithOpenWorldHintAnnotation(true),
-		mcp.WithDestructiveHintAnnotation(true),
+		hints(runsCode),
 	}
 	return func(t *mcp.Tool) {
 		for _, o := range opts {
