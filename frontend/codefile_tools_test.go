@@ -313,3 +313,46 @@ func TestUnknownArgumentsAreRefused(t *testing.T) {
 		t.Errorf("list_code_files with its own arguments: %+v", lr)
 	}
 }
+
+// An argument of the wrong JSON type fails the call, saying which type it
+// must be, for every tool alike: get_job_result with a number for job_id
+// said that job_id was missing.
+func TestWrongTypedArgumentsAreRefused(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	for _, tc := range []struct {
+		tool string
+		args map[string]any
+		says string
+	}{
+		{"get_job_result", map[string]any{"job_id": 12345}, "argument 'job_id' must be a string, not a number"},
+		{"read_code_file", map[string]any{"file_path": true}, "argument 'file_path' must be a string, not true"},
+		{"execute_code", map[string]any{"code": []any{"print(1)"}}, "argument 'code' must be a string, not a list"},
+		{"execute_code", map[string]any{"code": "print(1)", "timeout_seconds": "10"}, "argument 'timeout_seconds' must be a number, not a string"},
+		{"execute_code", map[string]any{"code": "print(1)", "limits": 512}, "argument 'limits' must be an object, not a number"},
+		{"list_code_files", map[string]any{"max_runs": "3"}, "argument 'max_runs' must be a number, not a string"},
+		{"execute_code", map[string]any{"code": "print(1)", "timeout_seconds": true}, "argument 'timeout_seconds' must be a number, not true"},
+		{"check_installed_packages", map[string]any{"packages": "numpy"}, "argument 'packages' must be a list of strings, not a string"},
+		{"check_installed_packages", map[string]any{"packages": []any{"numpy", 2}}, "argument 'packages' must be a list of strings: item 2 is a number"},
+		{"configure_environment", map[string]any{"type": 1}, "argument 'type' must be a string (one of conda, venv, venv-uv, default), not a number"},
+		{"upload_file", map[string]any{"path": "a.txt", "content": map[string]any{}}, "argument 'content' must be a string, not an object"},
+	} {
+		res, err := b.c.CallTool(t.Context(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: tc.tool, Arguments: tc.args}})
+		if err != nil {
+			t.Fatalf("%s: %v", tc.tool, err)
+		}
+		var out struct {
+			Status  string `json:"status"`
+			Message string `json:"message"`
+		}
+		raw, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(raw, &out)
+		if !res.IsError || out.Status != "rejected" || !strings.Contains(out.Message, tc.says) {
+			t.Errorf("%s %v: isError=%v %+v; want rejected saying %q", tc.tool, tc.args, res.IsError, out, tc.says)
+		}
+	}
+	// Whole numbers pass where a number is declared, null where anything is.
+	if res, lr := callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": 2, "workspace": nil}); res.IsError {
+		t.Errorf("list_code_files with its own arguments: %+v", lr)
+	}
+}

@@ -8,6 +8,8 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
+	"reflect"
 	"regexp"
 	"slices"
 	"strings"
@@ -113,7 +115,11 @@ func (f *Frontend) useWorkspace(stdio bool, tool func(name string) *mcp.Tool) se
 func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallToolRequest, t *mcp.Tool) context.Context {
 	var c workspaceChoice
 	if t != nil {
-		if err := unknownArgument(t, req.GetArguments()); err != nil {
+		err := unknownArgument(t, req.GetArguments())
+		if err == nil {
+			err = wrongTypedArgument(t, req.GetArguments())
+		}
+		if err != nil {
 			return context.WithValue(ctx, workspaceCtxKey{}, workspaceChoice{err: err})
 		}
 	}
@@ -136,15 +142,9 @@ func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallTo
 // its call run as if it had not passed it: with the default timeout, the
 // default limits.
 func unknownArgument(t *mcp.Tool, args map[string]any) error {
-	known := t.InputSchema.Properties
-	if t.RawInputSchema != nil {
-		var raw struct {
-			Properties map[string]any `json:"properties"`
-		}
-		if json.Unmarshal(t.RawInputSchema, &raw) != nil {
-			return nil
-		}
-		known = raw.Properties
+	known, ok := declaredArguments(t)
+	if !ok {
+		return nil
 	}
 	var unknown []string
 	for name := range args {
@@ -168,6 +168,133 @@ func unknownArgument(t *mcp.Tool, args map[string]any) error {
 		}
 	}
 	return rejected("%s", msg)
+}
+
+// declaredArguments is the properties of t's input schema, each the
+// schema of one argument; false when the schema cannot be read.
+func declaredArguments(t *mcp.Tool) (map[string]any, bool) {
+	if t.RawInputSchema == nil {
+		return t.InputSchema.Properties, true
+	}
+	var raw struct {
+		Properties map[string]any `json:"properties"`
+	}
+	if json.Unmarshal(t.RawInputSchema, &raw) != nil {
+		return nil, false
+	}
+	return raw.Properties, true
+}
+
+// wrongTypedArgument refuses an argument whose JSON type is not the one
+// t's input schema declares for it (and an array item not of its items'
+// type): each tool would otherwise read it as absent, and say that a
+// required argument is missing when it was sent as a number. null counts
+// as absent, and a null item is left to the tool; `workspace` has its own
+// words (withWorkspace).
+func wrongTypedArgument(t *mcp.Tool, args map[string]any) error {
+	known, ok := declaredArguments(t)
+	if !ok {
+		return nil
+	}
+	for _, name := range slices.Sorted(maps.Keys(args)) {
+		prop, _ := known[name].(map[string]any)
+		v := args[name]
+		if v == nil || name == workspaceArg || prop == nil {
+			continue
+		}
+		if !typeFits(prop, v) {
+			return rejected("argument '%s' must be %s, not %s; nothing was done", name, typeName(prop), valueName(v))
+		}
+		items, _ := prop["items"].(map[string]any)
+		if arr, ok := v.([]any); ok && items != nil {
+			for i, item := range arr {
+				if item != nil && !typeFits(items, item) {
+					return rejected("argument '%s' must be %s: item %d is %s; nothing was done", name, typeName(prop), i+1, valueName(item))
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// typeFits says whether v's JSON type is the one schema declares (any
+// when it declares none).
+func typeFits(schema map[string]any, v any) bool {
+	want, _ := schema["type"].(string)
+	got := jsonType(v)
+	return want == "" || got == want || want == "number" && got == "integer"
+}
+
+// typeName is the type schema declares, in words: "a string", "a list
+// of strings", "a whole number"; with its values when it lists them.
+func typeName(schema map[string]any) string {
+	want, _ := schema["type"].(string)
+	name := map[string]string{"string": "a string", "number": "a number", "integer": "a whole number",
+		"boolean": "true or false", "object": "an object", "array": "a list", "null": "null"}[want]
+	if name == "" {
+		name = want
+	}
+	if items, _ := schema["items"].(map[string]any); want == "array" && items != nil {
+		if it, _ := items["type"].(string); it != "" {
+			name += " of " + it + "s"
+		}
+	}
+	if enum, ok := schema["enum"].([]string); ok {
+		name += " (one of " + strings.Join(enum, ", ") + ")"
+	}
+	return name
+}
+
+// valueName is what v is, in words: "a number", "a list"; a boolean or
+// a fraction is shown itself.
+func valueName(v any) string {
+	switch jsonType(v) {
+	case "number", "boolean":
+		return fmt.Sprintf("%v", v)
+	case "integer":
+		return "a number"
+	}
+	return typeName(map[string]any{"type": jsonType(v)})
+}
+
+// jsonType is the JSON Schema type of an argument's value as decoded
+// from JSON ("integer" for a whole number), or given by an in-process
+// client as Go values.
+func jsonType(v any) string {
+	switch x := v.(type) {
+	case nil:
+		return "null"
+	case string:
+		return "string"
+	case bool:
+		return "boolean"
+	case float64:
+		if x == math.Trunc(x) && !math.IsInf(x, 0) {
+			return "integer"
+		}
+		return "number"
+	case float32:
+		return jsonType(float64(x))
+	case json.Number:
+		if _, err := x.Int64(); err == nil {
+			return "integer"
+		}
+		return "number"
+	case map[string]any:
+		return "object"
+	case []any:
+		return "array"
+	}
+	switch reflect.ValueOf(v).Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
+		return "integer"
+	case reflect.Slice, reflect.Array:
+		return "array"
+	case reflect.Map, reflect.Struct:
+		return "object"
+	}
+	return "unknown"
 }
 
 // quoteJoin is names quoted and joined with ", ".
