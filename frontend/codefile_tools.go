@@ -9,6 +9,7 @@ import (
 	"math"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/internal/units"
@@ -44,7 +45,15 @@ type FileResult struct {
 	// SHA256 is the hex SHA-256 of what read_code_file read. The content
 	// itself is the text content, exactly, and only there: a file may be
 	// tens of MiB, and sending it twice would double every read.
-	SHA256 string `json:"sha256,omitempty" jsonschema_description:"hex SHA-256 of the content read_code_file returned as its text"`
+	// It is of the whole file (or run's code) also when a read returns a
+	// piece, so that a client that read it in parts checks what it put
+	// together.
+	SHA256 string `json:"sha256,omitempty" jsonschema_description:"hex SHA-256 of the whole file (or run's code) read_code_file read, also when its text is a piece"`
+	// Offset, Length and More place the text read_code_file returned: bytes
+	// [offset, offset+length) of size; more says that bytes follow.
+	Offset int64 `json:"offset,omitempty" jsonschema_description:"read_code_file: where the text content starts in the file, in bytes (absent: 0)"`
+	Length int64 `json:"length,omitempty" jsonschema_description:"read_code_file: how many bytes of the file the text content holds (absent: 0)"`
+	More   bool  `json:"more,omitempty" jsonschema_description:"read_code_file: true when the file goes on after this piece; read on from offset+length"`
 	// JobID, SourceFile and RanAt describe a run read by job_id.
 	JobID      string     `json:"job_id,omitempty"`
 	SourceFile string     `json:"source_file,omitempty" jsonschema_description:"the code file a run was read from, if any"`
@@ -100,14 +109,22 @@ func (f *Frontend) registerFileTools(s *server.MCPServer, stdio bool) {
 		hints(0),
 	), handler(stdio, f.appendToCodeFile, fileFailure))
 
+	readDesc := "Read a code file of this session exactly as stored, or, with job_id, the code an earlier run ran (see list_code_files). " +
+		"The text content is the file itself, or with offset and length the piece of it they name (size says how large the file is, " +
+		"more whether it goes on: read on from offset+length until more is false; sha256 is the whole file's)."
+	if stdio {
+		readDesc += fmt.Sprintf(" On stdio one message carries at most %s: a larger file must be read in parts (length %d, say).",
+			formatSize(StdioMessageLimit), stdioReadPart)
+	}
 	s.AddTool(mcp.NewTool("read_code_file",
-		mcp.WithDescription("Read a code file of this session exactly as stored, or, with job_id, the code an earlier run ran (see list_code_files). "+
-			"The text content is the file itself."),
+		mcp.WithDescription(readDesc),
 		mcp.WithString("file_path", mcp.Description(filePathHelp+". Give this or job_id")),
 		mcp.WithString("job_id", mcp.Description("Read the code of this earlier run instead (execute_code or execute_code_file)")),
+		mcp.WithNumber("offset", mcp.Description("Where to start reading, in bytes from the start (default 0); at a character's start, as offset+length of a previous read is")),
+		mcp.WithNumber("length", mcp.Description("How many bytes to read at most (default: to the end). A piece ends on a whole character, so it may hold a few bytes less")),
 		mcp.WithOutputSchema[FileResult](),
 		hints(readOnly),
-	), handler(stdio, f.readCodeFile, fileFailure))
+	), handler(stdio, f.readCodeFile(stdio), fileFailure))
 
 	s.AddTool(mcp.NewTool("execute_code_file",
 		mcp.WithDescription("Run a code file's current content exactly as execute_code would run it: fresh interpreter, this session's environment and working directory. "+
@@ -226,33 +243,159 @@ func (f *Frontend) appendToCodeFile(ctx context.Context, req mcp.CallToolRequest
 	return fileResult(r, r.Message), nil
 }
 
-func (f *Frontend) readCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
-	args := req.GetArguments()
-	jobID, err := optionalString(args, "job_id")
-	if err != nil {
-		return nil, err
-	}
-	if jobID != "" {
-		if v, present := args["file_path"]; present && v != nil && v != "" {
-			return nil, rejected("give file_path or job_id, not both")
+// readCodeFile is read_code_file; stdio says whether its answer goes
+// out on stdio, where a message has a limit (readPiece).
+func (f *Frontend) readCodeFile(stdio bool) toolFunc {
+	return func(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+		args := req.GetArguments()
+		jobID, err := optionalString(args, "job_id")
+		if err != nil {
+			return nil, err
 		}
-		return f.readRun(ctx, scope, jobID)
+		part, err := readPartArgs(args)
+		if err != nil {
+			return nil, err
+		}
+		if jobID != "" {
+			if v, present := args["file_path"]; present && v != nil && v != "" {
+				return nil, rejected("give file_path or job_id, not both")
+			}
+			return f.readRun(ctx, scope, jobID, part, stdio)
+		}
+		name, err := f.fileArg(args, scope)
+		if err != nil {
+			return nil, err
+		}
+		content, info, err := f.files.Read(ctx, scope, name)
+		if err != nil {
+			return nil, f.storeError(err, name)
+		}
+		r := f.fileInfoResult(scope, info)
+		r.SHA256 = hexSHA256(content)
+		r.Message = fmt.Sprintf("%s: %d bytes", name, info.Size)
+		return readPiece(r, name, content, part, stdio)
 	}
-	name, err := f.fileArg(args, scope)
-	if err != nil {
-		return nil, err
-	}
-	content, info, err := f.files.Read(ctx, scope, name)
-	if err != nil {
-		return nil, f.storeError(err, name)
-	}
-	r := f.fileInfoResult(scope, info)
-	r.SHA256 = hexSHA256(content)
-	r.Message = fmt.Sprintf("%s: %d bytes", name, info.Size)
-	return fileContent(r, content), nil
 }
 
-func (f *Frontend) readRun(ctx context.Context, scope, jobID string) (*mcp.CallToolResult, error) {
+// readPart is the piece of a file a read_code_file asks for.
+type readPart struct {
+	offset, length int64 // length 0: to the end
+	// inParts says offset or length was given: the client reads the file
+	// in parts, and takes a shorter piece than it asked for (more says
+	// so) rather than an error.
+	inParts bool
+}
+
+// readPartArgs reads offset and length.
+func readPartArgs(args map[string]any) (readPart, error) {
+	var p readPart
+	for _, a := range []struct {
+		name string
+		dst  *int64
+		min  float64
+	}{{"offset", &p.offset, 0}, {"length", &p.length, 1}} {
+		v, present := args[a.name]
+		if !present || v == nil {
+			continue
+		}
+		n, ok := v.(float64)
+		if !ok || math.IsNaN(n) || n < a.min || n != math.Trunc(n) || n > 1<<53 {
+			return p, rejected("argument '%s' must be a whole number of bytes, %g or more", a.name, a.min)
+		}
+		*a.dst, p.inParts = int64(n), true
+	}
+	return p, nil
+}
+
+// stdioReadPart is the length of a part read_code_file suggests for
+// reading a file too large for one stdio message.
+const stdioReadPart = 4 << 20
+
+// stdioTextBudget is the most bytes a read's text may take in a stdio
+// message, escaped as JSON: StdioMessageLimit less room for the rest of
+// the message (its structured content is a few hundred bytes).
+const stdioTextBudget = StdioMessageLimit - 64<<10
+
+// readPiece is read_code_file's answer: r with the piece of content that
+// part names as its text, placed by offset, length and more. A piece ends
+// on a whole UTF-8 character (text content must be valid text). On stdio
+// a piece is cut to what one message carries; a read of the whole file
+// that does not fit is refused instead, saying to read it in parts: a
+// client that asked for all of it must not take the start for the whole.
+func readPiece(r FileResult, name, content string, part readPart, stdio bool) (*mcp.CallToolResult, error) {
+	size := int64(len(content))
+	start := min(part.offset, size)
+	if start < size && !utf8.RuneStart(content[start]) {
+		return nil, rejected("offset %d falls inside a character of %s: start at 0, or at the offset+length a previous read returned", part.offset, name)
+	}
+	end := size
+	if part.length > 0 {
+		end = min(size, start+part.length)
+	}
+	if stdio {
+		if fit := start + int64(jsonTextFit(content[start:end], stdioTextBudget)); fit < end {
+			if !part.inParts {
+				r.Status = fileStatusLimit
+				r.Message = fmt.Sprintf("%s is %s, more than one message carries on stdio (%s; a client would drop the connection), "+
+					"so it is not sent whole: read it in parts, with offset 0 and length %d, then offset+length of each reply as the next offset, until more is false",
+					name, formatSize(size), formatSize(StdioMessageLimit), stdioReadPart)
+				r.SHA256 = ""
+				res := mcp.NewToolResultStructured(r, r.Message)
+				res.IsError = true
+				return res, nil
+			}
+			end = fit
+		}
+	}
+	for end > start && end < size && !utf8.RuneStart(content[end]) {
+		end--
+	}
+	if end == start && start < size {
+		_, n := utf8.DecodeRuneInString(content[start:]) // asked for less than one character
+		end = start + int64(n)
+	}
+	r.Offset, r.Length, r.More = start, end-start, end < size
+	if part.inParts {
+		r.Message += fmt.Sprintf("; bytes %d to %d", start, end)
+		if r.More {
+			r.Message += fmt.Sprintf(", more from offset %d", end)
+		}
+	}
+	return fileContent(r, content[start:end]), nil
+}
+
+// jsonTextFit is how many bytes of s, from its start, fit in budget bytes
+// once escaped as a JSON string is by encoding/json (with HTML escaping,
+// as mcp-go writes it): at least that many, counting an invalid byte as
+// its replacement's escape.
+func jsonTextFit(s string, budget int) int {
+	used := 2 // the quotes
+	for i := 0; i < len(s); {
+		c, n := s[i], 1
+		w := 1
+		switch {
+		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+			w = 2
+		case c < 0x20 || c == '<' || c == '>' || c == '&':
+			w = 6
+		case c >= utf8.RuneSelf:
+			var r rune
+			r, n = utf8.DecodeRuneInString(s[i:])
+			w = n
+			if r == utf8.RuneError && n == 1 || r == '\u2028' || r == '\u2029' {
+				w = 6
+			}
+		}
+		if used+w > budget {
+			return i
+		}
+		used += w
+		i += n
+	}
+	return len(s)
+}
+
+func (f *Frontend) readRun(ctx context.Context, scope, jobID string, part readPart, stdio bool) (*mcp.CallToolResult, error) {
 	code, run, err := f.files.ReadRun(ctx, scope, jobID)
 	if errors.Is(err, codefiles.ErrRunNotFound) {
 		te := failure(fileStatusNotFound,
@@ -272,7 +415,7 @@ func (f *Frontend) readRun(ctx context.Context, scope, jobID string) (*mcp.CallT
 		Size: int64(len(code)), SHA256: hexSHA256(code), RanAt: &ranAt,
 		Message: fmt.Sprintf("code of job %s (%s, %d bytes)", run.JobID, run.Filename, len(code)),
 	}
-	return fileContent(r, code), nil
+	return readPiece(r, "the code of job "+run.JobID, code, part, stdio)
 }
 
 func (f *Frontend) executeCodeFile(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {

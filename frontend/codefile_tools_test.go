@@ -2,12 +2,15 @@ package frontend
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codexec/codexec/codefiles"
 	"github.com/codexec/codexec/statestore"
@@ -354,5 +357,58 @@ func TestWrongTypedArgumentsAreRefused(t *testing.T) {
 	// Whole numbers pass where a number is declared, null where anything is.
 	if res, lr := callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": 2, "workspace": nil}); res.IsError {
 		t.Errorf("list_code_files with its own arguments: %+v", lr)
+	}
+}
+
+// read_code_file reads a piece with offset and length: the pieces, read
+// on from offset+length until more is false, are the file byte for byte,
+// each whole characters; size and sha256 are the whole file's.
+func TestReadCodeFileInParts(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	content := strings.Repeat("s = \"héllo, wörld — ✓\"\n", 40)
+	if res, fr := callTool[FileResult](t, b.c, "initialize_code_file", map[string]any{"content": content, "filename": "parts.py"}); res.IsError {
+		t.Fatalf("initialize: %+v", fr)
+	}
+	whole := sha256.Sum256([]byte(content))
+	for _, length := range []int{1, 2, 7, 100, len(content)} {
+		var got strings.Builder
+		for pieces := 0; ; pieces++ {
+			res, fr := callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": "parts.py", "offset": got.Len(), "length": length})
+			piece := textOf(res)
+			if res.IsError || fr.Offset != int64(got.Len()) || fr.Length != int64(len(piece)) || fr.Size != int64(len(content)) ||
+				fr.SHA256 != hex.EncodeToString(whole[:]) || !utf8.ValidString(piece) || len(piece) == 0 || len(piece) > max(length, 3) {
+				t.Fatalf("length %d, piece %d: isError=%v %+v %q", length, pieces, res.IsError, fr, piece)
+			}
+			got.WriteString(piece)
+			if fr.More != (got.Len() < len(content)) {
+				t.Fatalf("length %d at %d: more=%v", length, got.Len(), fr.More)
+			}
+			if !fr.More {
+				break
+			}
+		}
+		if got.String() != content {
+			t.Fatalf("length %d: the pieces differ from the file", length)
+		}
+	}
+	// Without offset and length, the whole file, as before.
+	if res, fr := callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": "parts.py"}); res.IsError || textOf(res) != content ||
+		fr.Length != int64(len(content)) || fr.More || fr.Offset != 0 {
+		t.Fatalf("whole read: %+v", fr)
+	}
+	// Past the end: nothing, and nothing more.
+	if res, fr := callTool[FileResult](t, b.c, "read_code_file", map[string]any{"file_path": "parts.py", "offset": len(content) + 5}); res.IsError || textOf(res) != "" || fr.More {
+		t.Fatalf("past the end: %+v", fr)
+	}
+	for says, args := range map[string]map[string]any{
+		"falls inside a character":                 {"offset": strings.Index(content, "é") + 1},
+		"'length' must be a whole number of bytes": {"length": 0},
+		"'offset' must be a whole number of bytes": {"offset": 1.5},
+	} {
+		args["file_path"] = "parts.py"
+		if res, fr := callTool[FileResult](t, b.c, "read_code_file", args); !res.IsError || fr.Status != "rejected" || !strings.Contains(fr.Message, says) {
+			t.Errorf("%v: %+v", args, fr)
+		}
 	}
 }

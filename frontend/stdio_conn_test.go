@@ -5,9 +5,11 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/codexec/codexec/codefiles"
 	"github.com/mark3labs/mcp-go/mcp"
 )
 
@@ -26,12 +28,17 @@ func (s stdioConn) send(t *testing.T, msg map[string]any) {
 	}
 }
 
-// recv returns the next line the server wrote, decoded.
+// recv returns the next line the server wrote, decoded, failing on one
+// longer than StdioMessageLimit: such a line makes the SDK close the
+// connection.
 func (s stdioConn) recv(t *testing.T) map[string]json.RawMessage {
 	t.Helper()
 	line, err := s.out.ReadBytes('\n')
 	if err != nil {
 		t.Fatal(err)
+	}
+	if len(line) > StdioMessageLimit {
+		t.Fatalf("the server wrote a message of %d bytes on stdio, more than the %d a client reads", len(line), StdioMessageLimit)
 	}
 	var m map[string]json.RawMessage
 	if err := json.Unmarshal(line, &m); err != nil {
@@ -93,4 +100,41 @@ func serveStdio(t *testing.T, cfg Config) stdioConn {
 // A code file larger than a stdio message may carry: reading it whole over
 // stdio must not write a line the client cannot take (the TypeScript SDK
 // then closes the connection, and the server is gone for it), but a clear
-// error, and the connection goes on.
+// error that says to read it in parts, and the connection goes on; read in
+// parts, it comes back byte for byte, each piece within a message, also a
+// piece asked larger than one. Text that JSON escapes (HTML characters
+// take six bytes each) counts as it is written, not as it is stored.
+func TestStdioReadOfLargeCodeFileInParts(t *testing.T) {
+	t.Parallel()
+	c := serveStdio(t, Config{CodeFiles: codefiles.Config{MaxFileBytes: 32 << 20}, AnnounceWait: 100 * time.Millisecond})
+	piece := strings.Repeat("x = 1\n", (5<<20)/6)
+	html := strings.Repeat("<&>", (2<<20)/3) // 2 MiB stored, 12 MiB as JSON
+	for i, f := range []struct{ name, content string }{{"big.py", piece + piece}, {"html.py", html}} {
+		if res := c.call(t, 10*i+1, "initialize_code_file", map[string]any{"content": f.content, "filename": f.name}); res.IsError {
+			t.Fatalf("initialize: %s", textOf(&res))
+		}
+		res := c.call(t, 10*i+2, "read_code_file", map[string]any{"file_path": f.name})
+		var fr FileResult
+		raw, _ := json.Marshal(res.StructuredContent)
+		if err := json.Unmarshal(raw, &fr); err != nil || !res.IsError || fr.Status != "limit" || fr.Size != int64(len(f.content)) ||
+			!strings.Contains(fr.Message, "read it in parts, with offset 0 and length") || textOf(&res) != fr.Message {
+			t.Fatalf("whole read of %s over stdio: isError=%v %+v %v", f.name, res.IsError, fr, err)
+		}
+		var got strings.Builder
+		for n := 0; ; n++ {
+			res := c.call(t, 10*i+3+n, "read_code_file", map[string]any{"file_path": f.name, "offset": got.Len(), "length": 16 << 20})
+			raw, _ := json.Marshal(res.StructuredContent)
+			fr := FileResult{}
+			if err := json.Unmarshal(raw, &fr); err != nil || res.IsError || fr.Offset != int64(got.Len()) || fr.Length != int64(len(textOf(&res))) || n > 3 {
+				t.Fatalf("part %d of %s: isError=%v %+v %v", n, f.name, res.IsError, fr, err)
+			}
+			got.WriteString(textOf(&res))
+			if !fr.More {
+				break
+			}
+		}
+		if got.String() != f.content {
+			t.Fatalf("%s read in parts: %d bytes, not the file's %d byte for byte", f.name, got.Len(), len(f.content))
+		}
+	}
+}

@@ -40,7 +40,8 @@ func runCodexec(t *testing.T, env []string, args ...string) string {
 }
 
 // A 10 MiB script assembled from 1,000 appends runs, and reads back byte
-// for byte through the tool, from the on-disk copy and from the runs history.
+// for byte through the tool (in parts: over stdio no message passes 8 MiB),
+// from the on-disk copy and from the runs history.
 func TestCodeFilesDevLargeScript(t *testing.T) {
 	t.Parallel()
 	dataDir, storage := t.TempDir(), filepath.Join(t.TempDir(), "storage")
@@ -77,9 +78,26 @@ func TestCodeFilesDevLargeScript(t *testing.T) {
 		t.Fatalf("execute_code_file: isError=%v %s %q", res.IsError, er.Message, er.Stdout)
 	}
 
+	// Over stdio a message carries at most 8 MiB (a client drops the
+	// connection past 10): the whole file is refused, saying to read it in
+	// parts, and read in parts it is what was sent.
 	res, fr = callAs[frontend.FileResult](t, c, "read_code_file", map[string]any{"file_path": wantPath})
-	if res.IsError || text(res) != want.String() || fr.SHA256 != sha(want.String()) {
-		t.Fatalf("read_code_file differs from what was sent (isError=%v, %d bytes, want %d)", res.IsError, len(text(res)), want.Len())
+	if !res.IsError || fr.Status != "limit" || fr.Size != int64(want.Len()) || !strings.Contains(fr.Message, "read it in parts") {
+		t.Fatalf("read_code_file of the whole file over stdio: isError=%v %+v", res.IsError, fr)
+	}
+	var got strings.Builder
+	for parts := 1; ; parts++ {
+		res, fr = callAs[frontend.FileResult](t, c, "read_code_file", map[string]any{"file_path": wantPath, "offset": got.Len(), "length": 4 << 20})
+		if res.IsError || fr.Offset != int64(got.Len()) || fr.Size != int64(want.Len()) || fr.SHA256 != sha(want.String()) || parts > 3 {
+			t.Fatalf("read_code_file, part %d: isError=%v %+v", parts, res.IsError, fr)
+		}
+		got.WriteString(text(res))
+		if !fr.More {
+			break
+		}
+	}
+	if got.String() != want.String() {
+		t.Fatalf("read_code_file in parts differs from what was sent (%d bytes, want %d)", got.Len(), want.Len())
 	}
 	if disk, err := os.ReadFile(wantPath); err != nil || string(disk) != want.String() {
 		t.Fatalf("on-disk copy under CODE_STORAGE_DIR differs (%v, %d bytes)", err, len(disk))
