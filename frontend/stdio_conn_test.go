@@ -138,3 +138,19 @@ func TestStdioReadOfLargeCodeFileInParts(t *testing.T) {
 		}
 	}
 }
+
+// No message the stdio server writes passes StdioMessageLimit, whatever
+// the tool answers: here a refusal that names a 9 MiB argument (twice:
+// text and structured content) arrives cut down to an error result, and
+// the connection goes on.
+func TestStdioMessagesWithinLimit(t *testing.T) {
+	t.Parallel()
+	c := serveStdio(t, Config{AnnounceWait: 100 * time.Millisecond})
+	res := c.call(t, 1, "list_code_files", map[string]any{strings.Repeat("a", 9<<20): 1})
+	if !res.IsError || res.StructuredContent != nil || !strings.Contains(textOf(&res), "more than the 8 MiB one message may carry on stdio") {
+		t.Fatalf("isError=%v structured=%v %.300s", res.IsError, res.StructuredContent != nil, textOf(&res))
+	}
+	if res := c.call(t, 2, "list_code_files", map[string]any{}); res.IsError {
+		t.Fatalf("after: %s", textOf(&res))
+	}
+}

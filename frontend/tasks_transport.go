@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net/http"
 	"sync"
 
@@ -77,16 +78,26 @@ func httpScope(req *http.Request) (string, bool) {
 }
 
 // lockedWriter serializes the writes of the stdio server and the router
-// (each writes a message in one Write).
+// (each writes a message in one Write), and keeps every message within
+// what a stdio client reads (fitStdio).
 type lockedWriter struct {
-	mu sync.Mutex
-	w  io.Writer
+	mu    sync.Mutex
+	w     io.Writer
+	limit int
+	log   *slog.Logger
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
+	msg := fitStdio(p, l.limit, l.log)
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	if len(msg) == 0 {
+		return len(p), nil
+	}
+	if _, err := l.w.Write(msg); err != nil {
+		return 0, err
+	}
+	return len(p), nil
 }
 
 // taskStdio is the router in front of the stdio server: it reads in, line
@@ -96,7 +107,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // answered (or its context ended); ctx ending ends them.
 func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.Reader, out io.Writer) (pass io.Reader, locked io.Writer, wait func()) {
 	r := &taskRouter{f: f, srv: srv, stdio: true}
-	lw := &lockedWriter{w: out}
+	lw := &lockedWriter{w: out, limit: StdioMessageLimit, log: f.log}
 	pr, pw := io.Pipe()
 	var (
 		mu     sync.Mutex
