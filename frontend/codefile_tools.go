@@ -336,9 +336,9 @@ func readPiece(r FileResult, name, content string, part readPart, stdio bool) (*
 		if fit := start + int64(jsonTextFit(content[start:end], stdioTextBudget)); fit < end {
 			if !part.inParts {
 				r.Status = fileStatusLimit
-				r.Message = fmt.Sprintf("%s is %s, more than one message carries on stdio (%s; a client would drop the connection), "+
+				r.Message = fmt.Sprintf("%s is %d bytes (%.1f MiB), more than one message carries on stdio (%s as JSON; a client would drop the connection), "+
 					"so it is not sent whole: read it in parts, with offset 0 and length %d, then offset+length of each reply as the next offset, until more is false",
-					name, formatSize(size), formatSize(StdioMessageLimit), stdioReadPart)
+					name, size, float64(size)/(1<<20), formatSize(StdioMessageLimit), stdioReadPart)
 				r.SHA256 = ""
 				res := mcp.NewToolResultStructured(r, r.Message)
 				res.IsError = true
