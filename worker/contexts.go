@@ -540,7 +540,9 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 	c.jl.setIdle(true, log)
 	res.FinishedAt = time.Now().UTC()
 	diskStopped := errors.Is(context.Cause(jctx), errDiskLimit)
-	w.saveWorkspace(ctx, ws, res.JobID, c.cwd, log)
+	if note := w.saveWorkspace(ctx, ws, res.JobID, c.cwd, log); note != "" {
+		res.Notes = append(res.Notes, note)
+	}
 	w.reportWorkdir(ctx, c.scope, req.Tenant, c.disk, c.cwd, log)
 	res.ExitCode, res.Signal = out.ExitCode, out.Signal
 	res.Stdout, res.Stderr = string(out.Stdout), string(out.Stderr)

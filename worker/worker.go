@@ -725,7 +725,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
 	res.GPU = gj.usage()
-	w.saveWorkspace(ctx, ws, job.ID, cwd, log)
+	saveNote := w.saveWorkspace(ctx, ws, job.ID, cwd, log)
 	w.reportJobWorkdir(ctx, job, disk, cwd, log)
 	if !facts.started() {
 		telemetry.SandboxFailed("start")
@@ -740,6 +740,9 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.Stderr = cutOutput("stderr", out.Stderr, out.StderrCut, out.StderrBytes, out.StderrSpilled, files["stderr"])
 	res.StdoutFile, res.StderrFile = files["stdout"], files["stderr"]
 	res.Images, res.Notes = images, notes
+	if saveNote != "" {
+		res.Notes = append(res.Notes, saveNote)
+	}
 	res.Files = changedFiles(cwd, started)
 	if job.OutputDir != "" {
 		var notes []string

@@ -142,7 +142,7 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 		}
 		return nil, err
 	}
-	m, err := workspace.Manifest(cwd)
+	m, err := workspace.Manifest(cwd, maxLen)
 	if err != nil {
 		return nil, err
 	}
@@ -185,15 +185,26 @@ func gidOf(uid int) int {
 // store; then
 // it records this worker as the session's holder, with the snapshot. It
 // writes nothing when neither changed. Failures are logged: the files stay
-// on this worker, which remains the holder.
-func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) {
+// on this worker, which remains the holder. A directory too large to be
+// saved (more entries than workspace.MaxEntries, a path past
+// workspace.MaxPath) is recorded as not stored, and the note returned,
+// for the call's result, says so; otherwise the note is "".
+func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) (note string) {
 	if j == nil || !j.known {
 		return
 	}
 	defer w.workspaces.lock(j.scope)()
 	ctx = context.WithoutCancel(ctx) // a completed job's files are saved even while the worker stops
-	m, err := workspace.Manifest(cwd)
-	if err != nil {
+	m, err := workspace.Manifest(cwd, j.maxLen)
+	tooLarge := errors.Is(err, workspace.ErrTooLarge)
+	if tooLarge {
+		// Not stored, and not walked again (Pack) until it changes: the
+		// manifest says only that it is over.
+		note = fmt.Sprintf("the working directory was not saved off this worker (%v): "+
+			"its files are on this worker only, and are lost if it goes", err)
+		log.Warn("workspace too large to save", "err", err)
+		m = "over its limit"
+	} else if err != nil {
 		log.Warn("workspace manifest", "err", err)
 		return
 	}
@@ -212,7 +223,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	if m != j.local.Manifest || j.local.Snapshot != rec.Snapshot || snapshotAging(rec, j.local) {
 		t0 := time.Now()
 		rec.Snapshot = jobID
-		rec.Stored = w.putSnapshot(ctx, j, jobID, cwd, log)
+		rec.Stored = !tooLarge && w.putSnapshot(ctx, j, jobID, cwd, log)
 		rec.SavedAt = time.Now().UTC()
 		j.local = localWorkspace{Snapshot: jobID, Manifest: m}
 		if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
@@ -235,6 +246,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 			log.Warn("delete the previous snapshot", "err", err)
 		}
 	}
+	return
 }
 
 // snapshotRefresh is the age at which a stored snapshot of an unchanged

@@ -8,6 +8,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -172,6 +173,35 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	}
 	r.Close()
 
+	// A directory of more entries than its disk limit allows files (hard
+	// links of one empty file, which take no disk) is not walked whole nor
+	// stored either, and the call's result says so.
+	if err := os.Remove(filepath.Join(cwdA, "big")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cwdA, "one"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for i := range workspace.MaxEntries(32 << 10) {
+		if err := os.Link(filepath.Join(cwdA, "one"), filepath.Join(cwdA, fmt.Sprintf("link%06d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if j, err = a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 32<<10, log); err != nil {
+		t.Fatal(err)
+	}
+	tooMany := ulid.Make().String()
+	note := a.saveWorkspace(ctx, j, tooMany, cwdA, log)
+	if !strings.Contains(note, "not saved") || !strings.Contains(note, "entries") {
+		t.Errorf("the note for a directory of too many entries: %q", note)
+	}
+	if rec := record(); rec.Worker != "ws-a" || rec.Snapshot != tooMany || rec.Stored {
+		t.Errorf("after a directory of too many entries: %+v", rec)
+	}
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, tooMany)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the snapshot of too many entries: %v, want none stored", err)
+	}
+
 	// Another worker, finding the latest snapshot not stored, runs on its
 	// own copy, and saves that copy as the session's files from now on,
 	// though the job changed nothing.
@@ -200,7 +230,7 @@ func BenchmarkWorkspaceSnapshot(b *testing.B) {
 	j := &workspaceJob{scope: "bench", maxLen: 1 << 30}
 	b.Run("save", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := workspace.Manifest(dir); err != nil {
+			if _, err := workspace.Manifest(dir, 1<<30); err != nil {
 				b.Fatal(err)
 			}
 			if !w.putSnapshot(ctx, j, "s", dir, log) {

@@ -17,6 +17,7 @@ package workspace
 import (
 	"archive/tar"
 	"crypto/sha256"
+	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -24,49 +25,67 @@ import (
 	"io/fs"
 	"os"
 	"path"
-	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrTooLarge is returned when a directory's or an archive's files hold more
-// bytes, or more entries, than the limit allows.
+// bytes, or more entries, than the limit allows, or a path longer than
+// MaxPath.
 var ErrTooLarge = errors.New("workspace: larger than its limit")
 
-// maxEntries bounds the entries of a workspace of maxBytes: the disk limit
-// counts every file as at least 4 KiB, so a workspace within it has no more
-// than maxBytes/4 KiB of them, plus room for empty directories and links.
-func maxEntries(maxBytes int64) int64 { return maxBytes/4096 + 4096 }
+// MaxEntries is the most entries a workspace of maxBytes may hold to be
+// saved: the disk limit counts every file as at least 4 KiB, so a
+// workspace within it has no more than maxBytes/4 KiB of them, plus room
+// for empty directories and links; and never more than MaxEntriesCeiling,
+// whatever the limit. Hard links are what it holds back: a job can make a
+// million names for one empty file with little disk, and each name would
+// cost the worker after every job (a manifest, an archive entry).
+func MaxEntries(maxBytes int64) int64 {
+	return min(max(maxBytes, 0)/4096+4096, MaxEntriesCeiling)
+}
+
+// MaxEntriesCeiling bounds MaxEntries.
+const MaxEntriesCeiling = 1 << 20
+
+// MaxPath is the longest path (relative to the workspace, in bytes) a
+// saved workspace may hold: PATH_MAX, past which no program opens a file
+// by its name anyway. It bounds the depth of the walks, and with it what
+// they hold.
+const MaxPath = 4096
 
 // Manifest returns a digest of dir's tree: every entry's path, type,
 // permissions, size, modification and change times and inode, links not
 // followed. Two equal manifests mean (to the file system's time
 // resolution) that nothing was written, created, removed, renamed or
-// chmod'ed in between. An empty directory's manifest is "".
-func Manifest(dir string) (string, error) {
-	h := sha256.New()
+// chmod'ed in between. An empty directory's manifest is "". The digest is
+// a sum of one per entry, so the order in which directories list their
+// entries (which no one sorts: a directory may hold millions) does not
+// change it. It fails with ErrTooLarge past MaxEntries(maxBytes) entries
+// or a path longer than MaxPath: such a workspace is not saved.
+func Manifest(dir string, maxBytes int64) (string, error) {
+	var sum [4]uint64
 	n := 0
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if p == dir {
-			return nil
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
+	err := walkDir(dir, MaxEntries(maxBytes), func(parent *frame, name string, st *unix.Stat_t) (bool, error) {
 		n++
-		rel, _ := filepath.Rel(dir, p)
-		var ino, ctime int64
-		if st, ok := info.Sys().(*syscall.Stat_t); ok {
-			ino, ctime = int64(st.Ino), st.Ctim.Nano()
+		h := sha256.New()
+		h.Write(parent.id[:])
+		var b [8]byte
+		binary.LittleEndian.PutUint64(b[:], uint64(len(name)))
+		h.Write(b[:])
+		h.Write([]byte(name))
+		for _, v := range []uint64{uint64(st.Mode), uint64(st.Size), uint64(st.Mtim.Nano()), uint64(st.Ctim.Nano()), st.Ino} {
+			binary.LittleEndian.PutUint64(b[:], v)
+			h.Write(b[:])
 		}
-		fmt.Fprintf(h, "%q %d %d %d %d %d\n", rel, uint32(info.Mode()), info.Size(),
-			info.ModTime().UnixNano(), ctime, ino)
-		return nil
+		d := h.Sum(nil)
+		for i := range sum {
+			sum[i] += binary.LittleEndian.Uint64(d[8*i:])
+		}
+		return true, nil
 	})
 	if err != nil {
 		return "", fmt.Errorf("workspace: manifest: %w", err)
@@ -74,22 +93,24 @@ func Manifest(dir string) (string, error) {
 	if n == 0 {
 		return "", nil
 	}
-	return hex.EncodeToString(h.Sum(nil)), nil
+	out := make([]byte, 32)
+	for i, v := range sum {
+		binary.LittleEndian.PutUint64(out[8*i:], v)
+	}
+	return hex.EncodeToString(out), nil
 }
 
 // Pack writes dir's contents to w as a tar archive: directories, regular
 // files and symbolic links, with their permissions and modification times;
-// sockets, pipes and devices are left out, owners are not recorded. It
-// returns ErrTooLarge, with the archive incomplete, once the files' bytes
-// would pass maxBytes or the entries maxEntries(maxBytes).
+// sockets, pipes and devices are left out, owners are not recorded. A
+// file with more than one name is archived once, its other names as hard
+// links to the first (for the first maxLinked such files; the others'
+// names as copies, whose bytes count). It returns ErrTooLarge, with the
+// archive incomplete, once the files' bytes and the entries' names would
+// pass maxBytes, the entries MaxEntries(maxBytes), or a path MaxPath.
 func Pack(dir string, w io.Writer, maxBytes int64) error {
-	root, err := os.OpenRoot(dir)
-	if err != nil {
-		return fmt.Errorf("workspace: pack: %w", err)
-	}
-	defer root.Close()
-	p := packer{root: root, tw: tar.NewWriter(w), left: maxBytes, entries: maxEntries(maxBytes)}
-	if err := fs.WalkDir(root.FS(), ".", p.add); err != nil {
+	p := packer{tw: tar.NewWriter(w), left: maxBytes, links: map[[2]uint64]string{}}
+	if err := walkDir(dir, MaxEntries(maxBytes), p.add); err != nil {
 		return fmt.Errorf("workspace: pack: %w", err)
 	}
 	if err := p.tw.Close(); err != nil {
@@ -98,69 +119,76 @@ func Pack(dir string, w io.Writer, maxBytes int64) error {
 	return nil
 }
 
+// maxLinked is how many files with several names Pack remembers, to
+// archive their other names as links.
+const maxLinked = 1024
+
 type packer struct {
-	root    *os.Root
-	tw      *tar.Writer
-	left    int64 // bytes of file content still allowed
-	entries int64 // entries still allowed
+	tw    *tar.Writer
+	left  int64                // bytes of file content and names still allowed
+	links map[[2]uint64]string // device and inode of a file with several names: the first name archived
 }
 
-func (p *packer) add(name string, d fs.DirEntry, err error) error {
-	if err != nil {
-		return err
+func (p *packer) add(parent *frame, name string, st *unix.Stat_t) (bool, error) {
+	rel := parent.path(name)
+	if p.left -= int64(len(rel)); p.left < 0 {
+		return false, ErrTooLarge
 	}
-	if name == "." {
-		return nil
-	}
-	if p.entries--; p.entries < 0 {
-		return ErrTooLarge
-	}
-	info, err := d.Info()
-	if err != nil {
-		return err
-	}
-	hdr := &tar.Header{Name: name, Mode: int64(info.Mode().Perm()), ModTime: info.ModTime(), Format: tar.FormatPAX}
-	switch info.Mode().Type() {
-	case fs.ModeDir:
-		hdr.Typeflag, hdr.Name = tar.TypeDir, name+"/"
-		return p.tw.WriteHeader(hdr)
-	case fs.ModeSymlink:
-		target, err := p.root.Readlink(name)
+	mtime := time.Unix(st.Mtim.Unix())
+	hdr := &tar.Header{Name: rel, Mode: int64(st.Mode & 0o777), ModTime: mtime, Format: tar.FormatPAX}
+	switch st.Mode & unix.S_IFMT {
+	case unix.S_IFDIR:
+		hdr.Typeflag, hdr.Name = tar.TypeDir, rel+"/"
+		return true, p.tw.WriteHeader(hdr)
+	case unix.S_IFLNK:
+		buf := make([]byte, MaxPath)
+		n, err := unix.Readlinkat(parent.fd, name, buf)
 		if err != nil {
-			return err
+			return false, err
 		}
-		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, target
-		return p.tw.WriteHeader(hdr)
-	case 0:
-		return p.addFile(hdr)
+		hdr.Typeflag, hdr.Linkname = tar.TypeSymlink, string(buf[:n])
+		return false, p.tw.WriteHeader(hdr)
+	case unix.S_IFREG:
+		return false, p.addFile(parent, name, hdr)
 	default:
-		return nil // sockets, pipes, devices: nothing a later job could use
+		return false, nil // sockets, pipes, devices: nothing a later job could use
 	}
 }
 
-// addFile writes the regular file hdr.Name, opened without following a
-// link: what is read is what was seen.
-func (p *packer) addFile(hdr *tar.Header) error {
-	f, err := p.root.OpenFile(hdr.Name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// addFile writes the regular file name of parent, opened without following
+// a link: what is read is what was seen.
+func (p *packer) addFile(parent *frame, name string, hdr *tar.Header) error {
+	fd, err := unix.Openat(parent.fd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return err
 	}
+	f := os.NewFile(uintptr(fd), hdr.Name)
 	defer f.Close()
-	info, err := f.Stat()
-	if err != nil {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
 		return err
 	}
-	if !info.Mode().IsRegular() {
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return nil
 	}
-	if p.left -= info.Size(); p.left < 0 {
+	if st.Nlink > 1 {
+		key := [2]uint64{st.Dev, st.Ino}
+		if first, ok := p.links[key]; ok {
+			hdr.Typeflag, hdr.Linkname = tar.TypeLink, first
+			return p.tw.WriteHeader(hdr)
+		}
+		if len(p.links) < maxLinked {
+			p.links[key] = hdr.Name
+		}
+	}
+	if p.left -= st.Size; p.left < 0 {
 		return ErrTooLarge
 	}
-	hdr.Typeflag, hdr.Size = tar.TypeReg, info.Size()
+	hdr.Typeflag, hdr.Size = tar.TypeReg, st.Size
 	if err := p.tw.WriteHeader(hdr); err != nil {
 		return err
 	}
-	_, err = io.CopyN(p.tw, f, info.Size())
+	_, err = io.CopyN(p.tw, f, st.Size)
 	return err
 }
 
@@ -169,7 +197,7 @@ func (p *packer) addFile(hdr *tar.Header) error {
 // other than directories, regular files and symbolic links are skipped;
 // a name that is not a plain relative path, or that would reach outside dir
 // through a link, fails the restore, as do files' bytes past maxBytes or
-// entries past maxEntries(maxBytes). On failure dir may hold part of the
+// entries past MaxEntries(maxBytes). On failure dir may hold part of the
 // archive: whole files, never one cut short.
 func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	root, err := os.OpenRoot(dir)
@@ -180,7 +208,7 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	if err := clear(root); err != nil {
 		return fmt.Errorf("workspace: unpack: clear %s: %w", dir, err)
 	}
-	u := unpacker{root: root, uid: uid, gid: gid, left: maxBytes, entries: maxEntries(maxBytes)}
+	u := unpacker{root: root, uid: uid, gid: gid, left: maxBytes, entries: MaxEntries(maxBytes)}
 	if err := u.run(tar.NewReader(r)); err != nil {
 		return fmt.Errorf("workspace: unpack: %w", err)
 	}
@@ -205,17 +233,30 @@ func Clear(dir string) error {
 
 // clear removes everything in root's directory, not the directory itself.
 // os.Root.RemoveAll does not follow links.
+// The directory is read a few names at a time, each batch removed before
+// the next is read (from its start again: what is left), so that a
+// directory of millions of names, which a job can make, is never held
+// whole; os.Root.RemoveAll reads what lies below in batches too.
 func clear(root *os.Root) error {
-	entries, err := fs.ReadDir(root.FS(), ".")
-	if err != nil {
-		return err
-	}
-	for _, e := range entries {
-		if err := root.RemoveAll(e.Name()); err != nil {
+	for {
+		f, err := root.Open(".")
+		if err != nil {
 			return err
 		}
+		names, err := f.Readdirnames(readDirChunk)
+		f.Close()
+		if len(names) == 0 {
+			if err == nil || errors.Is(err, io.EOF) {
+				return nil
+			}
+			return err
+		}
+		for _, name := range names {
+			if err := root.RemoveAll(name); err != nil {
+				return err
+			}
+		}
 	}
-	return nil
 }
 
 type unpacker struct {
@@ -282,9 +323,42 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 			return err
 		}
 		return u.root.Lchown(name, u.uid, u.gid)
+	case tar.TypeLink:
+		return u.link(name, hdr.Linkname, perm, hdr.ModTime)
 	default:
-		return nil // hard links, devices, pipes: never made by Pack
+		return nil // devices, pipes: never made by Pack
 	}
+}
+
+// link makes name a second name of the regular file target, which an
+// earlier entry of the archive made (the directory held nothing else):
+// a link to anything else, a directory or a link, fails the restore. A
+// file that has as many names as its file system allows gets a copy.
+func (u *unpacker) link(name, target string, perm fs.FileMode, mtime time.Time) error {
+	old, err := cleanName(target)
+	if err != nil {
+		return fmt.Errorf("link to %s: %w", strconv.Quote(target), err)
+	}
+	info, err := u.root.Lstat(old)
+	if err != nil {
+		return err
+	}
+	if !info.Mode().IsRegular() {
+		return fmt.Errorf("link to %s, not a file", strconv.Quote(target))
+	}
+	if err := u.mkdirAll(path.Dir(name)); err != nil {
+		return err
+	}
+	err = u.root.Link(old, name)
+	if !errors.Is(err, syscall.EMLINK) {
+		return err
+	}
+	f, err := u.root.OpenFile(old, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return u.file(f, name, info.Size(), perm, mtime)
 }
 
 // cleanName accepts a relative path without "..", as Pack writes them.

@@ -190,7 +190,21 @@ func TestUnpackHostileArchives(t *testing.T) {
 			{tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/OUT/target"}, ""},
 			{tar.Header{Name: "l", Typeflag: tar.TypeReg}, "overwritten"},
 		}, true},
-		{"hard link to outside", []entry{{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/OUT/target"}, ""}}, false},
+		{"hard link to outside", []entry{{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "/OUT/target"}, ""}}, true},
+		{"hard link dot-dot", []entry{{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "../out/target"}, ""}}, true},
+		{"hard link through a link to outside", []entry{
+			{tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/OUT"}, ""},
+			{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "l/target"}, ""},
+		}, true},
+		{"hard link to a link to outside", []entry{
+			{tar.Header{Name: "l", Typeflag: tar.TypeSymlink, Linkname: "/OUT/target"}, ""},
+			{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "l"}, ""},
+		}, true},
+		{"hard link to a directory", []entry{
+			{tar.Header{Name: "d/", Typeflag: tar.TypeDir}, ""},
+			{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "d"}, ""},
+		}, true},
+		{"hard link to nothing", []entry{{tar.Header{Name: "h", Typeflag: tar.TypeLink, Linkname: "none"}, ""}}, true},
 		{"character device", []entry{{tar.Header{Name: "null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3}, ""}}, false},
 		{"block device", []entry{{tar.Header{Name: "disk", Typeflag: tar.TypeBlock, Devmajor: 7, Devminor: 0}, ""}}, false},
 		{"fifo", []entry{{tar.Header{Name: "fifo", Typeflag: tar.TypeFifo}, ""}}, false},
@@ -224,6 +238,10 @@ func TestUnpackHostileArchives(t *testing.T) {
 			}
 			assertOnlyPlainEntries(t, dir)
 			entries, _ := os.ReadDir(out)
+			var st syscall.Stat_t
+			if err := syscall.Stat(filepath.Join(out, "target"), &st); err != nil || st.Nlink != 1 {
+				t.Errorf("the file outside the workspace got another name: %d names", st.Nlink)
+			}
 			if len(entries) != 1 || read(t, filepath.Join(out, "target")) != "untouched" {
 				t.Errorf("the directory outside the workspace changed: %v", entries)
 			}
@@ -319,13 +337,13 @@ func TestUnpackLeavesNoFileCutShort(t *testing.T) {
 
 func TestManifestSeesChanges(t *testing.T) {
 	dir := t.TempDir()
-	m0, err := Manifest(dir)
+	m0, err := Manifest(dir, 1<<30)
 	if err != nil || m0 != "" {
 		t.Fatalf("empty directory: %q, %v; want \"\"", m0, err)
 	}
 	write(t, filepath.Join(dir, "f"), "one", 0o644)
-	m1, _ := Manifest(dir)
-	if again, _ := Manifest(dir); again != m1 {
+	m1, _ := Manifest(dir, 1<<30)
+	if again, _ := Manifest(dir, 1<<30); again != m1 {
 		t.Error("the manifest of an unchanged directory changed")
 	}
 	changes := []func(){
@@ -338,7 +356,7 @@ func TestManifestSeesChanges(t *testing.T) {
 	prev := m1
 	for i, change := range changes {
 		change()
-		m, err := Manifest(dir)
+		m, err := Manifest(dir, 1<<30)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -360,7 +378,7 @@ func BenchmarkSnapshotSmall(b *testing.B) {
 	}
 	b.Run("manifest", func(b *testing.B) {
 		for b.Loop() {
-			if _, err := Manifest(dir); err != nil {
+			if _, err := Manifest(dir, 1<<30); err != nil {
 				b.Fatal(err)
 			}
 		}

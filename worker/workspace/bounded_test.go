@@ -1,0 +1,174 @@
+package workspace
+
+import (
+	"archive/tar"
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"strings"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// links makes n hard links, with names of about 200 bytes, to one empty
+// file in dir: what a job makes with no inode and little disk.
+func links(t testing.TB, dir string, n int) {
+	t.Helper()
+	base := filepath.Join(dir, "base")
+	if err := os.WriteFile(base, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pad := strings.Repeat("x", 200)
+	for i := range n {
+		if err := os.Link(base, filepath.Join(dir, fmt.Sprintf("%s%06d", pad, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// peakHeap runs f and returns the most heap its objects took meanwhile
+// over what they took before, sampled every 100 µs with the collector
+// made eager, so that what is held shows and garbage does not.
+func peakHeap(f func()) uint64 {
+	defer debug.SetGCPercent(debug.SetGCPercent(5))
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	runtime.GC()
+	before := read()
+	var peak atomic.Uint64
+	done := make(chan struct{})
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			if v := read(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	f()
+	close(done)
+	<-stopped
+	if p := peak.Load(); p > before {
+		return p - before
+	}
+	return 0
+}
+
+// A job can make a million names in its directory with little disk (hard
+// links of one empty file); the manifest, the snapshot and the clear
+// before a restore, run by the worker after or before each job of the
+// session, read it a few entries at a time instead of whole.
+func TestWalksHoldBoundedMemory(t *testing.T) {
+	dir := t.TempDir()
+	const n = 60000 // about 12 MB of names alone
+	links(t, dir, n)
+	const most = 4 << 20
+	if peak := peakHeap(func() {
+		if _, err := Manifest(dir, 1<<30); err != nil {
+			t.Error(err)
+		}
+	}); peak > most {
+		t.Errorf("the manifest held %d bytes, more than %d", peak, most)
+	}
+	var size countWriter
+	if peak := peakHeap(func() {
+		if err := Pack(dir, &size, 1<<30); err != nil {
+			t.Error(err)
+		}
+	}); peak > most {
+		t.Errorf("the snapshot held %d bytes, more than %d", peak, most)
+	}
+	if peak := peakHeap(func() {
+		if err := Clear(dir); err != nil {
+			t.Error(err)
+		}
+	}); peak > most {
+		t.Errorf("the clear held %d bytes, more than %d", peak, most)
+	}
+	if entries, _ := os.ReadDir(dir); len(entries) != 0 {
+		t.Errorf("the clear left %d entries", len(entries))
+	}
+}
+
+type countWriter int64
+
+func (c *countWriter) Write(p []byte) (int, error) { *c += countWriter(len(p)); return len(p), nil }
+
+// A workspace of more entries than its disk limit allows files is not
+// saved: the manifest and the snapshot stop at MaxEntries and say so.
+func TestWalksStopAtMaxEntries(t *testing.T) {
+	dir := t.TempDir()
+	const maxBytes = 64 << 10
+	links(t, dir, int(MaxEntries(maxBytes))) // one over, with base
+	if _, err := Manifest(dir, maxBytes); !errors.Is(err, ErrTooLarge) || !strings.Contains(err.Error(), "entries") {
+		t.Errorf("Manifest: %v, want ErrTooLarge for its entries", err)
+	}
+	if err := Pack(dir, io.Discard, maxBytes); !errors.Is(err, ErrTooLarge) {
+		t.Errorf("Pack: %v, want ErrTooLarge", err)
+	}
+	if err := os.Remove(filepath.Join(dir, "base")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Manifest(dir, maxBytes); err != nil {
+		t.Errorf("Manifest of MaxEntries entries: %v", err)
+	}
+}
+
+// A file with many names is archived once, its other names as links to
+// it, and restored as one file with as many names: a thousand names of a
+// file are not a thousand copies, in the archive or on the next worker's
+// disk.
+func TestHardLinksArePackedOnce(t *testing.T) {
+	src, dst := t.TempDir(), t.TempDir()
+	body := strings.Repeat("y", 3000)
+	write(t, filepath.Join(src, "sub", "a"), body, 0o640)
+	for i := range 1000 {
+		if err := os.Link(filepath.Join(src, "sub", "a"), filepath.Join(src, fmt.Sprintf("l%04d", i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const maxBytes = 64 << 10 // 3 MB as copies
+	var buf bytes.Buffer
+	if err := Pack(src, &buf, maxBytes); err != nil {
+		t.Fatalf("Pack: %v", err)
+	}
+	tr := tar.NewReader(bytes.NewReader(buf.Bytes()))
+	regular := 0
+	for {
+		hdr, err := tr.Next()
+		if err != nil {
+			break
+		}
+		if hdr.Typeflag == tar.TypeReg {
+			regular++
+		}
+	}
+	if regular != 1 {
+		t.Errorf("%d regular files in the archive, want 1", regular)
+	}
+	uid, gid := ids()
+	if err := Unpack(bytes.NewReader(buf.Bytes()), dst, uid, gid, maxBytes); err != nil {
+		t.Fatalf("Unpack: %v", err)
+	}
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(dst, "l0999"), &st); err != nil || st.Nlink != 1001 {
+		t.Errorf("restored file: %d names (%v), want 1001", st.Nlink, err)
+	}
+	if got := read(t, filepath.Join(dst, "l0500")); got != body {
+		t.Errorf("restored link holds %d bytes, want %d", len(got), len(body))
+	}
+}
