@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -460,6 +461,10 @@ func DiskUsage(dir string) int64 {
 	return math.MaxInt64
 }
 
+// walkBuf is the size of the buffer walkTree reads a directory's entries
+// into: what it holds of them at most, per level of depth.
+const walkBuf = 2048
+
 // errTreeMoved says a directory of the tree being walked was moved while
 // the walk was below it.
 var errTreeMoved = errors.New("a directory moved during the walk")
@@ -486,15 +491,44 @@ func walkTree(root string, pre, post func(parent *os.File, name string, st *unix
 		return err
 	}
 	pre(nil, root, &st)
+	// Each directory is read a getdents buffer at a time, never whole: a
+	// job can put millions of names in one (hard links of an empty file
+	// take no disk), and the walk runs every 100 ms while it runs. Where
+	// the next batch starts is kept as the directory's offset, since
+	// coming back up reopens it.
 	type frame struct {
 		names    []string
+		off      int64
+		eof      bool
 		dev, ino uint64
 	}
 	cur := top
-	names, _ := cur.Readdirnames(-1)
-	stack := []frame{{names: names, dev: st.Dev, ino: st.Ino}}
+	buf := make([]byte, walkBuf)
+	fill := func(f *frame) {
+		for len(f.names) == 0 && !f.eof {
+			fd := int(cur.Fd())
+			if _, err := unix.Seek(fd, f.off, io.SeekStart); err != nil {
+				f.eof = true
+				return
+			}
+			n, err := unix.Getdents(fd, buf)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || n <= 0 {
+				f.eof = true // a directory that cannot be read is skipped
+				return
+			}
+			if f.off, err = unix.Seek(fd, 0, io.SeekCurrent); err != nil {
+				f.eof = true
+			}
+			_, _, f.names = unix.ParseDirent(buf[:n], -1, f.names[:0])
+		}
+	}
+	stack := []frame{{dev: st.Dev, ino: st.Ino}}
 	for len(stack) > 0 {
 		f := &stack[len(stack)-1]
+		fill(f)
 		if len(f.names) == 0 {
 			stack = stack[:len(stack)-1]
 			if len(stack) == 0 {
@@ -536,10 +570,9 @@ func walkTree(root string, pre, post func(parent *os.File, name string, st *unix
 			if err == nil && unix.Fstat(int(child.Fd()), &cst) == nil && cst.Dev == st.Dev && cst.Ino == st.Ino {
 				// Down: the name stays at the head of f.names until
 				// the child is done, for post.
-				names, _ := child.Readdirnames(-1)
 				cur.Close()
 				cur = child
-				stack = append(stack, frame{names: names, dev: cst.Dev, ino: cst.Ino})
+				stack = append(stack, frame{dev: cst.Dev, ino: cst.Ino})
 				continue
 			}
 			if child != nil {
@@ -631,9 +664,13 @@ func trimWorkspace(dir string, since time.Time, limit int64) bool {
 			_ = unix.Unlinkat(int(parent.Fd()), name, unix.AT_REMOVEDIR) // when empty
 		}
 	}
+	// Again when a pass left it over (a directory read in batches while
+	// its entries went may list some of them only in another pass), or
+	// the tree moved under it; three passes at most.
 	for range 3 {
-		if err := walkTree(dir, pre, post); !errors.Is(err, errTreeMoved) {
-			break
+		err := walkTree(dir, pre, post)
+		if !errors.Is(err, errTreeMoved) && DiskUsage(dir) <= limit {
+			return true
 		}
 	}
 	return DiskUsage(dir) <= limit

@@ -2,11 +2,16 @@ package worker
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -253,5 +258,74 @@ func runAsNobody(t *testing.T, name string) {
 	}
 	if !strings.Contains(string(out), "--- PASS: "+name) {
 		t.Fatalf("as uid %d, the test did not pass:\n%s", nobody, out)
+	}
+}
+
+// peakHeap runs f and returns the most heap its objects took meanwhile
+// over what they took before, sampled every 100 µs with the collector
+// made eager, so that what is held shows and garbage does not.
+func peakHeap(f func()) uint64 {
+	defer debug.SetGCPercent(debug.SetGCPercent(5))
+	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
+	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
+	runtime.GC()
+	before := read()
+	var peak atomic.Uint64
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		for {
+			if v := read(); v > peak.Load() {
+				peak.Store(v)
+			}
+			select {
+			case <-done:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	}()
+	f()
+	close(done)
+	<-stopped
+	if p := peak.Load(); p > before {
+		return p - before
+	}
+	return 0
+}
+
+// With --session-fs off the disk watch measures the working directory
+// every 100 ms while a job runs: a directory of 60,000 names (hard links
+// of an empty file, with long names) is read a buffer at a time, not
+// whole, and each name still counts; trimming one removes every name.
+func TestDiskUsageReadsDirectoriesInPieces(t *testing.T) {
+	dir := t.TempDir()
+	since := time.Now()
+	base := filepath.Join(dir, "sub", "base")
+	if err := os.MkdirAll(filepath.Dir(base), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(base, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const links = 60000 // about 12 MB of names alone
+	pad := strings.Repeat("x", 200)
+	for i := range links {
+		if err := os.Link(base, filepath.Join(dir, "sub", fmt.Sprintf("%s%06d", pad, i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var usage int64
+	if peak := peakHeap(func() { usage = DiskUsage(dir) }); peak > 4<<20 {
+		t.Errorf("measuring held %d bytes, more than %d", peak, 4<<20)
+	}
+	if want := int64(links+1) * minFileUsage; usage < want {
+		t.Errorf("DiskUsage = %d, want at least %d", usage, want)
+	}
+	if !trimWorkspace(dir, since, 64<<10) {
+		t.Error("trimming left the directory over its limit")
+	}
+	if entries, _ := os.ReadDir(filepath.Join(dir, "sub")); len(entries) != 0 {
+		t.Errorf("trimming left %d names", len(entries))
 	}
 }
