@@ -8,6 +8,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
+	"os/exec"
+	"time"
 
 	"github.com/codexec/codexec/envspec"
 )
@@ -165,6 +167,9 @@ func (c *Cache) build(ctx context.Context, id string, n envspec.Spec, m Manager,
 		}
 		req.Interpreter = py.path
 	}
+	if err := c.checkMarkers(req.Interpreter, n, reqs); err != nil {
+		return err
+	}
 	var seedID string
 	if n.Parent != "" && n.Parent != id {
 		if seed, release := c.seed(n.Parent, n.Manager, req.Interpreter); seed != "" {
@@ -216,4 +221,65 @@ func (c *Cache) seed(parent, manager, interpreter string) (string, func()) {
 		return "", nil
 	}
 	return c.envDir(parent), lk.close
+}
+
+// checkMarkers refuses a build of which a requirement's environment marker
+// is false for the interpreter it is built with: that requirement would
+// install nothing (uv and pip skip it without a word), and a new
+// environment made for it would be its parent again under another name
+// ("requests ; extra == 'x'" installed "requests" nowhere, yet the session
+// moved to a new environment). Conda specs take no markers.
+func (c *Cache) checkMarkers(interpreter string, n envspec.Spec, reqs []envspec.Requirement) error {
+	if interpreter == "" {
+		return nil
+	}
+	var env envspec.MarkerEnv
+	for _, r := range reqs {
+		if r.Marker == "" {
+			continue
+		}
+		s := r.String()
+		var err error
+		if env == nil {
+			if env, err = c.markerEnv(interpreter); err != nil {
+				return fmt.Errorf("envcache: cannot build %s: %w", n.String(), err)
+			}
+		}
+		ok, err := envspec.EvalMarker(r.Marker, env)
+		if err != nil {
+			return fmt.Errorf("%w: %s: %w", envspec.ErrBadSpec, s, err)
+		}
+		if !ok {
+			return fmt.Errorf("%s does not apply here (its marker is false for Python %s on %s %s): %w",
+				s, env["python_full_version"], env["platform_system"], env["platform_machine"], envspec.ErrMarkerFalse)
+		}
+	}
+	return nil
+}
+
+// markerEnv runs the interpreter once (see probeInfo: -E -S, a fixed
+// script) for its marker variables, remembered for the cache's life.
+func (c *Cache) markerEnv(interpreter string) (envspec.MarkerEnv, error) {
+	c.mu.Lock()
+	env, ok := c.markerEnvs[interpreter]
+	c.mu.Unlock()
+	if ok {
+		return env, nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), probeTimeout)
+	defer cancel()
+	var stdout, stderr cappedOutput
+	cmd := exec.CommandContext(ctx, interpreter, "-E", "-S", "-c", envspec.MarkerEnvScript)
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.WaitDelay = time.Second
+	if err := cmd.Run(); err != nil {
+		return nil, fmt.Errorf("read the marker variables of %s: %v: %s", interpreter, err, firstLines(stderr.String(), 3))
+	}
+	if err := json.Unmarshal([]byte(stdout.String()), &env); err != nil {
+		return nil, fmt.Errorf("read the marker variables of %s: %w", interpreter, err)
+	}
+	c.mu.Lock()
+	c.markerEnvs[interpreter] = env
+	c.mu.Unlock()
+	return env, nil
 }

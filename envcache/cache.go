@@ -49,13 +49,14 @@ type Cache struct {
 
 	mu         sync.Mutex
 	started    bool
-	closed     bool                 // Stop has begun: no new work
-	flights    map[string]*flight   // builds (or first takes) in progress
-	held       map[string]*holder   // ready environments this process knows
-	failures   map[string]failure   // remembered build failures
-	existing   map[string]string    // id → resolved dir of existing environments
-	pythons    map[string]pyVersion // DefaultPython or version → interpreter
-	ready      map[string]bool      // managers found available
+	closed     bool                         // Stop has begun: no new work
+	flights    map[string]*flight           // builds (or first takes) in progress
+	held       map[string]*holder           // ready environments this process knows
+	failures   map[string]failure           // remembered build failures
+	existing   map[string]string            // id → resolved dir of existing environments
+	pythons    map[string]pyVersion         // DefaultPython or version → interpreter
+	markerEnvs map[string]envspec.MarkerEnv // interpreter path → its marker variables
+	ready      map[string]bool              // managers found available
 	trimming   bool
 	trimAgain  bool
 	background sync.WaitGroup
@@ -85,20 +86,21 @@ func New(cfg Config) (*Cache, error) {
 		return nil, fmt.Errorf("envcache: %w", err)
 	}
 	c := &Cache{
-		cfg:      cfg,
-		log:      cfg.Logger,
-		envsDir:  filepath.Join(cfg.Dir, "envs"),
-		metaDir:  filepath.Join(cfg.Dir, "meta"),
-		locksDir: filepath.Join(cfg.Dir, "locks"),
-		trashDir: filepath.Join(cfg.Dir, "trash"),
-		now:      time.Now,
-		flights:  map[string]*flight{},
-		held:     map[string]*holder{},
-		failures: map[string]failure{},
-		existing: map[string]string{},
-		pythons:  map[string]pyVersion{},
-		ready:    map[string]bool{},
-		stopped:  make(chan struct{}),
+		cfg:        cfg,
+		log:        cfg.Logger,
+		envsDir:    filepath.Join(cfg.Dir, "envs"),
+		metaDir:    filepath.Join(cfg.Dir, "meta"),
+		locksDir:   filepath.Join(cfg.Dir, "locks"),
+		trashDir:   filepath.Join(cfg.Dir, "trash"),
+		now:        time.Now,
+		flights:    map[string]*flight{},
+		held:       map[string]*holder{},
+		failures:   map[string]failure{},
+		existing:   map[string]string{},
+		pythons:    map[string]pyVersion{},
+		markerEnvs: map[string]envspec.MarkerEnv{},
+		ready:      map[string]bool{},
+		stopped:    make(chan struct{}),
 	}
 	c.life, c.endLife = context.WithCancel(context.Background())
 	c.budget.Store(cfg.BudgetBytes)

@@ -877,3 +877,39 @@ func TestCachePyPI(t *testing.T) {
 		t.Errorf("envspec.Lookup(iniconfig) = %+v, %v", d, ok)
 	}
 }
+
+// A requirement whose marker is false for the interpreter would install
+// nothing (uv skips it): the build is refused, saying so, before uv runs,
+// and no environment is made; one whose marker is true is installed.
+func TestCacheRefusesARequirementWhoseMarkerIsFalse(t *testing.T) {
+	t.Parallel()
+	setupUV(t)
+	dir := t.TempDir()
+	uv, _, managers := realManagers(dir)
+	c, _ := setupCache(t, Config{Dir: dir, Managers: managers, Index: wheelhouseIndex(setupWheelhouse(t))})
+	parentSpec := envspec.Spec{Manager: "uv", Packages: []string{"beta==1.0"}}
+	parent := ensure(t, c, parentSpec)
+	defer parent.Release()
+	for _, extra := range []string{`alpha ; extra == 'x'`, `alpha ; python_version < '3'`, `alpha ; sys_platform == 'win32'`} {
+		child, err := envspec.Derive(parentSpec, []string{extra})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = c.Ensure(context.Background(), child, nil)
+		if !errors.Is(err, envspec.ErrMarkerFalse) || !strings.Contains(err.Error(), "does not apply here") {
+			t.Errorf("%s: %v, want ErrMarkerFalse", extra, err)
+		}
+	}
+	if n := uv.creates.Load(); n != 1 {
+		t.Errorf("%d uv builds, want the parent's only", n)
+	}
+	child, err := envspec.Derive(parentSpec, []string{`alpha ; python_version >= '3' and extra != 'x' and sys_platform == 'linux'`})
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := ensure(t, c, child)
+	defer env.Release()
+	if got := runPython(t, env.Python, "import alpha; print(alpha.VALUE)"); got != "alpha 1.0" {
+		t.Errorf("alpha under a true marker: %q", got)
+	}
+}

@@ -130,7 +130,7 @@ func (w *Worker) ensureEnv(ctx context.Context, job *wire.Job, log *slog.Logger)
 // envFailure is the result of a job whose environment could not be made.
 func (w *Worker) envFailure(job *wire.Job, attempt int, err error) *wire.Result {
 	status := wire.StatusError
-	if errors.Is(err, envspec.ErrBadSpec) || errors.Is(err, envspec.ErrBadRequirement) {
+	if errors.Is(err, envspec.ErrBadSpec) || errors.Is(err, envspec.ErrBadRequirement) || errors.Is(err, envspec.ErrMarkerFalse) {
 		status = wire.StatusRejected
 	}
 	res := w.result(job, attempt, status, "environment: "+firstLine(err.Error()))

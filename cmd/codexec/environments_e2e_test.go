@@ -120,6 +120,12 @@ func TestDevEnvironments(t *testing.T) {
 			t.Errorf("%q: message does not name the bad item: %s", pkgs, er.Message)
 		}
 	}
+	// A requirement whose marker is false here installs nothing: refused,
+	// saying so, and the session stays where it was.
+	res, er = envCall(t, c, "install_dependencies", map[string]any{"packages": []any{"alpha ; extra == 'x'"}})
+	if !res.IsError || er.Status != "rejected" || !strings.Contains(er.Message, "does not apply here") {
+		t.Errorf("a marker false here: isError=%v %+v", res.IsError, er)
+	}
 	if n := builtEnvs(t, dataDir); n != 0 {
 		t.Fatalf("%d environments built after refused installs", n)
 	}
