@@ -79,6 +79,14 @@ type Config struct {
 	// ContextIdle ends a context that ran nothing for this long. Default
 	// DefaultContextIdle.
 	ContextIdle time.Duration
+	// ContextMemory bounds the sum of the memory limits of the contexts
+	// this worker holds: a context keeps its memory between calls without
+	// holding a job slot, so nothing else counts it. A new context past it
+	// ends idle ones (least recently used of the owner holding the most
+	// first), or is refused; a context without a memory limit counts as
+	// all of it. Default (0): half the host's memory (none when unknown);
+	// negative: no bound.
+	ContextMemory int64
 	// EnvBudget is the disk the cache of built environments (DataDir/envs/cache)
 	// may use; least recently used ones are evicted past it. 0 means
 	// envcache.DefaultBudgetBytes (20 GiB); negative, no limit.
@@ -281,6 +289,9 @@ func (c Config) WithDefaults() Config {
 	}
 	if c.ContextIdle <= 0 {
 		c.ContextIdle = DefaultContextIdle
+	}
+	if c.ContextMemory == 0 {
+		c.ContextMemory = hostMemory() / 2
 	}
 	if !c.ExplicitLimits && c.Limits.IsZero() && c.MaxLimits.IsZero() {
 		c.Limits, c.MaxLimits = limits.Default, limits.DefaultMax

@@ -76,6 +76,7 @@ type liveContext struct {
 	cwd    string
 	uid    int
 	set    limits.Set
+	mem    int64 // what it counts against Config.ContextMemory: its memory limit
 	jl     *jobLimits
 	disk   *sessionDisk // the session's file system; nil: its disk limit is measured
 	free   func()       // what the context holds besides its interpreter: script, environment, disk
@@ -328,6 +329,18 @@ func (h *contextHost) create(ctx context.Context, req *wire.ContextRequest, log 
 		defer cancel()
 	}
 	c := &liveContext{scope: req.Scope, id: req.ID, created: time.Now().UTC(), envID: envspec.DefaultID, req: req}
+	set, err := limits.Resolve(w.cfg.Limits, w.cfg.MaxLimits, req.Limits)
+	if err != nil {
+		return fail(wire.StatusRejected, err.Error())
+	}
+	c.mem = set.Memory
+	if budget := w.cfg.ContextMemory; budget > 0 && c.mem <= 0 {
+		c.mem = budget // no memory limit: it may take all of it
+	} else if budget > 0 && c.mem > budget {
+		return fail(wire.StatusLimit, fmt.Sprintf("a context's memory limit (%s) may not pass what this worker keeps for "+
+			"its contexts' memory (%s, --context-memory): ask for less memory in its limits",
+			memoryText(c.mem), memoryText(budget)))
+	}
 	if msg := h.reserve(c); msg != "" {
 		return fail(wire.StatusLimit, msg)
 	}
@@ -356,8 +369,17 @@ func (h *contextHost) reserve(c *liveContext) string {
 		h.mu.Unlock()
 		return "context " + c.id + " exists already"
 	}
-	var victim *liveContext
-	if len(h.live) >= h.w.cfg.MaxContexts {
+	// Room for c: fewer than MaxContexts, and the memory limits of all,
+	// c's included, within ContextMemory. Idle ones make it.
+	count, used := len(h.live), c.mem
+	for _, o := range h.live {
+		used += o.mem
+	}
+	budget := h.w.cfg.ContextMemory
+	full := func() bool { return count >= h.w.cfg.MaxContexts || (budget > 0 && used > budget) }
+	overCount := count >= h.w.cfg.MaxContexts
+	var victims []*liveContext
+	if full() {
 		idle := make([]*liveContext, 0, len(h.live))
 		for _, o := range h.live {
 			if !o.busy {
@@ -372,25 +394,42 @@ func (h *contextHost) reserve(c *liveContext) string {
 			return idle[i].lastUsed.Before(idle[j].lastUsed)
 		})
 		for _, o := range idle {
-			// Not one a request has just taken (it holds the lock).
-			if o.mu.TryLock() {
-				victim = o
+			if !full() {
 				break
 			}
+			// Not one a request has just taken (it holds the lock).
+			if o.mu.TryLock() {
+				victims = append(victims, o)
+				count--
+				used -= o.mem
+			}
 		}
-		if victim == nil {
+		if full() {
 			h.mu.Unlock()
-			return fmt.Sprintf("this worker holds %d contexts, all running code: try again later", len(h.live))
+			for _, v := range victims {
+				v.mu.Unlock()
+			}
+			if overCount && count >= h.w.cfg.MaxContexts {
+				return fmt.Sprintf("this worker holds %d contexts, all running code: try again later", len(h.live))
+			}
+			return fmt.Sprintf("this worker's contexts hold memory limits of %s of the %s it keeps for them "+
+				"(--context-memory), and those that could make room are running code: try again later, "+
+				"or ask for less memory", memoryText(used-c.mem), memoryText(budget))
 		}
 	}
 	c.busy, c.lastUsed = true, time.Now()
 	delete(h.ended, key)
 	h.live[key] = c
 	h.mu.Unlock()
-	if victim != nil {
-		h.w.log.Info("context evicted", "context", victim.id, "scope", victim.scope)
-		h.endOnItsOwn(victim, fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used of those who hold the most", h.w.cfg.MaxContexts))
-		victim.mu.Unlock()
+	why := fmt.Sprintf("evicted: the worker holds at most %d contexts and this one was the least recently used of those who hold the most", h.w.cfg.MaxContexts)
+	if !overCount {
+		why = fmt.Sprintf("evicted: the worker keeps %s for its contexts' memory limits, a new context needed room, "+
+			"and this one was the least recently used of those who hold the most", memoryText(budget))
+	}
+	for _, v := range victims {
+		h.w.log.Info("context evicted", "context", v.id, "scope", v.scope)
+		h.endOnItsOwn(v, why)
+		v.mu.Unlock()
 	}
 	c.mu.Lock()
 	return ""
@@ -638,4 +677,12 @@ func (h *contextHost) janitor() {
 			c.mu.Unlock()
 		}
 	}
+}
+
+// memoryText writes a number of bytes in MiB; 0 or less is "none".
+func memoryText(n int64) string {
+	if n <= 0 {
+		return "none"
+	}
+	return fmt.Sprintf("%d MiB", n>>20)
 }

@@ -17,13 +17,17 @@ import (
 
 // startContextWorker starts a worker (sandboxed where the machine allows)
 // with cfg's context settings.
-func startContextWorker(t *testing.T, fx *lifecycleFixture, id string, maxContexts int, idle time.Duration) *Worker {
+func startContextWorker(t *testing.T, fx *lifecycleFixture, id string, maxContexts int, idle time.Duration, opts ...func(*Config)) *Worker {
 	t.Helper()
-	w, err := New(Config{
+	cfg := Config{
 		ID: id, DataDir: filepath.Join(fx.dataDir, id), Sandbox: testSandbox(t),
 		UIDDir: filepath.Join(fx.dataDir, "uids"), Concurrency: 1, Pythons: []string{},
 		MaxContexts: maxContexts, ContextIdle: idle, Logger: slog.New(slog.DiscardHandler),
-	}, fx.broker, fx.store)
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	w, err := New(cfg, fx.broker, fx.store)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,6 +222,41 @@ func TestWorkerContextEvictionAndIdle(t *testing.T) {
 			t.Fatalf("an idle context did not end: %+v", r.Result)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// Idle contexts keep their memory without a job slot: the sum of their
+// memory limits stays within ContextMemory. A new context past it ends the
+// least recently used idle one, whose next call is told why; one whose
+// own limit is past it is refused.
+func TestWorkerContextMemoryBudget(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-m", 0, time.Hour, func(c *Config) { c.ContextMemory = 600 << 20 })
+	b := fx.broker
+	create := func(id string, mb int64) *wire.ContextReply {
+		return ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: "s1", ID: id, Limits: &wire.Limits{MemoryMB: mb}})
+	}
+	for _, id := range []string{"old", "mid"} {
+		if r := create(id, 256); r.Result.Status != wire.StatusOK {
+			t.Fatalf("create %s: %+v", id, r.Result)
+		}
+	}
+	runIn(t, b, w, "s1", "old", "x = 1", time.Minute) // now mid is the least recently used
+	if r := create("new", 256); r.Result.Status != wire.StatusOK {
+		t.Fatalf("create new: %+v", r.Result)
+	}
+	r := runIn(t, b, w, "s1", "mid", "1", time.Minute)
+	if !strings.Contains(r.Ended, "evicted") || !strings.Contains(r.Ended, "memory") {
+		t.Fatalf("the least recently used past the memory budget: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if r := runIn(t, b, w, "s1", "old", "print(x)", time.Minute); r.Result.Status != wire.StatusOK || r.Result.Stdout != "1\n" {
+		t.Fatalf("kept context: %+v", r.Result)
+	}
+	if r := create("huge", 700); r.Result.Status != wire.StatusLimit || !strings.Contains(r.Result.Message, "--context-memory") {
+		t.Fatalf("a context past the whole budget: %+v", r.Result)
+	}
+	if r := runIn(t, b, w, "s1", "new", "1", time.Minute); r.Result.Status != wire.StatusOK {
+		t.Fatalf("a refused context ended another: %+v", r.Result)
 	}
 }
 

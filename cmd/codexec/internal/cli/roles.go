@@ -123,8 +123,9 @@ type workerFlags struct {
 	maxZygotes  int
 	zygoteIdle  time.Duration
 	// contexts
-	maxContexts int
-	contextIdle time.Duration
+	maxContexts   int
+	contextIdle   time.Duration
+	contextMemory int64
 	// environments
 	envBudget    int64
 	managers     string
@@ -171,6 +172,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.Int(&wf.maxZygotes, "max-zygotes", "CODEXEC_MAX_ZYGOTES", runner.DefaultMaxZygotes, "most warm interpreters alive at once (the least recently used idle one makes room)")
 	f.Duration(&wf.zygoteIdle, "zygote-idle", "CODEXEC_ZYGOTE_IDLE", runner.DefaultZygoteIdle, "stop a warm interpreter that ran no job for this long")
 	f.Int(&wf.maxContexts, "max-contexts", "CODEXEC_MAX_CONTEXTS", worker.DefaultMaxContexts, "most contexts (live interpreters of sessions) a worker holds; the least recently used idle one makes room, and its next call is told")
+	f.Bytes(&wf.contextMemory, "context-memory", "CODEXEC_CONTEXT_MEMORY", 0, "most memory the contexts a worker holds may have as their memory limits together (one without a limit counts as all of it); past it the least recently used idle ones make room, and a context that cannot fit is refused (0: half the host's memory)")
 	f.Duration(&wf.contextIdle, "context-idle", "CODEXEC_CONTEXT_IDLE", worker.DefaultContextIdle, "end a context that ran nothing for this long (its next call is told)")
 	f.Bytes(&wf.envBudget, "env-budget", "CODEXEC_ENV_BUDGET", envcache.DefaultBudgetBytes, "disk the cache of built environments may use (least recently used evicted past it)")
 	f.String(&wf.managers, "managers", "CODEXEC_MANAGERS", "venv,uv,conda", "comma-separated environment managers offered (those missing on the machine are left out)")
@@ -263,7 +265,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		Concurrency: wf.concurrency, BatchConcurrency: wf.batchSlots, MaxTimeout: ff.maxTimeout, OutputLimit: ff.outputLimit,
 		EnvPassthrough: pass, Logger: log,
 		ExecMode: wf.execMode, Preload: preload, MaxZygotes: wf.maxZygotes, ZygoteIdle: wf.zygoteIdle,
-		MaxContexts: wf.maxContexts, ContextIdle: wf.contextIdle,
+		MaxContexts: wf.maxContexts, ContextIdle: wf.contextIdle, ContextMemory: wf.contextMemory,
 		EnvBudget: wf.envBudget, Managers: commaList(wf.managers), Pythons: commaList(wf.pythons),
 		Index: envcache.IndexConfig{
 			IndexURL: strings.TrimSpace(wf.indexURL), ExtraIndexURLs: commaList(wf.extraIndex),
