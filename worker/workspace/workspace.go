@@ -2,16 +2,19 @@
 // back, so that the directory's files outlive the worker that holds them.
 //
 // Pack writes a tar of the directory's directories, regular files and
-// symbolic links (the links as links, never followed; anything else is left
-// out), bounded in bytes. Unpack replaces the contents of a directory (never
-// the directory itself: it may be a mount point) with an archive's, and
-// treats the archive as hostile, since a job wrote every file in it: every
-// entry is opened below the directory through an os.Root, so no name, link
-// or "..", absolute or not, reaches outside it; only directories, regular
-// files and symbolic links are created, with permission bits only (no
-// setuid, setgid or sticky bit), owned by the uid and gid given; the files'
-// bytes and the number of entries are bounded. Manifest is a digest of the
-// directory's tree, cheap enough to tell after every job whether it changed.
+// symbolic links (the links as links, never followed; a file's further
+// names as hard links; anything else is left out), bounded in bytes,
+// entries and path length. Unpack replaces the contents of a directory
+// (never the directory itself: it may be a mount point) with an archive's,
+// and treats the archive as hostile, since a job wrote every file in it:
+// every entry is opened below the directory through an os.Root, so no
+// name, link or "..", absolute or not, reaches outside it; only
+// directories, regular files, symbolic links and hard links to files it
+// made are created, with permission bits only (no setuid, setgid or sticky
+// bit), owned by the uid and gid given; the files' bytes and the number of
+// entries are bounded. Manifest is a digest of the directory's tree, cheap
+// enough to tell after every job whether it changed. None of them reads a
+// directory whole: a job can put millions of names in one.
 package workspace
 
 import (
