@@ -239,9 +239,14 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		log.Warn("record the workspace's holder", "err", err)
 		return
 	}
-	// The previous snapshot goes once the record names a stored one: until
-	// then it is the session's only copy off this worker.
-	if rec.Stored && j.rec.Stored && j.rec.Snapshot != rec.Snapshot {
+	// The previous snapshot goes once the record names another one, stored
+	// or not: nothing reads a snapshot the record does not name (a restore
+	// reads the recorded one, a collection deletes the recorded one), so
+	// one left behind a snapshot that could not be stored (past the job's
+	// disk limit) stayed in the store, counted by no quota, until its
+	// retention; a session that alternated stored and unstored snapshots
+	// left one of its directory's size behind each time.
+	if j.rec.Stored && j.rec.Snapshot != rec.Snapshot {
 		if err := w.broker.DeleteWorkspace(ctx, snapshotName(j.scope, j.rec.Snapshot)); err != nil {
 			log.Warn("delete the previous snapshot", "err", err)
 		}

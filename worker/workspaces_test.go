@@ -17,6 +17,7 @@ import (
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/broker/brokertest"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/workspace"
 )
@@ -150,7 +151,8 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	}
 
 	// A directory with more bytes of files than the job's disk limit is not
-	// stored: the record says so, and the previous snapshot is kept.
+	// stored: the record says so, and the previous snapshot, which the
+	// record no longer names, goes (TestUnstoredSnapshotLeavesNoneBehind).
 	prev := record()
 	if err := os.WriteFile(filepath.Join(cwdA, "big"), make([]byte, 64<<10), 0o644); err != nil {
 		t.Fatal(err)
@@ -167,11 +169,9 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, tooLarge)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
 		t.Errorf("the snapshot past the limit: %v, want none stored", err)
 	}
-	r, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, prev.Snapshot))
-	if err != nil {
-		t.Fatalf("the previous snapshot is gone: %v", err)
+	if _, err := fx.broker.GetWorkspace(ctx, snapshotName(scope, prev.Snapshot)); !errors.Is(err, broker.ErrWorkspaceNotFound) {
+		t.Errorf("the previous snapshot, named by no record, is still stored: %v", err)
 	}
-	r.Close()
 
 	// A directory of more entries than its disk limit allows files (hard
 	// links of one empty file, which take no disk) is not walked whole nor
@@ -208,6 +208,56 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	_, onB := run(b, "print(1)")
 	if rec := record(); rec.Worker != "ws-b" || rec.Snapshot != onB || !rec.Stored {
 		t.Errorf("after a job on ws-b's own copy: %+v, want ws-b holding %s, stored", rec, onB)
+	}
+}
+
+// A snapshot the record no longer names is read by nothing, so it must not
+// stay in the store: a session whose jobs alternate a directory that fits
+// the job's disk limit (stored) and one that does not (not stored: here
+// the same files under a smaller limit, as a call with a smaller disk_mb
+// makes) keeps one snapshot at most. Before, the stored snapshot before
+// each unstored one stayed for the store's retention, counted by no quota:
+// through the cluster, a tenant under working_dir_bytes of 100 MiB left
+// 40 MB in the workspaces store per pair of calls, a second each.
+func TestUnstoredSnapshotLeavesNoneBehind(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	w := &Worker{cfg: Config{ID: "orphans", DataDir: t.TempDir()}, broker: br, store: st}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	const scope = "orphan-scope"
+	cwd := t.TempDir()
+	var snapshots []string
+	for i := 0; i < 6; i++ {
+		if err := os.WriteFile(filepath.Join(cwd, "big"), make([]byte, 64<<10+i), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		maxLen := int64(1 << 20)
+		if i%2 == 1 {
+			maxLen = 32 << 10 // the directory does not fit: not stored
+		}
+		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, maxLen, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := ulid.Make().String()
+		w.saveWorkspace(ctx, j, id, cwd, log)
+		snapshots = append(snapshots, id)
+	}
+	for i, id := range snapshots {
+		r, err := br.GetWorkspace(ctx, snapshotName(scope, id))
+		if err == nil {
+			r.Close()
+			t.Errorf("snapshot %d of %d (stored: %v) is still in the store, named by no record", i+1, len(snapshots), i%2 == 0)
+		} else if !errors.Is(err, broker.ErrWorkspaceNotFound) {
+			t.Fatal(err)
+		}
 	}
 }
 
