@@ -6,7 +6,9 @@ import (
 	"errors"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -392,4 +394,38 @@ func BenchmarkSnapshotSmall(b *testing.B) {
 			}
 		}
 	})
+}
+
+// A job makes a chain of directories hundreds deep in milliseconds; its
+// restore on another worker made every ancestor of every entry again, each
+// through a path resolved from the root: a chain 600 deep took minutes,
+// and failed the session's calls there. Each directory is made once.
+func TestUnpackMakesEachDirectoryOnce(t *testing.T) {
+	const depth = 300
+	var entries []entry
+	p := ""
+	for i := range depth {
+		p = path.Join(p, "d")
+		entries = append(entries, entry{tar.Header{Name: p + "/", Typeflag: tar.TypeDir}, ""})
+		entries = append(entries, entry{tar.Header{Name: p + "/f", Typeflag: tar.TypeReg}, strconv.Itoa(i)})
+		// Entries whose directory the archive never lists make theirs.
+		entries = append(entries, entry{tar.Header{Name: p + "/x/y/g", Typeflag: tar.TypeReg}, "g"})
+	}
+	dir := t.TempDir()
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer root.Close()
+	uid, gid := ids()
+	u := unpacker{root: root, uid: uid, gid: gid, left: 1 << 20, entries: MaxEntries(1 << 20)}
+	if err := u.run(tar.NewReader(bytes.NewReader(archive(t, entries...)))); err != nil {
+		t.Fatal(err)
+	}
+	if want := 3 * depth; u.mkdirs > want {
+		t.Errorf("%d directories made %d times", want, u.mkdirs)
+	}
+	if got := read(t, filepath.Join(dir, strings.Repeat("d/", depth)+"x/y/g")); got != "g" {
+		t.Errorf("deepest file: %q", got)
+	}
 }
