@@ -416,6 +416,15 @@ func workspaceResult(r WorkspaceResult) *mcp.CallToolResult {
 	return out
 }
 
+// workspaceError is err of recording a workspace's handle: a refusal
+// (over the workspaces quota) as it is, anything else internal.
+func workspaceError(err error, what string) error {
+	if te := (*toolError)(nil); errors.As(err, &te) {
+		return te
+	}
+	return internal("%s: %v; try again", what, err)
+}
+
 func workspaceFailure(err error) *mcp.CallToolResult {
 	te := asToolError(err)
 	return workspaceResult(WorkspaceResult{Status: string(te.Status), Message: te.Message})
@@ -431,7 +440,7 @@ func (f *Frontend) registerWorkspaceTools(s *server.MCPServer, stdio bool) {
 	), handler(stdio, func(ctx context.Context, _ mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 		h, err := f.handleOf(ctx, ownerFrom(ctx, stdio), scope)
 		if err != nil {
-			return nil, internal("cannot record the workspace's handle: %v; try again", err)
+			return nil, workspaceError(err, "cannot record the workspace's handle")
 		}
 		return workspaceResult(WorkspaceResult{Status: fileStatusOK, Workspace: h,
 			Message: fmt.Sprintf("workspace %s; pass workspace=%q to any tool to work in it from another session", h, h)}), nil
@@ -446,7 +455,7 @@ func (f *Frontend) registerWorkspaceTools(s *server.MCPServer, stdio bool) {
 		scope := "w-" + digest(owner+"\x00workspace\x00"+newHandle())
 		h, err := f.handleOf(ctx, owner, scope)
 		if err != nil {
-			return nil, internal("cannot record the new workspace: %v; try again", err)
+			return nil, workspaceError(err, "cannot record the new workspace")
 		}
 		return workspaceResult(WorkspaceResult{Status: fileStatusOK, Workspace: h,
 			Message: fmt.Sprintf("new workspace %s; pass workspace=%q to any tool to work in it", h, h)}), nil

@@ -221,6 +221,11 @@ func TestQuotaWorkspacesAcrossFrontends(t *testing.T) {
 		if !res.IsError || ws.Workspace != "" || !strings.Contains(textOf(res), `quota workspaces of tenant "acme" reached: 2 workspaces (the limit is 2)`) {
 			t.Fatalf("%s past the quota: %s", tool, textOf(res))
 		}
+		// A call over a quota is rejected, as the docs say, not an
+		// internal failure to retry.
+		if ws.Status != "rejected" || strings.Contains(textOf(res), "cannot record") {
+			t.Fatalf("%s past the quota: status %q: %s", tool, ws.Status, textOf(res))
+		}
 	}
 	// The two made are still reached.
 	if res, ws := callTool[WorkspaceResult](t, c, "workspace_info", map[string]any{"workspace": handles[0]}); res.IsError || ws.Workspace != handles[0] {
