@@ -3,6 +3,7 @@ package sandbox
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -315,5 +316,72 @@ func TestOwnChangesOnlyWhatIsWrong(t *testing.T) {
 	}
 	if err := Own(link, DefaultUIDBase+8, 0o700); err == nil {
 		t.Fatal("Own followed a link")
+	}
+}
+
+// The tree chownTree walks is the session's, whose processes may replace
+// any directory of it by a link while the walk runs. Walked by path, a
+// directory swapped for a link to a host directory between its listing and
+// the change of a name below it made the worker, as root, give a host file
+// to the session's uid. The walk stays below its directory.
+func TestChownTreeStaysBelowItsDirectoryWhileItChanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("changing owners needs root")
+	}
+	const from, to = DefaultUIDBase + 7, DefaultUIDBase + 8
+	host := t.TempDir()
+	dir := t.TempDir()
+	var names []string
+	for i := range 64 {
+		names = append(names, fmt.Sprintf("f%02d", i))
+	}
+	mk := func(d string) {
+		for _, n := range names {
+			p := filepath.Join(d, n)
+			if err := os.WriteFile(p, nil, 0o600); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Lchown(p, from, from); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	mk(host) // the host's files, which happen to have the uid
+	// The session's process swaps sub between a directory of its files
+	// and a link to the host's directory, each a rename.
+	sub, real, link := filepath.Join(dir, "sub"), filepath.Join(dir, ".real"), filepath.Join(dir, ".link")
+	if err := os.Mkdir(real, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	mk(real)
+	if err := os.Symlink(host, link); err != nil {
+		t.Fatal(err)
+	}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			_ = os.Rename(real, sub)
+			_ = os.Rename(sub, real)
+			_ = os.Rename(link, sub)
+			_ = os.Rename(sub, link)
+		}
+	})
+	for range 2000 {
+		_ = chownTree(dir, from, to) // errors: a name gone mid-walk
+		_ = chownTree(real, to, from)
+	}
+	close(stop)
+	wg.Wait()
+	for _, n := range names {
+		var st syscall.Stat_t
+		if err := syscall.Lstat(filepath.Join(host, n), &st); err != nil || int(st.Uid) != from {
+			t.Fatalf("a host file's owner changed to %d (%v) through a directory swapped for a link", st.Uid, err)
+		}
 	}
 }

@@ -204,17 +204,27 @@ func (u *UIDs) next(dir string) (int, error) {
 
 // chownTree gives everything under dir (dir included) that belongs to uid
 // from to uid to, and its group too where the group was from's; links are
-// changed, never followed.
+// changed, never followed. The walk and each change go through an os.Root
+// of dir: a name is resolved below dir, one component at a time, so that a
+// directory of the tree replaced by a link to a host path while the walk
+// runs (the session's processes own the tree) cannot make the worker, as
+// root, give a host file to the session's uid.
 func chownTree(dir string, from, to int) error {
-	return filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return err
+	}
+	defer root.Close()
+	return fs.WalkDir(root.FS(), ".", func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
-		var st unix.Stat_t
-		if err := unix.Lstat(path, &st); err != nil {
+		fi, err := root.Lstat(path)
+		if err != nil {
 			return err
 		}
-		if int(st.Uid) != from && int(st.Gid) != from {
+		st, ok := fi.Sys().(*syscall.Stat_t)
+		if !ok || (int(st.Uid) != from && int(st.Gid) != from) {
 			return nil
 		}
 		uid, gid := int(st.Uid), int(st.Gid)
@@ -224,7 +234,7 @@ func chownTree(dir string, from, to int) error {
 		if gid == from {
 			gid = to
 		}
-		return os.Lchown(path, uid, gid)
+		return root.Lchown(path, uid, gid)
 	})
 }
 
