@@ -7,11 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -19,6 +15,7 @@ import (
 	"github.com/oklog/ulid/v2"
 	"golang.org/x/sys/unix"
 
+	"github.com/codexec/codexec/internal/memtest"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -261,39 +258,6 @@ func runAsNobody(t *testing.T, name string) {
 	}
 }
 
-// peakHeap runs f and returns the most heap its objects took meanwhile
-// over what they took before, sampled every 100 µs with the collector
-// made eager, so that what is held shows and garbage does not.
-func peakHeap(f func()) uint64 {
-	defer debug.SetGCPercent(debug.SetGCPercent(5))
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	runtime.GC()
-	before := read()
-	var peak atomic.Uint64
-	done, stopped := make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(100 * time.Microsecond):
-			}
-		}
-	}()
-	f()
-	close(done)
-	<-stopped
-	if p := peak.Load(); p > before {
-		return p - before
-	}
-	return 0
-}
-
 // With --session-fs off the disk watch measures the working directory
 // every 100 ms while a job runs: a directory of 60,000 names (hard links
 // of an empty file, with long names) is read a buffer at a time, not
@@ -316,7 +280,7 @@ func TestDiskUsageReadsDirectoriesInPieces(t *testing.T) {
 		}
 	}
 	var usage int64
-	if peak := peakHeap(func() { usage = DiskUsage(dir) }); peak > 4<<20 {
+	if peak := memtest.PeakHeap(func() { usage = DiskUsage(dir) }); peak > 4<<20 {
 		t.Errorf("measuring held %d bytes, more than %d", peak, 4<<20)
 	}
 	if want := int64(links+1) * minFileUsage; usage < want {

@@ -8,14 +8,11 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"runtime"
-	"runtime/debug"
-	"runtime/metrics"
 	"strings"
-	"sync/atomic"
 	"syscall"
 	"testing"
-	"time"
+
+	"github.com/codexec/codexec/internal/memtest"
 )
 
 // links makes n hard links, with names of about 200 bytes, to one empty
@@ -34,40 +31,6 @@ func links(t testing.TB, dir string, n int) {
 	}
 }
 
-// peakHeap runs f and returns the most heap its objects took meanwhile
-// over what they took before, sampled every 100 µs with the collector
-// made eager, so that what is held shows and garbage does not.
-func peakHeap(f func()) uint64 {
-	defer debug.SetGCPercent(debug.SetGCPercent(5))
-	sample := []metrics.Sample{{Name: "/memory/classes/heap/objects:bytes"}}
-	read := func() uint64 { metrics.Read(sample); return sample[0].Value.Uint64() }
-	runtime.GC()
-	before := read()
-	var peak atomic.Uint64
-	done := make(chan struct{})
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		for {
-			if v := read(); v > peak.Load() {
-				peak.Store(v)
-			}
-			select {
-			case <-done:
-				return
-			case <-time.After(100 * time.Microsecond):
-			}
-		}
-	}()
-	f()
-	close(done)
-	<-stopped
-	if p := peak.Load(); p > before {
-		return p - before
-	}
-	return 0
-}
-
 // A job can make a million names in its directory with little disk (hard
 // links of one empty file); the manifest, the snapshot and the clear
 // before a restore, run by the worker after or before each job of the
@@ -77,7 +40,7 @@ func TestWalksHoldBoundedMemory(t *testing.T) {
 	const n = 60000 // about 12 MB of names alone
 	links(t, dir, n)
 	const most = 4 << 20
-	if peak := peakHeap(func() {
+	if peak := memtest.PeakHeap(func() {
 		if _, err := Manifest(dir, 1<<30); err != nil {
 			t.Error(err)
 		}
@@ -85,14 +48,14 @@ func TestWalksHoldBoundedMemory(t *testing.T) {
 		t.Errorf("the manifest held %d bytes, more than %d", peak, most)
 	}
 	var size countWriter
-	if peak := peakHeap(func() {
+	if peak := memtest.PeakHeap(func() {
 		if err := Pack(dir, &size, 1<<30); err != nil {
 			t.Error(err)
 		}
 	}); peak > most {
 		t.Errorf("the snapshot held %d bytes, more than %d", peak, most)
 	}
-	if peak := peakHeap(func() {
+	if peak := memtest.PeakHeap(func() {
 		if err := Clear(dir); err != nil {
 			t.Error(err)
 		}
