@@ -79,6 +79,7 @@ var testHarnesses = map[string]bool{
 	"broker/brokertest":                true,
 	"internal/lifecycle/lifecycletest": true,
 	"internal/wheeltest":               true,
+	"internal/memtest":                 true,
 	"frontend/auth/authtest":           true,
 	"cmd/codexec/internal/e2e":         true,
 	"worker/gpu/gputest":               true,
