@@ -81,6 +81,11 @@ func (w *Worker) saveLocalWorkspace(scope string, l localWorkspace) error {
 	return os.Rename(tmp, p)
 }
 
+// unrecordedManifest is the manifest remembered for a copy saved while its
+// record could not be written: it matches no directory's, so the next job
+// saves the copy again.
+const unrecordedManifest = "unrecorded"
+
 // snapshotName is the object holding the snapshot of scope taken after
 // job snapshot.
 func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + snapshot }
@@ -218,9 +223,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	}
 	rec := j.rec
 	rec.V, rec.Worker = wire.Version, w.cfg.ID
+	saved := false
 	// A copy that is not of the recorded snapshot (that one was not stored,
 	// or is gone) is the session's files from now on, and is saved as such.
 	if m != j.local.Manifest || j.local.Snapshot != rec.Snapshot || snapshotAging(rec, j.local) {
+		saved = true
 		t0 := time.Now()
 		rec.Snapshot = jobID
 		rec.Stored = !tooLarge && w.putSnapshot(ctx, j, jobID, cwd, log)
@@ -237,6 +244,21 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	data, _ := json.Marshal(rec)
 	if err := w.store.Set(ctx, w.cfg.Keys.Workspace(j.scope), data, broker.WorkspaceRetention); err != nil {
 		log.Warn("record the workspace's holder", "err", err)
+		if saved {
+			// The record still names the snapshot before this job. Were
+			// this copy remembered as the new snapshot, the next job here
+			// would take it for an older copy than the recorded one and
+			// restore that one over it, deleting what this job wrote (a
+			// state store away for a second is enough). Remembered as a
+			// copy of the recorded snapshot that changed since, it is run
+			// on as it is, and saved by the next job. The snapshot just
+			// stored stays, in case the write reached the store after all;
+			// the store's retention removes it.
+			j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: unrecordedManifest}
+			if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
+				log.Warn("remember the unrecorded workspace", "err", err)
+			}
+		}
 		return
 	}
 	// The previous snapshot goes once the record names another one, stored

@@ -18,6 +18,7 @@ import (
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/broker/brokertest"
 	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/workspace"
 )
@@ -301,4 +302,88 @@ func BenchmarkWorkspaceSnapshot(b *testing.B) {
 			r.Close()
 		}
 	})
+}
+
+// A job's files saved while the state store is away stay the session's
+// files. The snapshot is stored but the record naming it cannot be
+// written, so the record still names the snapshot before the job. Before,
+// the worker remembered its copy as the new snapshot all the same: the
+// next job, once Redis answered again, found its copy to be of another
+// snapshot than the recorded one and restored that one over it, so what the
+// job wrote (its call answered ok) was gone, on the very worker that ran
+// it. Through the cluster, a Redis killed for a second during a job was
+// enough.
+func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	srv := redistest.Start(t)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	w := &Worker{cfg: Config{ID: "away", DataDir: t.TempDir()}, broker: br, store: st}
+	log := slog.New(slog.DiscardHandler)
+	const scope = "away-scope"
+	cwd := t.TempDir()
+	job := func(write string) {
+		t.Helper()
+		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if write != "" {
+			if err := os.WriteFile(filepath.Join(cwd, write), []byte(write), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		w.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+	}
+	job("before.txt")
+
+	// The job starts with the store there, and ends with it gone.
+	j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cwd, "during.txt"), []byte("during"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	addr := srv.Addr
+	srv.Kill()
+	w.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+	srv.Restart(t)
+	if srv.Addr != addr {
+		t.Skipf("redis-server came back on %s, not %s", srv.Addr, addr)
+	}
+	for ctx.Err() == nil {
+		if _, err := w.readWorkspace(ctx, scope); err == nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+
+	job("after.txt")
+	names, err := os.ReadDir(cwd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, n := range names {
+		got = append(got, n.Name())
+	}
+	if want := "after.txt before.txt during.txt"; strings.Join(got, " ") != want {
+		t.Fatalf("the session's directory after the store came back: %q, want %q", got, want)
+	}
+	// And it was saved: another worker's copy restores all of it.
+	other := &Worker{cfg: Config{ID: "other", DataDir: t.TempDir()}, broker: br, store: st}
+	into := t.TempDir()
+	if _, err := other.restoreWorkspace(ctx, scope, into, os.Getuid(), nil, 1<<20, log); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(into, "during.txt")); err != nil {
+		t.Errorf("the file written while the store was away is not in the saved snapshot: %v", err)
+	}
 }
