@@ -69,6 +69,7 @@ func runDev(ctx context.Context, args []string, stdin io.Reader, stdout, stderr 
 	if ff.quotaTable, err = ff.quotas(log); err != nil {
 		return err
 	}
+	warnUnboundedTenants(access, ff.quotaTable, log)
 	if err := applyLegacyEnv(&wf); err != nil {
 		return flagenv.UsageError{Err: err}
 	}
@@ -256,6 +257,7 @@ func runFrontend(ctx context.Context, args []string, stdin io.Reader, stdout, st
 	if ff.quotaTable, err = ff.quotas(log); err != nil {
 		return err
 	}
+	warnUnboundedTenants(access, ff.quotaTable, log)
 	b, st, closeAll, err := cf.open(ctx, "codexec-frontend", log)
 	if err != nil {
 		return err

@@ -109,6 +109,27 @@ func (ff *frontendFlags) quotas(log *slog.Logger) (*quota.Table, error) {
 	return quota.NewTable(l, ff.quotaFile, log)
 }
 
+// warnUnboundedTenants says, at start, which storage quotas are without a
+// limit on a frontend whose callers authenticate (tenants that share it):
+// each session's code files are bounded, but not how many sessions a
+// tenant makes, so one tenant could fill the state store (Redis, which
+// holds every tenant's code files) and slow or fail every other's calls.
+func warnUnboundedTenants(access auth.Policy, t *quota.Table, log *slog.Logger) {
+	if access.Authenticator == nil {
+		return
+	}
+	var open []string
+	for _, name := range []string{quota.CodeFileBytes, quota.Workspaces, quota.WorkingDirBytes, quota.ResultBytes} {
+		if t.For("", name) <= 0 {
+			open = append(open, name)
+		}
+	}
+	if len(open) > 0 {
+		log.Warn("callers authenticate, but these quotas have no default limit: one tenant may fill the state store "+
+			"or the workers' disks for all; set them with --quota (see docs/operations.md, Tenants)", "quotas", open)
+	}
+}
+
 // workerFlags are the settings of a worker, shared by dev and worker.
 type workerFlags struct {
 	id          string

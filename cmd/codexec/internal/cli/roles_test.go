@@ -5,12 +5,16 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/codexec/codexec/frontend"
+	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker"
 	"github.com/codexec/codexec/worker/limits"
@@ -197,6 +201,53 @@ func TestRolesAgreeOnMaxTimeout(t *testing.T) {
 		Main(context.Background(), []string{cmd, "-h"}, strings.NewReader(""), &bytes.Buffer{}, &stderr)
 		if want := "($CODEXEC_MAX_TIMEOUT) (default " + wire.DefaultMaxTimeout.String() + ")"; !strings.Contains(stderr.String(), want) {
 			t.Errorf("codexec %s -h lacks %q:\n%s", cmd, want, stderr.String())
+		}
+	}
+}
+
+// A frontend whose callers authenticate (tenants sharing it) says at start
+// which storage quotas have no default limit; one without credentials, or
+// with every storage quota set, says nothing.
+func TestWarnUnboundedTenants(t *testing.T) {
+	dir := t.TempDir()
+	_, line, err := auth.NewToken("acme", "me")
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(path, []byte(line+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tokens, err := auth.LoadTokens(path, 0, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	table := func(flag string) *quota.Table {
+		l, err := quota.ParseLimits(flag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tb, err := quota.NewTable(l, "", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tb
+	}
+	for _, c := range []struct {
+		name   string
+		access auth.Policy
+		quotas *quota.Table
+		want   string
+	}{
+		{"no credentials", auth.Policy{}, nil, ""},
+		{"no quotas", auth.Policy{Authenticator: tokens}, nil, `quotas="[code_file_bytes workspaces working_dir_bytes result_bytes]"`},
+		{"some", auth.Policy{Authenticator: tokens}, table("jobs=4,code_file_bytes=1GiB"), `quotas="[workspaces working_dir_bytes result_bytes]"`},
+		{"all", auth.Policy{Authenticator: tokens}, table("code_file_bytes=1GiB,workspaces=10,working_dir_bytes=1GiB,result_bytes=1GiB"), ""},
+	} {
+		var buf bytes.Buffer
+		warnUnboundedTenants(c.access, c.quotas, slog.New(slog.NewTextHandler(&buf, nil)))
+		if got := buf.String(); (c.want == "") != (got == "") || !strings.Contains(got, c.want) {
+			t.Errorf("%s: logged %q, want %q", c.name, got, c.want)
 		}
 	}
 }
