@@ -170,3 +170,40 @@ func TestDispatchWhileStoreIsDown(t *testing.T) {
 	}()
 	dispatched(t, patient, ids, "a worker announcing itself while the call waits")
 }
+
+// While the store is away a session's jobs still go to the worker that
+// held its working directory when this frontend last read its record:
+// sent to any worker, each ran on a copy of its own, and the first saved
+// afterwards won, losing what the others wrote.
+func TestWorkspaceHolderWhileStoreIsDown(t *testing.T) {
+	t.Parallel()
+	rs := redistest.Start(t)
+	ctx := t.Context()
+	st := openRedis(t, rs)
+	f, err := New(Config{}, nil, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, _ := json.Marshal(wire.Workspace{V: wire.Version, Worker: "w2", Snapshot: "j", Stored: true})
+	if err := st.Set(ctx, f.cfg.Keys.Workspace("s-read"), rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Set(ctx, f.cfg.Keys.Workspace("s-unread"), rec, 0); err != nil {
+		t.Fatal(err)
+	}
+	adverts := []envspec.Advert{{WorkerID: "w1", Targeted: true}, {WorkerID: "w2", Targeted: true}}
+	job := func(scope string) *wire.Job { return &wire.Job{Kind: wire.KindExecute, Scope: scope} }
+	if got := f.workspaceHolder(ctx, job("s-read"), adverts); got != "w2" {
+		t.Fatalf("store up: sent to %q, want w2", got)
+	}
+	rs.Stop()
+	if got := f.workspaceHolder(ctx, job("s-read"), adverts); got != "w2" {
+		t.Errorf("store down, a session whose holder this frontend read: sent to %q, want w2", got)
+	}
+	if got := f.workspaceHolder(ctx, job("s-unread"), adverts); got != "" {
+		t.Errorf("store down, a session this frontend never read: sent to %q, want placement", got)
+	}
+	if got := f.workspaceHolder(ctx, job("s-read"), adverts[:1]); got != "" {
+		t.Errorf("store down, the holder gone: sent to %q, want placement", got)
+	}
+}

@@ -213,6 +213,7 @@ type Frontend struct {
 	// when the store does not answer.
 	envs     *envMemory
 	presence presenceMemory
+	holders  holderMemory
 
 	// Stopping (Drain, Abort): calls running when the frontend is told to
 	// stop finish and answer; hard ends them.
@@ -246,7 +247,7 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 	}
 	hard, abort := context.WithCancel(context.Background())
 	f := &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger,
-		envs: newEnvMemory(maxRememberedSessions), hard: hard, abort: abort}
+		envs: newEnvMemory(maxRememberedSessions), holders: holderMemory{max: maxRememberedSessions}, hard: hard, abort: abort}
 	f.watch(cfg.Probe)
 	return f, nil
 }

@@ -148,3 +148,56 @@ func sameRecords(a, b map[string][]byte) bool {
 	}
 	return true
 }
+
+// holderMemory maps session scopes to the worker that last held their
+// working directory, as this frontend last read it, least recently used
+// first out: while the store is unreachable a session's jobs still go to
+// that worker, whose copy of its files is the newest, instead of to any
+// worker, each of which would run on a copy of its own and the first saved
+// afterwards would win.
+type holderMemory struct {
+	mu    sync.Mutex
+	max   int
+	byKey map[string]*list.Element
+	order list.List // of [2]string{scope, worker}, most recent at the front
+}
+
+// put records that worker holds scope's working directory ("" forgets it).
+func (m *holderMemory) put(scope, worker string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.byKey == nil {
+		m.byKey = make(map[string]*list.Element)
+	}
+	if e, ok := m.byKey[scope]; ok {
+		if worker == "" {
+			m.order.Remove(e)
+			delete(m.byKey, scope)
+			return
+		}
+		e.Value = [2]string{scope, worker}
+		m.order.MoveToFront(e)
+		return
+	}
+	if worker == "" {
+		return
+	}
+	m.byKey[scope] = m.order.PushFront([2]string{scope, worker})
+	for m.order.Len() > max(m.max, 1) {
+		last := m.order.Back()
+		m.order.Remove(last)
+		delete(m.byKey, last.Value.([2]string)[0])
+	}
+}
+
+// get returns the worker last known to hold scope's working directory.
+func (m *holderMemory) get(scope string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	e, ok := m.byKey[scope]
+	if !ok {
+		return ""
+	}
+	m.order.MoveToFront(e)
+	return e.Value.([2]string)[1]
+}

@@ -37,3 +37,19 @@ func TestPresenceDecodedAgainWhenARecordChanges(t *testing.T) {
 		t.Errorf("no records read as %+v", none)
 	}
 }
+
+// holderMemory keeps at most max sessions, the least recently used out.
+func TestHolderMemoryIsBounded(t *testing.T) {
+	m := holderMemory{max: 2}
+	m.put("a", "w1")
+	m.put("b", "w2")
+	_ = m.get("a")
+	m.put("c", "w3") // b is the least recently used
+	if m.get("a") != "w1" || m.get("b") != "" || m.get("c") != "w3" {
+		t.Fatalf("a=%q b=%q c=%q", m.get("a"), m.get("b"), m.get("c"))
+	}
+	m.put("a", "")
+	if m.get("a") != "" || m.order.Len() != 1 {
+		t.Fatalf("a forgotten: %q, %d left", m.get("a"), m.order.Len())
+	}
+}

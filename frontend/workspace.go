@@ -3,9 +3,11 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"slices"
 
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 )
 
@@ -20,6 +22,8 @@ import (
 // environment, or when no worker does and it can build it; a worker that
 // holds the environment when the holder does not (restoring a snapshot
 // costs milliseconds, building an environment seconds to minutes). A
+// record that cannot be read (the store away) gives way to the holder
+// this frontend last read (holderMemory). A
 // holder that dies after this choice is handled as any targeted worker
 // (watchTarget), and the worker that then runs the job restores the
 // session's last snapshot.
@@ -27,12 +31,23 @@ func (f *Frontend) workspaceHolder(ctx context.Context, job *wire.Job, adverts [
 	if job.Kind != wire.KindExecute && job.Kind != wire.KindInstall && job.Kind != wire.KindFiles {
 		return ""
 	}
-	data, err := f.store.Get(ctx, f.cfg.Keys.Workspace(job.Scope))
-	if err != nil {
-		return "" // none yet, or unreadable: placement decides
-	}
 	var rec wire.Workspace
-	if json.Unmarshal(data, &rec) != nil || rec.Worker == "" {
+	data, err := f.store.Get(ctx, f.cfg.Keys.Workspace(job.Scope))
+	switch {
+	case errors.Is(err, statestore.ErrNotFound):
+		f.holders.put(job.Scope, "")
+		return "" // none yet: placement decides
+	case err != nil:
+		// Unreadable (the store away): the holder this frontend last
+		// read, whose copy is the newest; placement decides for a
+		// session it never read.
+		rec.Worker = f.holders.get(job.Scope)
+	case json.Unmarshal(data, &rec) != nil:
+		return ""
+	default:
+		f.holders.put(job.Scope, rec.Worker)
+	}
+	if rec.Worker == "" {
 		return ""
 	}
 	i := slices.IndexFunc(adverts, func(a envspec.Advert) bool { return a.WorkerID == rec.Worker && a.Targeted })
