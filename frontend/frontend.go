@@ -247,7 +247,7 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 	}
 	hard, abort := context.WithCancel(context.Background())
 	f := &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger,
-		envs: newEnvMemory(maxRememberedSessions), holders: holderMemory{max: maxRememberedSessions}, hard: hard, abort: abort}
+		envs: newEnvMemory(maxRememberedSessions), holders: holderMemory{recent[string]{max: maxRememberedSessions}}, hard: hard, abort: abort}
 	f.watch(cfg.Probe)
 	return f, nil
 }

@@ -115,11 +115,7 @@ func (f *Frontend) useWorkspace(stdio bool, tool func(name string) *mcp.Tool) se
 func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallToolRequest, t *mcp.Tool) context.Context {
 	var c workspaceChoice
 	if t != nil {
-		err := unknownArgument(t, req.GetArguments())
-		if err == nil {
-			err = wrongTypedArgument(t, req.GetArguments())
-		}
-		if err != nil {
+		if err := checkArguments(t, req.GetArguments()); err != nil {
 			return context.WithValue(ctx, workspaceCtxKey{}, workspaceChoice{err: err})
 		}
 	}
@@ -137,15 +133,24 @@ func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallTo
 	return context.WithValue(ctx, workspaceCtxKey{}, c)
 }
 
-// unknownArgument refuses an argument that t does not declare. A client
-// that guessed a name (timeout for timeout_seconds) would otherwise have
-// its call run as if it had not passed it: with the default timeout, the
-// default limits.
-func unknownArgument(t *mcp.Tool, args map[string]any) error {
+// checkArguments refuses args that t does not take as they are: an
+// argument it does not declare, or one of another JSON type.
+func checkArguments(t *mcp.Tool, args map[string]any) error {
 	known, ok := declaredArguments(t)
 	if !ok {
 		return nil
 	}
+	if err := unknownArgument(t.Name, known, args); err != nil {
+		return err
+	}
+	return wrongTypedArgument(known, args)
+}
+
+// unknownArgument refuses an argument that tool does not declare (known).
+// A client that guessed a name (timeout for timeout_seconds) would
+// otherwise have its call run as if it had not passed it: with the default
+// timeout, the default limits.
+func unknownArgument(tool string, known, args map[string]any) error {
 	var unknown []string
 	for name := range args {
 		if _, ok := known[name]; !ok {
@@ -158,7 +163,7 @@ func unknownArgument(t *mcp.Tool, args map[string]any) error {
 	slices.Sort(unknown)
 	names := slices.Sorted(maps.Keys(known))
 	msg := fmt.Sprintf("%s takes no argument %s; nothing was done. Its arguments: %s",
-		t.Name, quoteJoin(unknown), strings.Join(names, ", "))
+		tool, quoteJoin(unknown), strings.Join(names, ", "))
 	for _, u := range unknown {
 		for _, n := range names {
 			if u != n && (strings.HasPrefix(n, u) || strings.HasPrefix(u, n) || strings.EqualFold(u, n)) {
@@ -186,16 +191,12 @@ func declaredArguments(t *mcp.Tool) (map[string]any, bool) {
 }
 
 // wrongTypedArgument refuses an argument whose JSON type is not the one
-// t's input schema declares for it (and an array item not of its items'
-// type): each tool would otherwise read it as absent, and say that a
+// the tool's input schema declares for it in known (and an array item not
+// of its items' type): each tool would otherwise read it as absent, and say that a
 // required argument is missing when it was sent as a number. null counts
 // as absent, and a null item is left to the tool; `workspace` has its own
 // words (withWorkspace).
-func wrongTypedArgument(t *mcp.Tool, args map[string]any) error {
-	known, ok := declaredArguments(t)
-	if !ok {
-		return nil
-	}
+func wrongTypedArgument(known, args map[string]any) error {
 	for _, name := range slices.Sorted(maps.Keys(args)) {
 		prop, _ := known[name].(map[string]any)
 		v := args[name]

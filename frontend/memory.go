@@ -23,61 +23,92 @@ const maxRememberedSessions = 10000
 // knownEnv is a session's environment as last seen: spec nil for the
 // workers' default environment.
 type knownEnv struct {
-	scope string
-	spec  *envspec.Spec
-	id    string
+	spec *envspec.Spec
+	id   string
 }
 
-// envMemory maps session scopes to their last known environment, least
-// recently used first out.
-type envMemory struct {
+// recent maps session scopes to what was last seen of them, at most max,
+// the least recently used forgotten first.
+type recent[V any] struct {
 	mu    sync.Mutex
 	max   int
 	byKey map[string]*list.Element
-	order list.List // of knownEnv, most recent at the front
+	order list.List // of recentEntry[V], most recent at the front
 }
 
-func newEnvMemory(max int) *envMemory {
-	return &envMemory{max: max, byKey: make(map[string]*list.Element)}
+type recentEntry[V any] struct {
+	scope string
+	v     V
 }
 
-// put records scope's environment (spec nil: the default one).
-func (m *envMemory) put(scope string, spec *envspec.Spec, id string) {
-	var kept *envspec.Spec
-	if spec != nil {
-		c := *spec
-		kept = &c
-	}
+// put records v for scope.
+func (m *recent[V]) put(scope string, v V) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if e, ok := m.byKey[scope]; ok {
-		e.Value = knownEnv{scope: scope, spec: kept, id: id}
+		e.Value = recentEntry[V]{scope, v}
 		m.order.MoveToFront(e)
 		return
 	}
-	m.byKey[scope] = m.order.PushFront(knownEnv{scope: scope, spec: kept, id: id})
-	for m.order.Len() > m.max {
+	if m.byKey == nil {
+		m.byKey = make(map[string]*list.Element)
+	}
+	m.byKey[scope] = m.order.PushFront(recentEntry[V]{scope, v})
+	for m.order.Len() > max(m.max, 1) {
 		last := m.order.Back()
 		m.order.Remove(last)
-		delete(m.byKey, last.Value.(knownEnv).scope)
+		delete(m.byKey, last.Value.(recentEntry[V]).scope)
 	}
 }
 
-// get returns scope's last known environment, if any.
-func (m *envMemory) get(scope string) (knownEnv, bool) {
+// forget drops scope.
+func (m *recent[V]) forget(scope string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if e, ok := m.byKey[scope]; ok {
+		m.order.Remove(e)
+		delete(m.byKey, scope)
+	}
+}
+
+// get returns what was last recorded for scope, if anything.
+func (m *recent[V]) get(scope string) (V, bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	e, ok := m.byKey[scope]
 	if !ok {
-		return knownEnv{}, false
+		var zero V
+		return zero, false
 	}
 	m.order.MoveToFront(e)
-	k := e.Value.(knownEnv)
-	if k.spec != nil {
-		c := *k.spec
-		k.spec = &c
+	return e.Value.(recentEntry[V]).v, true
+}
+
+// envMemory maps session scopes to their last known environment.
+type envMemory struct{ r recent[knownEnv] }
+
+func newEnvMemory(max int) *envMemory { return &envMemory{r: recent[knownEnv]{max: max}} }
+
+// put records scope's environment (spec nil: the default one).
+func (m *envMemory) put(scope string, spec *envspec.Spec, id string) {
+	m.r.put(scope, knownEnv{spec: cloneSpec(spec), id: id})
+}
+
+// get returns scope's last known environment, if any.
+func (m *envMemory) get(scope string) (knownEnv, bool) {
+	k, ok := m.r.get(scope)
+	k.spec = cloneSpec(k.spec)
+	return k, ok
+}
+
+// cloneSpec is a copy of spec, so that the memory and its callers never
+// share one (nil for nil).
+func cloneSpec(spec *envspec.Spec) *envspec.Spec {
+	if spec == nil {
+		return nil
 	}
-	return k, true
+	c := *spec
+	return &c
 }
 
 // presenceMemory is the pool's presence as last read, and when the store
@@ -150,54 +181,23 @@ func sameRecords(a, b map[string][]byte) bool {
 }
 
 // holderMemory maps session scopes to the worker that last held their
-// working directory, as this frontend last read it, least recently used
-// first out: while the store is unreachable a session's jobs still go to
-// that worker, whose copy of its files is the newest, instead of to any
-// worker, each of which would run on a copy of its own and the first saved
-// afterwards would win.
-type holderMemory struct {
-	mu    sync.Mutex
-	max   int
-	byKey map[string]*list.Element
-	order list.List // of [2]string{scope, worker}, most recent at the front
-}
+// working directory, as this frontend last read it: while the store is
+// unreachable a session's jobs still go to that worker, whose copy of its
+// files is the newest, instead of to any worker, each of which would run on
+// a copy of its own and the first saved afterwards would win.
+type holderMemory struct{ r recent[string] }
 
 // put records that worker holds scope's working directory ("" forgets it).
 func (m *holderMemory) put(scope, worker string) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	if m.byKey == nil {
-		m.byKey = make(map[string]*list.Element)
-	}
-	if e, ok := m.byKey[scope]; ok {
-		if worker == "" {
-			m.order.Remove(e)
-			delete(m.byKey, scope)
-			return
-		}
-		e.Value = [2]string{scope, worker}
-		m.order.MoveToFront(e)
-		return
-	}
 	if worker == "" {
+		m.r.forget(scope)
 		return
 	}
-	m.byKey[scope] = m.order.PushFront([2]string{scope, worker})
-	for m.order.Len() > max(m.max, 1) {
-		last := m.order.Back()
-		m.order.Remove(last)
-		delete(m.byKey, last.Value.([2]string)[0])
-	}
+	m.r.put(scope, worker)
 }
 
 // get returns the worker last known to hold scope's working directory.
 func (m *holderMemory) get(scope string) string {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	e, ok := m.byKey[scope]
-	if !ok {
-		return ""
-	}
-	m.order.MoveToFront(e)
-	return e.Value.([2]string)[1]
+	w, _ := m.r.get(scope)
+	return w
 }

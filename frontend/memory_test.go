@@ -40,7 +40,7 @@ func TestPresenceDecodedAgainWhenARecordChanges(t *testing.T) {
 
 // holderMemory keeps at most max sessions, the least recently used out.
 func TestHolderMemoryIsBounded(t *testing.T) {
-	m := holderMemory{max: 2}
+	m := holderMemory{recent[string]{max: 2}}
 	m.put("a", "w1")
 	m.put("b", "w2")
 	_ = m.get("a")
@@ -49,7 +49,7 @@ func TestHolderMemoryIsBounded(t *testing.T) {
 		t.Fatalf("a=%q b=%q c=%q", m.get("a"), m.get("b"), m.get("c"))
 	}
 	m.put("a", "")
-	if m.get("a") != "" || m.order.Len() != 1 {
-		t.Fatalf("a forgotten: %q, %d left", m.get("a"), m.order.Len())
+	if m.get("a") != "" || m.r.order.Len() != 1 {
+		t.Fatalf("a forgotten: %q, %d left", m.get("a"), m.r.order.Len())
 	}
 }
