@@ -127,25 +127,5 @@ func TestCloneRefusesAndLeavesNothing(t *testing.T) {
 func BenchmarkCloneAndMount(b *testing.B) {
 	dir := b.TempDir()
 	tmpl := template(b, dir, 2<<30)
-	mnt := filepath.Join(dir, "mnt")
-	if err := os.Mkdir(mnt, 0o755); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		image := filepath.Join(dir, "fs.img")
-		if err := Clone(tmpl, image); err != nil {
-			b.Fatal(err)
-		}
-		f, err := Mount(image, mnt)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if err := f.SetLimit(2 << 30); err != nil {
-			b.Fatal(err)
-		}
-		if err := f.Unmount(); err != nil {
-			b.Fatal(err)
-		}
-		os.Remove(image)
-	}
+	benchNewImage(b, dir, func(image string) error { return Clone(tmpl, image) })
 }
