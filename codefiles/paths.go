@@ -92,6 +92,10 @@ func validName(name string) (string, error) {
 	switch {
 	case name == "":
 		return "", fmt.Errorf("no file name given")
+	case len(name) > wire.MaxFilenameLen:
+		// First: the messages below quote the name, which must not send a
+		// caller's megabytes back.
+		return "", fmt.Errorf("file name is %d bytes long; the limit is %d", len(name), wire.MaxFilenameLen)
 	case name == "." || name == "..", strings.Contains(name, ".."):
 		return "", fmt.Errorf("file name %q contains '..': code files are single names in the session's own storage", name)
 	case strings.ContainsAny(name, "/\\"):

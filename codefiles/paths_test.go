@@ -1,6 +1,7 @@
 package codefiles
 
 import (
+	"fmt"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -71,6 +72,12 @@ func TestResolveFilePath(t *testing.T) {
 		}
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("resolveFilePath(%q): %v; want it to mention %s", in, err, want)
+		}
+	}
+	// A long name is refused for its length before anything quotes it.
+	for _, in := range []string{strings.Repeat("a..", 1300), strings.Repeat("a/", 2000), strings.Repeat("\u00e9", 2000)} {
+		if _, err := resolveFilePath(in, mirror); err == nil || len(err.Error()) > 200 {
+			t.Errorf("resolveFilePath of %d bytes: an error of %d bytes: %.200v", len(in), len(fmt.Sprint(err)), err)
 		}
 	}
 	// Without an on-disk copy, a mirror-looking path is just an absolute path.

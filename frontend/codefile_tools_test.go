@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -310,6 +311,21 @@ func TestUnknownArgumentsAreRefused(t *testing.T) {
 	res, lr := callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": 1, "bogus": true, "also": 1})
 	if !res.IsError || lr.Status != "rejected" || !strings.Contains(lr.Message, `"also", "bogus"`) || !strings.Contains(lr.Message, "max_runs") {
 		t.Errorf("list_code_files with two unknown arguments: isError=%v %+v", res.IsError, lr)
+	}
+	// A refusal quotes at most a few names, each cut short: it must not
+	// send a caller's megabytes back.
+	args := map[string]any{strings.Repeat("z", 1<<20): 1}
+	for i := range 1000 {
+		args[fmt.Sprintf("bogus%04d", i)] = i
+	}
+	res, lr = callTool[ListResult](t, b.c, "list_code_files", args)
+	if !res.IsError || lr.Status != "rejected" || len(lr.Message) > 2000 ||
+		!strings.Contains(lr.Message, `"bogus0000"`) || !strings.Contains(lr.Message, "and 993 more") || strings.Contains(lr.Message, "bogus0999") {
+		t.Errorf("list_code_files with 1,001 unknown arguments: isError=%v status=%s message of %d bytes: %.300s", res.IsError, lr.Status, len(lr.Message), lr.Message)
+	}
+	res, lr = callTool[ListResult](t, b.c, "list_code_files", map[string]any{strings.Repeat("é", 1<<19): 1})
+	if !res.IsError || len(lr.Message) > 1000 || !strings.Contains(lr.Message, "(1048576 bytes)") {
+		t.Errorf("list_code_files with a 1 MiB argument name: isError=%v message of %d bytes: %.300s", res.IsError, len(lr.Message), lr.Message)
 	}
 	// The declared ones, the workspace handle included, still pass.
 	if res, lr := callTool[ListResult](t, b.c, "list_code_files", map[string]any{"max_runs": 1, "workspace": ""}); res.IsError {

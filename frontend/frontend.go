@@ -229,6 +229,10 @@ type Frontend struct {
 	// transportSessions are the sessions the HTTP transport holds
 	// (countTransportSessions, sessionbind.go).
 	transportSessions atomic.Int64
+
+	// stdioLimit is the largest message ServeStdio writes; 0 is
+	// StdioMessageLimit (tests make it smaller).
+	stdioLimit int
 }
 
 // New returns a Frontend that publishes jobs through b and reads shared

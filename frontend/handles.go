@@ -12,8 +12,10 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codexec/codexec/frontend/auth"
 	"github.com/codexec/codexec/statestore"
@@ -162,12 +164,16 @@ func unknownArgument(tool string, known, args map[string]any) error {
 	}
 	slices.Sort(unknown)
 	names := slices.Sorted(maps.Keys(known))
-	msg := fmt.Sprintf("%s takes no argument %s; nothing was done. Its arguments: %s",
-		tool, quoteJoin(unknown), strings.Join(names, ", "))
-	for _, u := range unknown {
+	listed, more := unknown, ""
+	if len(listed) > maxEchoedNames {
+		listed, more = listed[:maxEchoedNames], fmt.Sprintf(" and %d more", len(unknown)-maxEchoedNames)
+	}
+	msg := fmt.Sprintf("%s takes no argument %s%s; nothing was done. Its arguments: %s",
+		tool, quoteJoin(listed), more, strings.Join(names, ", "))
+	for _, u := range listed {
 		for _, n := range names {
 			if u != n && (strings.HasPrefix(n, u) || strings.HasPrefix(u, n) || strings.EqualFold(u, n)) {
-				msg += fmt.Sprintf(" (did you mean %q for %q?)", n, u)
+				msg += fmt.Sprintf(" (did you mean %q for %s?)", n, echo(u))
 				break
 			}
 		}
@@ -302,9 +308,29 @@ func jsonType(v any) string {
 func quoteJoin(names []string) string {
 	q := make([]string, len(names))
 	for i, n := range names {
-		q[i] = fmt.Sprintf("%q", n)
+		q[i] = echo(n)
 	}
 	return strings.Join(q, ", ")
+}
+
+// maxEchoedNames is the most unknown argument names a refusal lists.
+const maxEchoedNames = 8
+
+// maxEcho is the most bytes of a caller's string an error quotes back.
+const maxEcho = 64
+
+// echo quotes s for an error message, cut to its first maxEcho bytes
+// (on a whole character) and its length when longer: a refusal must not
+// send a caller's megabytes back to it, nor into the logs.
+func echo(s string) string {
+	if len(s) <= maxEcho {
+		return strconv.Quote(s)
+	}
+	cut := maxEcho
+	for cut > 0 && !utf8.RuneStart(s[cut]) {
+		cut--
+	}
+	return fmt.Sprintf("%q... (%d bytes)", s[:cut], len(s))
 }
 
 func isString(v any) bool {

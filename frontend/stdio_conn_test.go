@@ -69,7 +69,11 @@ func (s stdioConn) call(t *testing.T, id int, tool string, args map[string]any) 
 
 func serveStdio(t *testing.T, cfg Config) stdioConn {
 	t.Helper()
-	f := newDevFrontend(t, cfg)
+	return serveStdioFrontend(t, newDevFrontend(t, cfg))
+}
+
+func serveStdioFrontend(t *testing.T, f *Frontend) stdioConn {
+	t.Helper()
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -139,18 +143,23 @@ func TestStdioReadOfLargeCodeFileInParts(t *testing.T) {
 	}
 }
 
-// No message the stdio server writes passes StdioMessageLimit, whatever
-// the tool answers: here a refusal that names a 9 MiB argument (twice:
-// text and structured content) arrives cut down to an error result, and
-// the connection goes on.
+// No message the stdio server writes passes its limit, whatever the tool
+// answers: here, with a limit of 1 MiB, a read of a 2 MiB code file (the
+// read's own check is made for the 8 MiB one) arrives cut down to an error
+// result, and the connection goes on.
 func TestStdioMessagesWithinLimit(t *testing.T) {
 	t.Parallel()
-	c := serveStdio(t, Config{AnnounceWait: 100 * time.Millisecond})
-	res := c.call(t, 1, "list_code_files", map[string]any{strings.Repeat("a", 9<<20): 1})
-	if !res.IsError || res.StructuredContent != nil || !strings.Contains(textOf(&res), "more than the 8 MiB one message may carry on stdio") {
+	f := newDevFrontend(t, Config{AnnounceWait: 100 * time.Millisecond})
+	f.stdioLimit = 1 << 20
+	c := serveStdioFrontend(t, f)
+	if res := c.call(t, 1, "initialize_code_file", map[string]any{"content": strings.Repeat("x = 1\n", (2<<20)/6), "filename": "big.py"}); res.IsError {
+		t.Fatalf("initialize: %s", textOf(&res))
+	}
+	res := c.call(t, 2, "read_code_file", map[string]any{"file_path": "big.py"})
+	if !res.IsError || res.StructuredContent != nil || !strings.Contains(textOf(&res), "more than the 1 MiB one message may carry on stdio") {
 		t.Fatalf("isError=%v structured=%v %.300s", res.IsError, res.StructuredContent != nil, textOf(&res))
 	}
-	if res := c.call(t, 2, "list_code_files", map[string]any{}); res.IsError {
+	if res := c.call(t, 3, "list_code_files", map[string]any{}); res.IsError {
 		t.Fatalf("after: %s", textOf(&res))
 	}
 }
