@@ -224,6 +224,7 @@ func (w *Worker) removeScope(ctx context.Context, scope string, n wire.Collected
 	for _, p := range []struct{ root, suffix string }{
 		{w.sessionsRoot(), ""}, {w.cfg.ScriptsDir, ""},
 		{filepath.Join(w.cfg.DataDir, "disks"), ".img"},
+		{filepath.Join(w.cfg.DataDir, "disks"), ".img.mkfs"},
 		{filepath.Join(w.cfg.DataDir, "workspaces"), ".json"},
 		{filepath.Join(w.cfg.DataDir, "workspaces"), ".json.tmp"},
 	} {

@@ -136,8 +136,8 @@ func newSessionFS(ctx context.Context, cfg Config, root string, log *slog.Logger
 func (s *sessionFS) templateDir() string { return filepath.Join(s.images, ".template") }
 
 // removeTemplates removes what a worker left of its template: the images
-// (of any size and limit), the mount of one being made when it died, and
-// the copies cut short.
+// (of any size and limit), the mount of one being made when it died, the
+// copies cut short, and the images mkfs.ext4 was making (diskfs.Create).
 func (s *sessionFS) removeTemplates() error {
 	dir := s.templateDir()
 	if mp, err := diskfs.IsMountPoint(dir); err != nil {
@@ -147,7 +147,7 @@ func (s *sessionFS) removeTemplates() error {
 			return fmt.Errorf("unmount %s: %w", dir, err)
 		}
 	}
-	for _, pattern := range []string{".template-*.img", ".*.clone"} {
+	for _, pattern := range []string{".template-*.img", ".*.clone", "*.img.mkfs"} {
 		stale, _ := filepath.Glob(filepath.Join(s.images, pattern))
 		for _, p := range stale {
 			if err := os.Remove(p); err != nil && !errors.Is(err, os.ErrNotExist) {

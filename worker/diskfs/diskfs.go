@@ -74,9 +74,18 @@ func mkfs() (string, error) {
 
 // Create makes image, a sparse file of size bytes, holding an empty ext4
 // file system with no blocks reserved for root and an inode for every
-// 16 KiB. It refuses an image that exists.
+// 16 KiB. It refuses an image that exists. The file system is made under
+// another name beside image (its name with ".mkfs" added, a leftover of an
+// earlier try replaced) and renamed to image once whole: a worker killed
+// while mkfs.ext4 runs leaves no image that does not mount, which would
+// fail every later call of its session on that worker.
 func Create(ctx context.Context, image string, size int64) error {
-	f, err := os.OpenFile(image, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if _, err := os.Lstat(image); err == nil {
+		return fmt.Errorf("diskfs: %s: %w", image, os.ErrExist)
+	}
+	tmp := image + ".mkfs"
+	os.Remove(tmp)
+	f, err := os.OpenFile(tmp, os.O_RDWR|os.O_CREATE|os.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return fmt.Errorf("diskfs: %w", err)
 	}
@@ -94,14 +103,34 @@ func Create(ctx context.Context, image string, size int64) error {
 			bin = "mkfs.ext4"
 		}
 		out, rerr := exec.CommandContext(ctx, bin, "-q", "-F", "-m", "0", "-i", "16384",
-			"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "--", image).CombinedOutput()
+			"-E", "nodiscard,lazy_itable_init=1,lazy_journal_init=1", "--", tmp).CombinedOutput()
 		if rerr != nil {
 			err = fmt.Errorf("mkfs.ext4: %w: %s", rerr, bytes.TrimSpace(out))
 		}
 	}
+	if err == nil {
+		err = renameNoReplace(tmp, image)
+	}
 	if err != nil {
-		os.Remove(image)
+		os.Remove(tmp)
 		return fmt.Errorf("diskfs: %s: %w", image, err)
+	}
+	return nil
+}
+
+// renameNoReplace renames from to to, failing when to exists (as the
+// O_EXCL create did before); where the file system cannot rename so, a
+// link then an unlink does the same.
+func renameNoReplace(from, to string) error {
+	err := unix.Renameat2(unix.AT_FDCWD, from, unix.AT_FDCWD, to, unix.RENAME_NOREPLACE)
+	if errors.Is(err, unix.EINVAL) || errors.Is(err, unix.ENOSYS) {
+		if err = os.Link(from, to); err == nil {
+			return os.Remove(from)
+		}
+		return err
+	}
+	if err != nil {
+		return &os.LinkError{Op: "rename", Old: from, New: to, Err: err}
 	}
 	return nil
 }

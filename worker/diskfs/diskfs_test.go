@@ -461,3 +461,74 @@ func TestDeletedFilesLeaveTheHostsDisk(t *testing.T) {
 	}
 	t.Errorf("64 MiB written then deleted: the image still takes %d MiB of the host's disk more than before", (after-before)>>20)
 }
+
+// createChildEnv names the image a child process of
+// TestCreateKilledLeavesNoImage makes.
+const createChildEnv = "CODEXEC_DISKFS_CREATE_CHILD"
+
+// A worker killed with its mkfs.ext4 (a service's whole group, an OOM
+// kill) while it made a session's image left that image cut short where
+// the session's image is looked for: no later call of the session could
+// mount it on that worker. Now nothing is at that path until mkfs.ext4
+// has finished, and the next Create replaces what the killed one left.
+func TestCreateKilledLeavesNoImage(t *testing.T) {
+	if image := os.Getenv(createChildEnv); image != "" {
+		if err := Create(context.Background(), image, 1<<40); err != nil {
+			os.Exit(2)
+		}
+		os.Exit(0)
+	}
+	need(t)
+	dir := t.TempDir()
+	image := filepath.Join(dir, "s.img")
+	for try := 0; try < 3; try++ {
+		cmd := exec.Command(os.Args[0], "-test.run", "^TestCreateKilledLeavesNoImage$")
+		cmd.Env = append(os.Environ(), createChildEnv+"="+image)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		// Killed, with mkfs.ext4, a moment after the file appears.
+		deadline := time.Now().Add(10 * time.Second)
+		for time.Now().Before(deadline) {
+			_, e1 := os.Lstat(image)
+			_, e2 := os.Lstat(image + ".mkfs")
+			if e1 == nil || e2 == nil {
+				break
+			}
+			time.Sleep(200 * time.Microsecond)
+		}
+		time.Sleep(time.Duration(try) * 2 * time.Millisecond)
+		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		state, _ := cmd.Process.Wait()
+		if state != nil && state.Exited() {
+			t.Logf("try %d: Create finished before the kill (exit %d)", try, state.ExitCode())
+			os.Remove(image)
+			continue
+		}
+		if _, err := os.Lstat(image); err == nil {
+			t.Fatalf("try %d: the killed Create left %s, which no call could mount", try, image)
+		}
+	}
+	// The next Create replaces the leftover, and its image mounts.
+	if err := Create(context.Background(), image, 64<<20); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Lstat(image + ".mkfs"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("after Create, %s.mkfs: %v", image, err)
+	}
+	mnt := filepath.Join(dir, "mnt")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Mount(image, mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	if err := Create(context.Background(), image, 64<<20); !errors.Is(err, os.ErrExist) {
+		t.Errorf("Create over an image: %v, want it refused", err)
+	}
+}
