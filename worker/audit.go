@@ -108,26 +108,50 @@ func (q *auditQueue) flush() {
 
 // auditWriter appends the queued records until ch is closed, those queued
 // together in one round.
+//
+// A round takes what comes within auditGather of its first record: each
+// round is a synced write (in `codexec dev` a bbolt commit, two
+// fdatasyncs), and one per job was half the commits of a sequential
+// `execute_code` (the other is its run record). The log line is written at
+// once; only the store's copy waits.
 func (w *Worker) auditWriter(ch <-chan auditEntry, done chan<- struct{}) {
 	defer close(done)
 	batch := make([]auditEntry, 0, auditBatchMax)
+	gather := time.NewTimer(0)
+	<-gather.C
 	for e := range ch {
 		batch = append(batch[:0], e)
+		gather.Reset(auditGather)
+		open := true
 	more:
-		for len(batch) < auditBatchMax {
+		for open && len(batch) < auditBatchMax {
 			select {
 			case e, ok := <-ch:
 				if !ok {
+					open = false
 					break more
 				}
 				batch = append(batch, e)
-			default:
+			case <-gather.C:
 				break more
 			}
 		}
+		if !gather.Stop() {
+			select {
+			case <-gather.C:
+			default:
+			}
+		}
 		w.appendAudit(context.Background(), batch)
+		if !open {
+			return
+		}
 	}
 }
+
+// auditGather is how long a round of the audit writer waits for more
+// records after its first.
+const auditGather = 20 * time.Millisecond
 
 // appendAudit appends batch to the state store, one write per tenant and
 // day, in the order queued, after recording any tenant not known yet.
