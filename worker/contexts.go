@@ -82,6 +82,7 @@ type liveContext struct {
 	free   func()       // what the context holds besides its interpreter: script, environment, disk
 
 	lastUsed time.Time // under contextHost.mu
+	lastCall time.Time // under contextHost.mu: when its latest call began (its creation before one)
 	busy     bool      // under contextHost.mu: a request runs in it
 	// stopCall, under contextHost.mu, cancels the run in progress.
 	stopCall context.CancelCauseFunc
@@ -329,6 +330,7 @@ func (h *contextHost) create(ctx context.Context, req *wire.ContextRequest, log 
 		defer cancel()
 	}
 	c := &liveContext{scope: req.Scope, id: req.ID, created: time.Now().UTC(), envID: envspec.DefaultID, req: req}
+	c.lastCall = c.created
 	set, err := limits.Resolve(w.cfg.Limits, w.cfg.MaxLimits, req.Limits)
 	if err != nil {
 		return fail(wire.StatusRejected, err.Error())
@@ -520,6 +522,13 @@ func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire
 	// holds no job slot then, and without this a few contexts' background
 	// loops slowed every job of the worker.
 	jl.setIdle(true, log)
+	if disk == nil && set.Disk > 0 {
+		// What the context leaves running writes between calls too,
+		// when no call's watch measures it.
+		stop := make(chan struct{})
+		frees = append(frees, func() { close(stop) })
+		go h.watchDiskBetweenCalls(c, stop, diskWatchInterval)
+	}
 	res := h.result(req, wire.StatusOK, "")
 	res.EnvID = c.envID
 	res.ExitCode = 0
@@ -574,6 +583,9 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		go watchDisk(jctx, cancel, c.cwd, c.set.Disk, diskWatchInterval)
 	}
 	res.StartedAt = time.Now().UTC()
+	h.mu.Lock()
+	c.lastCall = res.StartedAt
+	h.mu.Unlock()
 	c.jl.setIdle(false, log)
 	out, err := c.interp.Exec(jctx, runner.CellSpec{Code: req.Code, Timeout: timeout, OutputLimit: limit})
 	c.jl.setIdle(true, log)
@@ -625,6 +637,13 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 	case diskStopped:
 		res.Status, res.Limit = wire.StatusLimit, wire.LimitDisk
 		res.Message = fmt.Sprintf("disk limit reached (%d MiB used by the working directory): KeyboardInterrupt stopped the code; the context and its variables are kept", c.set.Disk>>20)
+		// As after a job: what the call wrote past the limit (a
+		// fallocate passes it by far between two samples) goes.
+		if trimWorkspace(c.cwd, res.StartedAt, c.set.Disk) {
+			res.Message += "; what it wrote in this call was removed"
+		} else {
+			res.Message += "; files from before this call keep the working directory over it"
+		}
 	case err != nil:
 		res.Status, res.ExitCode, res.Message = wire.StatusInternal, -1, "run in the context: "+err.Error()
 	case out.TimedOut:
@@ -634,6 +653,57 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		res.Status, res.Message = wire.StatusError, out.Error
 	}
 	return reply
+}
+
+// watchDiskBetweenCalls measures the working directory of c, whose disk
+// limit no file system holds, while no call of it runs (each call has a
+// watch of its own): a thread or process the context left running writes
+// between calls as well, and until 2026-12-04 nothing measured it then, so
+// a context at disk_mb=20 filled the host's disk. Past the limit it ends
+// the context, with everything it started, and removes what changed since
+// its last call, as a job's leftovers are removed when it is over.
+func (h *contextHost) watchDiskBetweenCalls(c *liveContext, stop <-chan struct{}, interval time.Duration) {
+	t := time.NewTimer(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		h.mu.Lock()
+		idle, since, callStart := h.live[contextKey(c.scope, c.id)] == c && !c.busy, c.lastUsed, c.lastCall
+		h.mu.Unlock()
+		start := time.Now()
+		if !idle || DiskUsage(c.cwd) <= c.set.Disk {
+			t.Reset(max(interval, 10*time.Since(start)))
+			continue
+		}
+		if !c.mu.TryLock() {
+			t.Reset(interval) // a call has just taken it, and measures it
+			continue
+		}
+		h.mu.Lock()
+		still := h.live[contextKey(c.scope, c.id)] == c && !c.busy
+		h.mu.Unlock()
+		if !still {
+			c.mu.Unlock()
+			t.Reset(interval)
+			continue
+		}
+		cwd, limit := c.cwd, c.set.Disk
+		why := fmt.Sprintf("disk limit reached between calls (%d MiB in the working directory): what it left running wrote past it", limit>>20)
+		h.w.log.Info("context past its disk limit between calls; ending it", "context", c.id, "scope", c.scope)
+		h.endOnItsOwn(c, why) // closes stop
+		c.mu.Unlock()
+		// What its leftovers wrote since its last call, and if that is not
+		// enough, what changed since that call began (a writer it started
+		// then may have passed the limit after the call's last sample).
+		if !trimWorkspace(cwd, since, limit) && !trimWorkspace(cwd, callStart, limit) {
+			h.w.log.Warn("a context's working directory stays over its disk limit", "context", c.id, "scope", c.scope)
+		}
+		return
+	}
 }
 
 // result is a reply's Result before the call's facts are in.

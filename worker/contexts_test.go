@@ -365,3 +365,70 @@ func TestWorkerContextEvictionTakesFromWhoHoldsMost(t *testing.T) {
 		t.Fatalf("alice's least recently used: %+v (ended %q), want evicted", r.Result, r.Ended)
 	}
 }
+
+// A context whose disk limit is measured (no session file system) is held
+// to it between calls too: what it left running (a thread here) wrote past
+// it once no call's watch measured the directory, and a context at
+// disk_mb=20 filled the host's disk. Now the context ends, its next call
+// says why, and what it wrote goes. A call that passes the limit (a
+// fallocate far past it between two samples) is interrupted, and what it
+// wrote goes too; the context is kept.
+func TestWorkerContextDiskLimitBetweenCalls(t *testing.T) {
+	const limit = 20 << 20
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-d", 0, time.Hour, func(c *Config) { c.SessionFS = SessionFSOff })
+	b := fx.broker
+	create := func(id string) {
+		r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: "s1", ID: id, Limits: &wire.Limits{DiskMB: limit >> 20}})
+		if r.Result.Status != wire.StatusOK {
+			t.Fatalf("create %s: %+v", id, r.Result)
+		}
+	}
+
+	create("bg")
+	if r := runIn(t, b, w, "s1", "bg", "open('kept.txt', 'w').write('before')", time.Minute); r.Result.Status != wire.StatusOK {
+		t.Fatalf("first call: %+v", r.Result)
+	}
+	time.Sleep(100 * time.Millisecond) // file times are a tick coarse: kept.txt is older than the next call
+	r := runIn(t, b, w, "s1", "bg", `import os, threading, time
+def fill():
+    time.sleep(0.3)
+    for i in range(40):
+        fd = os.open('bg%d' % i, os.O_CREAT | os.O_WRONLY, 0o600)
+        os.posix_fallocate(fd, 0, 10 << 20)
+        os.close(fd)
+        time.sleep(0.05)
+threading.Thread(target=fill, daemon=True).start()
+`, time.Minute)
+	if r.Result.Status != wire.StatusOK {
+		t.Fatalf("the call that leaves a writer: %+v", r.Result)
+	}
+	dir := sessionWork(w, "s1")
+	peak := int64(0)
+	for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(50 * time.Millisecond) {
+		peak = max(peak, DiskUsage(dir))
+	}
+	if du := DiskUsage(dir); du > limit {
+		t.Errorf("the working directory takes %d MiB after the context's thread wrote between calls (peak %d MiB), over its %d MiB limit",
+			du>>20, peak>>20, limit>>20)
+	}
+	if got, err := os.ReadFile(filepath.Join(dir, "kept.txt")); err != nil || string(got) != "before" {
+		t.Errorf("a file of an earlier call: %q, %v", got, err)
+	}
+	r = runIn(t, b, w, "s1", "bg", "print('ran')", time.Minute)
+	if !r.EndedBefore || !strings.Contains(r.Ended, "disk limit") || r.Result.Stdout != "" {
+		t.Errorf("the call after: %+v (ended %q, before %v), want it told the context ended on its disk limit", r.Result, r.Ended, r.EndedBefore)
+	}
+
+	create("call")
+	r = runIn(t, b, w, "s1", "call", "x = 5\n"+fallocateAttack, time.Minute)
+	if r.Result.Status != wire.StatusLimit || r.Result.Limit != wire.LimitDisk || r.Ended != "" {
+		t.Fatalf("a call past the limit: %+v (ended %q)", r.Result, r.Ended)
+	}
+	if du := DiskUsage(dir); du > limit {
+		t.Errorf("the working directory takes %d MiB after a call past the limit, over its %d MiB limit (%s)", du>>20, limit>>20, r.Result.Message)
+	}
+	if r := runIn(t, b, w, "s1", "call", "print(x)", time.Minute); r.Result.Status != wire.StatusOK || r.Result.Stdout != "5\n" {
+		t.Errorf("the context after a call past its limit: %+v (ended %q)", r.Result, r.Ended)
+	}
+}
