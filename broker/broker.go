@@ -303,6 +303,10 @@ func (b *Broker) messageLimit() int {
 	return int(b.nc.MaxPayload()) - headerRoom
 }
 
+// MessageLimit is the largest body one message of the server carries, with
+// room for its headers: a reply larger than it is never delivered.
+func (b *Broker) MessageLimit() int { return b.messageLimit() }
+
 // NotSent says that err, from PublishJob or PutJobRecord, means the message
 // was not stored: the connection was down, or no JetStream server answered
 // on the subject. Any other failure (an acknowledgement that did not come in

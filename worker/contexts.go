@@ -12,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/wire"
@@ -160,7 +161,52 @@ func (h *contextHost) handle(data []byte) []byte {
 		reply.V = wire.Version
 	}
 	out, _ := json.Marshal(reply)
+	return fitReply(reply, out, h.w.broker.MessageLimit())
+}
+
+// fitReply returns out, reply's encoding, when it fits limit bytes, and
+// otherwise the encoding of reply with its output cut until it does. A
+// context's answer is one NATS message, and one larger than the server
+// takes is never delivered: the cell's output, up to the output limit per
+// stream and six bytes in JSON for each control character, passed it (a
+// cell that wrote 1 MiB of \x01 on each stream answered 12 MiB), and its
+// caller waited for its timeout and 30 s more, then was told the worker
+// did not answer, its output lost. Each pass keeps half of what is left of
+// each stream, its beginning and its end, as an output past its cap is
+// kept.
+func fitReply(reply *wire.ContextReply, out []byte, limit int) []byte {
+	r := reply.Result
+	if len(out) <= limit || r == nil {
+		return out
+	}
+	stdout, stderr := r.Stdout, r.Stderr
+	for keep := max(len(stdout), len(stderr)) / 2; len(out) > limit; keep /= 2 {
+		r.Stdout, r.StdoutTruncated = cutToFit("stdout", stdout, keep, limit, r.StdoutTruncated)
+		r.Stderr, r.StderrTruncated = cutToFit("stderr", stderr, keep, limit, r.StderrTruncated)
+		r.Limit = wire.LimitOutput
+		out, _ = json.Marshal(reply)
+		if keep == 0 {
+			break
+		}
+	}
 	return out
+}
+
+// cutToFit keeps the first and the last keep/2 bytes of s (whole
+// characters), with a line where the rest was.
+func cutToFit(stream, s string, keep, limit int, truncated bool) (string, bool) {
+	if len(s) <= keep {
+		return s, truncated
+	}
+	head, tail := keep/2, len(s)-keep/2
+	for head > 0 && !utf8.RuneStart(s[head]) {
+		head--
+	}
+	for tail < len(s) && !utf8.RuneStart(s[tail]) {
+		tail++
+	}
+	return fmt.Sprintf("%s\n[... %d bytes of %s dropped here: a context's answer must fit one message of the broker (%d bytes); "+
+		"write long output to a file and read it in pieces ...]\n%s", s[:head], tail-head, stream, limit, s[tail:]), true
 }
 
 func (h *contextHost) serve(req *wire.ContextRequest) *wire.ContextReply {

@@ -432,3 +432,38 @@ threading.Thread(target=fill, daemon=True).start()
 		t.Errorf("the context after a call past its limit: %+v (ended %q)", r.Result, r.Ended)
 	}
 }
+
+// A cell's answer larger than one message of the broker (1 MiB of control
+// characters on each stream is 12 MiB as JSON, over the 8 MiB an embedded
+// server takes) arrives, its output cut to fit and saying so: it was never
+// delivered, and the caller waited for the call's timeout and 30 s more to
+// be told the worker did not answer.
+func TestWorkerContextAnswerFitsOneMessage(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	w := startContextWorker(t, fx, "ctx-o", 0, time.Hour)
+	b := fx.broker
+	mustCreate(t, b, w, "s1", "big")
+	data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "big", TimeoutMS: 60_000,
+		Code: "import sys\nsys.stdout.write('\\x01' * (1 << 20))\nsys.stderr.write('\\x01' * (1 << 20))\nx = 3"})
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	out, err := b.RequestContext(ctx, w.cfg.Pool, w.ID(), data)
+	if err != nil {
+		t.Fatalf("a call whose output is larger than a message: %v", err)
+	}
+	if len(out) > b.MessageLimit() {
+		t.Errorf("the answer is %d bytes, over the message limit %d", len(out), b.MessageLimit())
+	}
+	var r wire.ContextReply
+	if err := json.Unmarshal(out, &r); err != nil || r.Result == nil {
+		t.Fatalf("undecodable answer: %v", err)
+	}
+	if r.Result.Status != wire.StatusOK || !r.Result.StdoutTruncated || !strings.Contains(r.Result.Stdout, "bytes of stdout dropped here") ||
+		r.Result.Limit != wire.LimitOutput {
+		t.Errorf("the answer: status %s, limit %q, stdout truncated %v, stdout %d bytes ending %q", r.Result.Status, r.Result.Limit,
+			r.Result.StdoutTruncated, len(r.Result.Stdout), r.Result.Stdout[max(0, len(r.Result.Stdout)-200):])
+	}
+	if r := runIn(t, b, w, "s1", "big", "print(x)", time.Minute); r.Result.Status != wire.StatusOK || r.Result.Stdout != "3\n" {
+		t.Errorf("the context after: %+v", r.Result)
+	}
+}
