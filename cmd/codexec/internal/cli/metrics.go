@@ -41,7 +41,7 @@ func serveMetrics(addr string, on bool, p *telemetry.Probe, log *slog.Logger) (s
 	// Scrapers and probes need few connections; many idle ones must not
 	// take the process's descriptors.
 	ln = netutil.LimitListener(ln, maxMetricsConns)
-	srv := &http.Server{Handler: p.Handler(), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn, ErrorLog: stdLogger(log)}
+	srv := newHTTPServer(p.Handler(), log)
 	log.Info("serving metrics", "url", "http://"+ln.Addr().String()+"/metrics")
 	done := make(chan struct{})
 	go func() {

@@ -306,7 +306,23 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 const (
 	maxHTTPConns = 4096
 	idleHTTPConn = 2 * time.Minute
+	// maxHTTPHeader bounds a request's line and headers: a bearer token
+	// or a JWT and a few short headers are all an MCP request carries.
+	// net/http's default, 1 MiB, let each of maxHTTPConns connections hold
+	// about 1.15 MiB of headers while its body did not come, credentials or
+	// not: 200 such connections took 230 MiB of a frontend with --auth
+	// tokens, all 4096 would take about 4.7 GiB.
+	maxHTTPHeader = 64 << 10
 )
+
+// newHTTPServer is the HTTP server of the frontend's and the metrics'
+// listeners: headers must come within 10 s and hold at most maxHTTPHeader
+// bytes (a larger request is answered 431 unread), and an idle keep-alive
+// connection is closed after idleHTTPConn.
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{Handler: h, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn,
+		MaxHeaderBytes: maxHTTPHeader, ErrorLog: stdLogger(log)}
+}
 
 // serveFrontend serves MCP on stdio or HTTP until ctx ends (or stdin
 // closes). When ctx ends (a signal), the calls still open get grace to
@@ -328,7 +344,7 @@ func serveFrontend(ctx context.Context, fe *frontend.Frontend, httpAddr string, 
 	// keep-alive connection is closed after idleHTTPConn.
 	conns := connlimit.New(ln, maxHTTPConns)
 	ln = conns
-	srv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: idleHTTPConn, ErrorLog: stdLogger(log)}
+	srv := newHTTPServer(handler, log)
 	conns.Hook(srv)
 	// The first line on stderr names the address, so scripts and tests can
 	// find a random port (--http 127.0.0.1:0).
