@@ -88,6 +88,7 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 		}
 		w.sandboxCfg = &runner.SandboxConfig{
 			Box: w.box, Mounts: mounts, Hidden: []string{w.sessionsRoot(), w.cfg.ScriptsDir}, Seccomp: filter,
+			HostCgroupNS: w.cgroups != nil && w.cgroups.Version() == 2,
 		}
 		w.log.Info("sandbox ready", "launcher", w.box.Version(), "network", w.box.Network(), "cgroups", w.cgroups != nil,
 			"seccomp", filter != nil, "seccomp_allow", w.cfg.SeccompAllow)

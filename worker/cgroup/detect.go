@@ -127,14 +127,21 @@ func setupV2(base, name string, ctrls []string) (layout, error) {
 	if err != nil {
 		return layout{}, fmt.Errorf("cgroup v2: %w", err)
 	}
-	var missing []string
-	for _, c := range ctrls {
-		if !slices.Contains(strings.Fields(string(b)), c) {
-			missing = append(missing, c)
-		}
-	}
+	missing := lacking(b, ctrls)
 	if len(missing) > 0 {
-		return layout{}, fmt.Errorf("cgroup v2: the worker's cgroup %s lacks the %s controller(s); its parent must enable them in cgroup.subtree_control", base, strings.Join(missing, ", "))
+		// A parent that has them but does not pass them down (a container
+		// runtime that delegates memory alone) can be asked to, where it
+		// holds no process itself.
+		perr := enableInParent(base, missing)
+		if perr == nil {
+			if b, err = os.ReadFile(filepath.Join(base, "cgroup.controllers")); err != nil {
+				return layout{}, fmt.Errorf("cgroup v2: %w", err)
+			}
+			missing = lacking(b, ctrls)
+		}
+		if len(missing) > 0 {
+			return layout{}, fmt.Errorf("cgroup v2: the worker's cgroup %s lacks the %s controller(s); its parent must enable them in cgroup.subtree_control (%v)", base, strings.Join(missing, ", "), perr)
+		}
 	}
 	if err := enableBase(base, ctrls); err != nil {
 		return layout{}, err
@@ -250,6 +257,39 @@ func makeParent(dir string, ctrls []string) error {
 		}
 	}
 	return err
+}
+
+// lacking is those of ctrls that the cgroup.controllers content b lacks.
+func lacking(b []byte, ctrls []string) []string {
+	var missing []string
+	for _, c := range ctrls {
+		if !slices.Contains(strings.Fields(string(b)), c) {
+			missing = append(missing, c)
+		}
+	}
+	return missing
+}
+
+// enableInParent enables ctrls in the cgroup.subtree_control of base's
+// parent, which must have them itself (in its cgroup.controllers): seen on
+// a GPU machine whose runtime gave each process group a cgroup under one
+// that enabled memory alone for its children, though it had pids too.
+func enableInParent(base string, ctrls []string) error {
+	parent := filepath.Dir(base)
+	if parent == base || !strings.HasPrefix(parent, "/") {
+		return fmt.Errorf("%s has no parent cgroup", base)
+	}
+	b, err := os.ReadFile(filepath.Join(parent, "cgroup.controllers"))
+	if err != nil {
+		return err
+	}
+	if m := lacking(b, ctrls); len(m) > 0 {
+		return fmt.Errorf("its parent %s lacks them too (%s)", parent, strings.Join(m, ", "))
+	}
+	if err := enable(parent, ctrls); err != nil {
+		return fmt.Errorf("enable %v in %s: %w", ctrls, parent, err)
+	}
+	return nil
 }
 
 // mkdir makes a cgroup unless it exists.

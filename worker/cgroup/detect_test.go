@@ -150,3 +150,45 @@ func TestDetectRemovesTheEmptyGroupsOfDeadWorkers(t *testing.T) {
 	_ = cmd.Process.Kill()
 	_ = cmd.Wait()
 }
+
+// A parent that has a controller but does not enable it for its children
+// is asked to (a GPU machine's runtime enabled memory alone); one that
+// lacks it is not written to. A fake tree: the kernel's own part (the
+// child's cgroup.controllers following) is what a real cgroup2 adds.
+func TestEnableInParent(t *testing.T) {
+	t.Parallel()
+	root := t.TempDir()
+	parent := filepath.Join(root, "process_api")
+	base := filepath.Join(parent, "abc")
+	if err := os.MkdirAll(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		filepath.Join(parent, "cgroup.controllers"):     "cpuset cpu io memory hugetlb pids\n",
+		filepath.Join(parent, "cgroup.subtree_control"): "",
+		filepath.Join(base, "cgroup.controllers"):       "memory\n",
+	}
+	for p, c := range files {
+		if err := os.WriteFile(p, []byte(c), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := enableInParent(base, []string{"pids"}); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control")); strings.TrimSpace(string(b)) != "+pids" {
+		t.Errorf("parent's subtree_control: %q, want +pids", b)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.controllers"), []byte("memory\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(parent, "cgroup.subtree_control"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := enableInParent(base, []string{"pids"}); err == nil || !strings.Contains(err.Error(), "lacks them too") {
+		t.Errorf("a parent without pids: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control")); len(b) != 0 {
+		t.Errorf("a parent without pids was written to: %q", b)
+	}
+}

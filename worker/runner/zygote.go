@@ -125,6 +125,10 @@ type SandboxConfig struct {
 	// its namespaces, mounts and privilege drop, which need the calls it
 	// refuses; bubblewrap's --seccomp would filter the zygote itself.
 	Seccomp []byte
+	// HostCgroupNS keeps the zygote in the host's cgroup namespace
+	// (sandbox.Options.HostCgroupNS): where the job cgroups are on
+	// cgroup v2, which a process in a namespace of its own cannot join.
+	HostCgroupNS bool
 	// interpreterInit keeps the path of machines where zygote.py's small
 	// init cannot run (each spare the init of its PID namespace, forking
 	// the job's process), so that tests cover it here too.

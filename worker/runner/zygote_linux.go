@@ -155,7 +155,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		defer infoR.Close()
 		extra = append(extra, infoW)
 		argv = sb.Box.Args(sandbox.Options{
-			Mounts: mounts, Network: sb.Box.Network(), Caps: zygoteCaps, AsPID1: true, InfoFD: 4,
+			Mounts: mounts, Network: sb.Box.Network(), Caps: zygoteCaps, AsPID1: true, InfoFD: 4, HostCgroupNS: sb.HostCgroupNS,
 		}, argv...)
 		z.sandboxed = true
 	}

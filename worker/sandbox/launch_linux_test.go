@@ -467,3 +467,27 @@ func TestBuiltinSandboxEndsWithItsLauncher(t *testing.T) {
 	}
 	waitEnded(t, child, "its launcher")
 }
+
+// A sandbox has a cgroup namespace of its own unless HostCgroupNS keeps
+// the host's: a worker on cgroup v2 needs the host's, since a process in a
+// namespace of its own cannot join the job cgroups beside the worker's
+// where cgroup2 is mounted with nsdelegate (seen on a GPU host: every job
+// failed with ENOENT).
+func TestBuiltinSandboxCgroupNamespace(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("the sandbox's namespaces are compared with the host's, which needs root")
+	}
+	host, err := os.Readlink("/proc/self/ns/cgroup")
+	if err != nil {
+		t.Skipf("no cgroup namespaces here: %v", err)
+	}
+	s := builtin(t, Config{})
+	own := strings.TrimSpace(inBox(t, s, Options{}, "readlink /proc/self/ns/cgroup"))
+	kept := strings.TrimSpace(inBox(t, s, Options{HostCgroupNS: true}, "readlink /proc/self/ns/cgroup"))
+	if own == host || own == "" {
+		t.Errorf("by default the sandbox's cgroup namespace is %q, the host's is %q: want one of its own", own, host)
+	}
+	if kept != host {
+		t.Errorf("with HostCgroupNS the sandbox's cgroup namespace is %q, want the host's %q", kept, host)
+	}
+}

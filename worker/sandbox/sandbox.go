@@ -171,12 +171,20 @@ type Options struct {
 	// InfoFD, when above 2, is a descriptor of the command's process on
 	// which bubblewrap writes {"child-pid": N} (the pid on the host).
 	InfoFD int
+	// HostCgroupNS keeps the host's cgroup namespace. A process in a
+	// cgroup namespace may move only between cgroups under its namespace's
+	// root where cgroup2 is mounted with nsdelegate (the kernel answers
+	// ENOENT otherwise), and the job cgroups of a worker on cgroup v2 lie
+	// beside the worker's own, not under it: every job failed to join its
+	// cgroups on such a machine (a GPU host, 2026-12-04).
+	HostCgroupNS bool
 }
 
 // Args returns the argv that runs argv in a sandbox: argv[0] must be an
 // absolute path visible in it.
 //
-// Every sandbox has: new PID, IPC, UTS and cgroup namespaces and, unless
+// Every sandbox has: new PID, IPC, UTS and (unless Options.HostCgroupNS)
+// cgroup namespaces and, unless
 // Options.Network, a network namespace with loopback only; a tmpfs root
 // with the system's directories (/usr, /etc, /opt and the /bin-like links)
 // read-only, /etc/shadow and /etc/gshadow replaced by empty files, a fresh
@@ -184,10 +192,11 @@ type Options struct {
 // devices; the Options.Mounts; all capabilities dropped but Options.Caps;
 // and it dies with the process that started bubblewrap.
 func (s *Sandbox) Args(o Options, argv ...string) []string {
-	args := append(slices.Clone(s.launcher),
-		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--die-with-parent", "--hostname", "codexec",
-	)
+	args := append(slices.Clone(s.launcher), "--unshare-pid", "--unshare-ipc", "--unshare-uts")
+	if !o.HostCgroupNS {
+		args = append(args, "--unshare-cgroup-try")
+	}
+	args = append(args, "--die-with-parent", "--hostname", "codexec")
 	if s.rootless {
 		args = append(args, "--unshare-user")
 	}
