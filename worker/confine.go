@@ -330,7 +330,12 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 		// session file system stops it itself.)
 		rl.FileSize = set.Disk
 	}
-	spec.Rlimits = rl.Rlimits(jl.group != nil && set.Memory > 0)
+	// A GPU job's memory limit is its cgroup's or none: CUDA reserves
+	// address space far beyond any memory it uses, so that RLIMIT_AS of 8
+	// GiB failed CUDA's start on an H200 ("out of memory" at the first
+	// cudaGetDeviceCount), and the default 1 GiB even the import of torch.
+	// setupGPUs warns when the worker has no cgroups.
+	spec.Rlimits = rl.Rlimits((jl.group != nil && set.Memory > 0) || job.GPU != nil)
 	if (w.box == nil || w.box.Rootless()) && os.Geteuid() != 0 {
 		// RLIMIT_NPROC counts every process of the uid on the host: the
 		// worker's, and its user's, not the job's alone. Without a cgroup

@@ -95,6 +95,9 @@ func (w *Worker) setupGPUs(ctx context.Context) error {
 	if w.box == nil {
 		w.log.Warn("sandbox off: GPU jobs are told their devices (CUDA_VISIBLE_DEVICES) but can open every device node")
 	}
+	if w.cgroups == nil {
+		w.log.Warn("no cgroups: GPU jobs run without a memory limit (CUDA fails under the per-process address-space limit that replaces it); give the worker a cgroup with the memory and pids controllers to bound them")
+	}
 	w.gpus = &gpuState{alloc: gpu.NewAllocator(devs), control: inv.Control, smi: inv.SMI}
 	return w.gpus.sandboxes(w.sandboxCfg, w.log)
 }
