@@ -245,8 +245,10 @@ func gpuResult(u *wire.GPUUsage) *GPUResult {
 }
 
 // gpuLine is the GPU part of a result's status line.
-func gpuLine(u *wire.GPUUsage) string {
-	g := gpuResult(u)
+func gpuLine(u *wire.GPUUsage) string { return gpuResult(u).line() }
+
+// line is the GPU part of a result's status line; "" for none.
+func (g *GPUResult) line() string {
 	if g == nil {
 		return ""
 	}

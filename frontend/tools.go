@@ -376,47 +376,7 @@ func jobRunning(rec *broker.JobRecord) *mcp.CallToolResult {
 // one did) and the same facts as structured content. isError is true exactly
 // when the job failed; a job still running (get_job_result) has not.
 func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
-	var b strings.Builder
-	if r.Stdout != "" {
-		b.WriteString(r.Stdout)
-		if !strings.HasSuffix(r.Stdout, "\n") {
-			b.WriteByte('\n')
-		}
-		if r.StdoutTruncated {
-			fmt.Fprintf(&b, "[... stdout truncated: %d of %d bytes shown]\n", len(r.Stdout), r.StdoutBytes)
-		}
-	}
-	if r.Stderr != "" {
-		b.WriteString("--- stderr ---\n")
-		b.WriteString(r.Stderr)
-		if !strings.HasSuffix(r.Stderr, "\n") {
-			b.WriteByte('\n')
-		}
-		if r.StderrTruncated {
-			fmt.Fprintf(&b, "[... stderr truncated: %d of %d bytes shown]\n", len(r.Stderr), r.StderrBytes)
-		}
-	}
-	fmt.Fprintf(&b, "[%s", r.Status)
-	if r.Limit != "" && !strings.Contains(r.Message, "limit") {
-		// The worker's messages name the limit already ("memory limit
-		// reached (256 MiB)"); say it here only when one does not.
-		fmt.Fprintf(&b, ": %s limit", r.Limit)
-	}
-	if r.Message != "" {
-		fmt.Fprintf(&b, ": %s", r.Message)
-	}
-	switch {
-	case r.JobID != "" && r.Status == statusRunning:
-		fmt.Fprintf(&b, " | job %s", r.JobID)
-	case r.JobID != "":
-		fmt.Fprintf(&b, " | %.1f ms | job %s", r.DurationMS, r.JobID)
-		if r.WorkerID != "" {
-			fmt.Fprintf(&b, " on %s", r.WorkerID)
-		}
-	}
-	b.WriteString(gpuLine(r.GPU))
-	b.WriteString("]")
-	out := mcp.NewToolResultStructured(ExecResult{
+	er := ExecResult{
 		JobID: r.JobID, Status: string(r.Status), ExitCode: r.ExitCode,
 		Stdout: r.Stdout, Stderr: r.Stderr,
 		StdoutTruncated: r.StdoutTruncated, StderrTruncated: r.StderrTruncated,
@@ -425,8 +385,58 @@ func toolResult(r *wire.Result, filename string) *mcp.CallToolResult {
 		DurationMS: r.DurationMS, WorkerID: r.WorkerID, EnvID: r.EnvID,
 		Filename: filename, Signal: r.Signal, Limit: r.Limit, Message: r.Message,
 		GPU: gpuResult(r.GPU),
-	}, b.String())
+	}
+	out := mcp.NewToolResultStructured(er, execText(er, len(er.Stdout), len(er.Stderr)))
 	out.IsError = r.Status.Failed() && r.Status != statusRunning
 	addRichContent(out, r)
 	return out
+}
+
+// execText is the text of a job result er (the first content of its tool
+// result): its streams, each with a line when it was cut that says how
+// many of its bytes are shown (stdoutShown, stderrShown), then its status
+// line.
+func execText(er ExecResult, stdoutShown, stderrShown int) string {
+	var b strings.Builder
+	for _, s := range []struct {
+		name, text string
+		cut        bool
+		shown      int
+		total      int64
+	}{{"stdout", er.Stdout, er.StdoutTruncated, stdoutShown, er.StdoutBytes}, {"stderr", er.Stderr, er.StderrTruncated, stderrShown, er.StderrBytes}} {
+		if s.text == "" {
+			continue
+		}
+		if s.name == "stderr" {
+			b.WriteString("--- stderr ---\n")
+		}
+		b.WriteString(s.text)
+		if !strings.HasSuffix(s.text, "\n") {
+			b.WriteByte('\n')
+		}
+		if s.cut {
+			fmt.Fprintf(&b, "[... %s truncated: %d of %d bytes shown]\n", s.name, s.shown, s.total)
+		}
+	}
+	fmt.Fprintf(&b, "[%s", er.Status)
+	if er.Limit != "" && !strings.Contains(er.Message, "limit") {
+		// The worker's messages name the limit already ("memory limit
+		// reached (256 MiB)"); say it here only when one does not.
+		fmt.Fprintf(&b, ": %s limit", er.Limit)
+	}
+	if er.Message != "" {
+		fmt.Fprintf(&b, ": %s", er.Message)
+	}
+	switch {
+	case er.JobID != "" && er.Status == string(statusRunning):
+		fmt.Fprintf(&b, " | job %s", er.JobID)
+	case er.JobID != "":
+		fmt.Fprintf(&b, " | %.1f ms | job %s", er.DurationMS, er.JobID)
+		if er.WorkerID != "" {
+			fmt.Fprintf(&b, " on %s", er.WorkerID)
+		}
+	}
+	b.WriteString(er.GPU.line())
+	b.WriteString("]")
+	return b.String()
 }
