@@ -283,7 +283,12 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		}
 		return nil
 	}
-	s = server.NewMCPServer("codexec", f.cfg.Version,
+	var fit []server.ServerOption
+	if stdio {
+		// Outermost: it sees the result as it will be sent.
+		fit = append(fit, server.WithToolHandlerMiddleware(f.fitStdioResults))
+	}
+	s = server.NewMCPServer("codexec", f.cfg.Version, append(fit,
 		server.WithToolCapabilities(false),
 		server.WithInstructions(instructions),
 		server.WithRecovery(),
@@ -292,7 +297,7 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		server.WithToolHandlerMiddleware(f.useWorkspace(stdio, tool)),
 		server.WithToolHandlerMiddleware(linksAsText), // around linkWorkspace: sees its links
 		server.WithToolHandlerMiddleware(linkWorkspace),
-	)
+	)...)
 	f.registerTools(s, stdio)
 	f.registerWorkspaceTools(s, stdio)
 	addWorkspaceArg(s)

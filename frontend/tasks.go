@@ -694,15 +694,17 @@ func (r *taskRouter) taskResult(ctx context.Context, scope, id string) (any, *rp
 			}
 		}
 	}
-	return r.f.renderOutcome(ctx, id, o)
+	return r.f.renderOutcome(ctx, id, o, r.stdio)
 }
 
 // errJobSettled stops the wait for a task's outcome when its job's result
 // answers for it.
 var errJobSettled = errors.New("the task's job has a result")
 
-// renderOutcome is the tasks/result answer of an outcome.
-func (f *Frontend) renderOutcome(ctx context.Context, id string, o *taskOutcome) (any, *rpcError) {
+// renderOutcome is the tasks/result answer of an outcome; on stdio, a job
+// result too large for one message has its output cut (fitStdioResult), as
+// the call's would.
+func (f *Frontend) renderOutcome(ctx context.Context, id string, o *taskOutcome, stdio bool) (any, *rpcError) {
 	var tr *mcp.CallToolResult
 	switch {
 	case len(o.Result) > 0:
@@ -718,6 +720,9 @@ func (f *Frontend) renderOutcome(ctx context.Context, id string, o *taskOutcome)
 			return nil, storeError(err)
 		}
 		tr = toolResult(res, o.Filename)
+		if stdio {
+			tr = fitStdioResult(tr, f.stdioMessageLimit())
+		}
 	default:
 		return nil, &rpcError{Code: mcp.INTERNAL_ERROR, Message: o.Message}
 	}

@@ -107,11 +107,7 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // answered (or its context ended); ctx ending ends them.
 func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.Reader, out io.Writer) (pass io.Reader, locked io.Writer, wait func()) {
 	r := &taskRouter{f: f, srv: srv, stdio: true}
-	limit := StdioMessageLimit
-	if f.stdioLimit > 0 {
-		limit = f.stdioLimit
-	}
-	lw := &lockedWriter{w: out, limit: limit, log: f.log}
+	lw := &lockedWriter{w: out, limit: f.stdioMessageLimit(), log: f.log}
 	pr, pw := io.Pipe()
 	var (
 		mu     sync.Mutex
