@@ -2,8 +2,10 @@ package broker
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/codexec/codexec/wire"
 	"github.com/nats-io/nats.go"
@@ -49,4 +51,17 @@ func (b *Broker) RequestContext(ctx context.Context, pool, worker string, data [
 		return nil, fmt.Errorf("broker: context request: %w", err)
 	}
 	return m.Data, nil
+}
+
+// WorkerAnswers says whether worker of pool serves its context subject now,
+// by a ping request (wire.ContextPing) waiting at most wait: false only
+// when nobody serves it (the worker is gone, or stopping); a request that
+// is answered late, or fails otherwise, counts as an answer, so that a slow
+// worker is not taken for a dead one.
+func (b *Broker) WorkerAnswers(ctx context.Context, pool, worker string, wait time.Duration) bool {
+	data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextPing})
+	ctx, cancel := context.WithTimeout(ctx, wait)
+	defer cancel()
+	_, err := b.RequestContext(ctx, pool, worker, data)
+	return !errors.Is(err, ErrNoResponder)
 }

@@ -26,6 +26,11 @@ const (
 	// ContextInterrupt stops the code a run of the context runs now, as
 	// its timeout would (the caller went away); it answers at once.
 	ContextInterrupt ContextOp = "interrupt"
+	// ContextPing asks whether the worker is there; it answers at once,
+	// with nothing. A frontend that cannot read the workers' presence
+	// records (the state store away) asks it of a worker it sent a job
+	// to: a NATS request nobody serves fails at once (ErrNoResponders).
+	ContextPing ContextOp = "ping"
 )
 
 // ContextRequest is a frontend's request to the worker that holds (or is to

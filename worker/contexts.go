@@ -152,6 +152,10 @@ func (h *contextHost) handle(data []byte) []byte {
 	switch {
 	case err != nil || req.V != wire.Version:
 		reply.Result = h.result(&req, wire.StatusRejected, "undecodable context request, or another wire version")
+	case req.Op == wire.ContextPing:
+		// Here, whatever else: a frontend asks while it cannot read the
+		// presence records (broker.WorkerAnswers).
+		reply.Result = h.result(&req, wire.StatusOK, "here")
 	case closed:
 		// Its contexts are ended or about to be: as good as lost.
 		reply.Result = h.result(&req, wire.StatusInternal, "the worker is stopping")
@@ -534,7 +538,7 @@ func (h *contextHost) startInterp(ctx context.Context, c *liveContext, req *wire
 	if err := disk.setLimit(set.Disk); err != nil {
 		return fail(wire.StatusInternal, "set the disk limit: "+err.Error())
 	}
-	if _, err := w.restoreWorkspace(ctx, req.Scope, cwd, uid, disk, set.Disk, log); err != nil {
+	if _, err := w.restoreWorkspace(ctx, req.Scope, cwd, uid, disk, set.Disk, "", log); err != nil {
 		return fail(wire.StatusInternal, "restore the session's files: "+err.Error())
 	}
 	script := filepath.Join(scripts, "context_"+req.ID+".py")
@@ -608,7 +612,7 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		return &wire.ContextReply{Result: res, Ended: why, EndedBefore: true}
 	default:
 	}
-	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.disk, c.set.Disk, log)
+	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.disk, c.set.Disk, "", log)
 	if err != nil {
 		log.Warn("the session's files could not be restored; the call runs on this worker's copy", "err", err)
 	}
