@@ -93,3 +93,20 @@ func (b *Broker) DeleteWorkspace(ctx context.Context, name string) error {
 	}
 	return nil
 }
+
+// HasWorkspace says whether the snapshot name is stored (deleted ones,
+// whose info the object store keeps, are not).
+func (b *Broker) HasWorkspace(ctx context.Context, name string) (bool, error) {
+	store, err := b.workspaces(ctx)
+	if err != nil {
+		return false, err
+	}
+	info, err := store.GetInfo(ctx, name)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("broker: workspace %s: %w", name, err)
+	}
+	return !info.Deleted, nil
+}

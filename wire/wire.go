@@ -129,7 +129,19 @@ type Job struct {
 	BatchAttempt int64 `json:"batch_attempt,omitempty"`
 	// File is what a files job (KindFiles) does.
 	File *FileOp `json:"file,omitempty"`
+	// KnownHolder is set by a frontend that could not read the session's
+	// workspace record (the state store away): the worker that held the
+	// session's working directory as the frontend last knew it, or
+	// NoHolder when it knew the session had none; empty when it knew
+	// nothing. A worker that cannot read the record either runs the job
+	// only on a copy of the session's files it knows to be the newest
+	// (worker/workspaces.go), and answers StatusInternal otherwise.
+	KnownHolder string `json:"known_holder,omitempty"`
 }
+
+// NoHolder is Job.KnownHolder for a session the frontend knew to have no
+// working directory anywhere. It is no valid worker id (ValidWorkerID).
+const NoHolder = "-"
 
 // Limits are the resource limits a call asks for, in the units of the
 // execute_code parameter of the same name. A zero field means the worker's

@@ -549,6 +549,9 @@ func (d *sessionDisk) fullFunc() func() bool {
 // snapshot holds more, or the file system refused them) are the limit's,
 // with what to do; anything else is the worker's failure.
 func (w *Worker) restoreFailure(job *wire.Job, attempt int, limit int64, err error) *wire.Result {
+	if fu := (*filesUnreachable)(nil); errors.As(err, &fu) {
+		return w.result(job, attempt, wire.StatusInternal, fu.Error())
+	}
 	if limit > 0 && (errors.Is(err, unix.ENOSPC) || errors.Is(err, workspace.ErrTooLarge)) {
 		res := w.result(job, attempt, wire.StatusLimit, fmt.Sprintf(
 			"disk limit reached (%s in the working directory): the session's files, restored from their snapshot, do not fit it; call again with a larger disk_mb", mib(limit)))

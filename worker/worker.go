@@ -627,7 +627,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	if err := disk.setLimit(set.Disk); err != nil {
 		return w.result(job, attempt, wire.StatusInternal, "set the disk limit: "+err.Error())
 	}
-	ws, err := w.restoreWorkspace(ctx, job.Scope, cwd, uid, disk, set.Disk, log)
+	ws, err := w.restoreWorkspace(ctx, job.Scope, cwd, uid, disk, set.Disk, job.KnownHolder, log)
 	if err != nil {
 		return w.restoreFailure(job, attempt, set.Disk, err)
 	}

@@ -9,8 +9,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
+
+	"github.com/oklog/ulid/v2"
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/statestore"
@@ -46,6 +49,12 @@ type workspaceJob struct {
 	known  bool           // the record could be read (found or not)
 	local  localWorkspace // this worker's copy
 	maxLen int64          // bytes of files a snapshot may hold
+	// note is restoreWorkspace's, for the call's result.
+	note string
+	// away says the record could not be read, and the job runs on this
+	// worker's copy because it is the newest this worker knows of
+	// (unreachableCopy).
+	away bool
 }
 
 // localWorkspace is what this worker knows of its copy of a session's
@@ -54,6 +63,12 @@ type workspaceJob struct {
 type localWorkspace struct {
 	Snapshot string `json:"snapshot"`
 	Manifest string `json:"manifest"`
+	// Holder says this copy is the session's newest as far as this worker
+	// knows: the store's record, when this worker last wrote it or found
+	// it naming this worker, named this worker as the holder of this copy
+	// (or of the snapshot it changed since, while the record could not be
+	// read). Only a holder's copy is run on while the record cannot be read.
+	Holder bool `json:"holder,omitempty"`
 }
 
 func (w *Worker) localWorkspacePath(scope string) string {
@@ -86,6 +101,54 @@ func (w *Worker) saveLocalWorkspace(scope string, l localWorkspace) error {
 // saves the copy again.
 const unrecordedManifest = "unrecorded"
 
+// filesUnreachable is the error of a job whose session's record cannot be
+// read (the state store away) on a worker whose copy of the session's files
+// is not known to be the newest: run on it, the job would answer ok on
+// stale or missing files, and the copy saved first once the store is back
+// would lose what the other copy's jobs wrote.
+type filesUnreachable struct {
+	worker string // this worker
+	holder string // the job's KnownHolder
+	err    error  // the store's
+}
+
+func (e *filesUnreachable) Error() string {
+	where := "the frontend did not know which worker holds them"
+	switch e.holder {
+	case "", wire.NoHolder:
+	default:
+		where = "they were last known on worker " + e.holder
+		if e.holder == e.worker {
+			where += ", but this worker's copy is not known to be the newest"
+		}
+	}
+	return fmt.Sprintf("the state store (Redis) is unreachable (%v), so worker %s cannot tell whether its copy of the session's files is the newest (%s): "+
+		"nothing was run, so that nothing the session wrote is lost; try again once the store is back", e.err, e.worker, where)
+}
+
+// copyIsNewest says whether a job may run on this worker's copy local of
+// scope, a session whose record cannot be read, known being the job's
+// wire.Job.KnownHolder: the copy must be the newest this worker knows of
+// (local.Holder), and the frontend must not know of another holder; or,
+// when the frontend knew the session to have no files anywhere, this
+// worker must have no copy either (a session's first call: nothing can be
+// lost, and what it writes here makes this worker its holder). A holder
+// does not hear of another worker taking the session over while the store
+// was there; that worker's save deleted the snapshot the holder's copy is
+// of, so a copy whose snapshot is gone from the broker is not the newest.
+func (w *Worker) copyIsNewest(ctx context.Context, scope string, local localWorkspace, known string) bool {
+	switch {
+	case known == wire.NoHolder && local == localWorkspace{}:
+		return true
+	case known != "" && known != wire.NoHolder && known != w.cfg.ID, !local.Holder:
+		return false
+	case local.Snapshot == "":
+		return true
+	}
+	stored, err := w.broker.HasWorkspace(ctx, snapshotName(scope, local.Snapshot))
+	return err == nil && stored
+}
+
 // snapshotName is the object holding the snapshot of scope taken after
 // job snapshot.
 func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + snapshot }
@@ -99,7 +162,12 @@ func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + 
 // (disk, nil for none) to the disk limit maxLen, set again once the old
 // files are gone. With Config.LocalWorkspaces it does nothing (and
 // saveWorkspace neither).
-func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid int, disk *sessionDisk, maxLen int64, log *slog.Logger) (*workspaceJob, error) {
+//
+// When the record cannot be read (the state store away), the job runs on
+// this worker's copy only when copyIsNewest says so, known being the job's
+// wire.Job.KnownHolder ("" for a call in a context); otherwise the error
+// is a *filesUnreachable and nothing may run.
+func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid int, disk *sessionDisk, maxLen int64, known string, log *slog.Logger) (*workspaceJob, error) {
 	if w.cfg.LocalWorkspaces {
 		return nil, nil
 	}
@@ -107,9 +175,25 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 	j := &workspaceJob{scope: scope, local: w.loadLocalWorkspace(scope), maxLen: maxLen}
 	rec, err := w.readWorkspace(ctx, scope)
 	if err != nil {
-		log.Warn("workspace record unreadable; the job runs on this worker's copy", "err", err)
+		if !w.copyIsNewest(ctx, scope, j.local, known) {
+			log.Warn("workspace record unreadable and this worker's copy not known to be the newest; nothing runs",
+				"known_holder", known, "err", err)
+			return nil, &filesUnreachable{worker: w.cfg.ID, holder: known, err: err}
+		}
+		log.Warn("workspace record unreadable; the job runs on this worker's copy, the newest it knows", "err", err)
+		j.away = true
+		return j, nil
 	}
-	j.rec, j.known = rec, err == nil
+	j.rec, j.known = rec, true
+	if holder := rec.Worker == w.cfg.ID && rec.Snapshot == j.local.Snapshot; holder != j.local.Holder {
+		// The record names this copy's holder (a record written before
+		// copies knew whether they were the holder's), or the session
+		// moved on to another worker.
+		j.local.Holder = holder
+		if err := w.saveLocalWorkspace(scope, j.local); err != nil {
+			log.Warn("remember the workspace's holder", "err", err)
+		}
+	}
 	if j.rec.Snapshot == "" || j.rec.Snapshot == j.local.Snapshot {
 		return j, nil
 	}
@@ -117,6 +201,9 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 		log.Warn("the session's latest files were not stored; the job runs on this worker's copy",
 			"snapshot", j.rec.Snapshot, "holder", j.rec.Worker)
 		return j, nil
+	}
+	if j.local.Manifest == unrecordedManifest {
+		j.note = w.keepAside(ctx, j, cwd, log)
 	}
 	t0 := time.Now()
 	r, err := w.broker.GetWorkspace(ctx, snapshotName(scope, j.rec.Snapshot))
@@ -195,6 +282,12 @@ func gidOf(uid int) int {
 // workspace.MaxPath) is recorded as not stored, and the note returned,
 // for the call's result, says so; otherwise the note is "".
 func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) (note string) {
+	if j != nil && j.note != "" {
+		defer func() { note = strings.TrimSpace(j.note + "\n" + note) }()
+	}
+	if j != nil && j.away {
+		return w.keepWorkspace(j, cwd, log)
+	}
 	if j == nil || !j.known {
 		return
 	}
@@ -233,12 +326,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		rec.Stored = !tooLarge && w.putSnapshot(ctx, j, jobID, cwd, log)
 		rec.SavedAt = time.Now().UTC()
 		j.local = localWorkspace{Snapshot: jobID, Manifest: m}
-		if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
-			log.Warn("remember the saved workspace", "err", err)
-		}
 		log.Info("workspace saved", "snapshot", jobID, "stored", rec.Stored, "ms", time.Since(t0).Milliseconds())
 	}
 	if rec == j.rec {
+		// Recorded already: this worker holds the newest copy.
+		w.rememberHolder(j, true, log)
 		return
 	}
 	data, _ := json.Marshal(rec)
@@ -254,13 +346,18 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 			// on as it is, and saved by the next job. The snapshot just
 			// stored stays, in case the write reached the store after all;
 			// the store's retention removes it.
-			j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: unrecordedManifest}
+			// It is the newest copy if the record still names this
+			// worker: then it is run on while the store is away.
+			j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: unrecordedManifest, Holder: j.rec.Worker == w.cfg.ID}
 			if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 				log.Warn("remember the unrecorded workspace", "err", err)
 			}
+		} else {
+			w.rememberHolder(j, j.rec.Worker == w.cfg.ID && j.local.Holder, log)
 		}
 		return
 	}
+	w.rememberHolder(j, true, log)
 	// The previous snapshot goes once the record names another one, stored
 	// or not: nothing reads a snapshot the record does not name (a restore
 	// reads the recorded one, a collection deletes the recorded one), so
@@ -274,6 +371,68 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		}
 	}
 	return
+}
+
+// rememberHolder records in this worker's copy whether it is the holder's,
+// after a save that found or wrote the record.
+func (w *Worker) rememberHolder(j *workspaceJob, holder bool, log *slog.Logger) {
+	j.local.Holder = holder
+	if l := w.loadLocalWorkspace(j.scope); l == j.local {
+		return
+	}
+	if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
+		log.Warn("remember the saved workspace", "err", err)
+	}
+}
+
+// keepAside stores this worker's copy of j's session, about to be replaced
+// by the recorded snapshot although it holds changes no recorded snapshot
+// holds (made while the record could not be read or written, and another
+// worker recorded newer files since), as a snapshot of its own that no
+// record names, kept for the snapshots' retention. It returns the note
+// that says so.
+func (w *Worker) keepAside(ctx context.Context, j *workspaceJob, cwd string, log *slog.Logger) string {
+	id := "unsaved-" + ulid.Make().String()
+	stored := w.putSnapshot(ctx, j, id, cwd, log)
+	log.Error("the session's files changed on two workers while the state store was away; this worker's copy is replaced by the recorded one",
+		"kept_as", snapshotName(j.scope, id), "stored", stored, "recorded", j.rec.Snapshot, "holder", j.rec.Worker)
+	if !stored {
+		return fmt.Sprintf("files this session wrote on worker %s while the state store was away were replaced by newer ones from worker %s, and could not be kept",
+			w.cfg.ID, j.rec.Worker)
+	}
+	return fmt.Sprintf("files this session wrote on worker %s while the state store was away were replaced by newer ones from worker %s; "+
+		"the operator can recover them from snapshot %s of the workspaces store for a week", w.cfg.ID, j.rec.Worker, snapshotName(j.scope, id))
+}
+
+// keepWorkspace runs after a job that ran on the holder's copy while the
+// record could not be read (j.away). Nothing can be recorded: a copy the
+// job changed is remembered as a changed copy of the snapshot it was of,
+// and still the holder's, so that the session's next jobs here run on it
+// and the first one with the store back saves it (its manifest matches no
+// directory's). The note says, for the call's result, where the files are
+// until then.
+func (w *Worker) keepWorkspace(j *workspaceJob, cwd string, log *slog.Logger) (note string) {
+	defer w.workspaces.lock(j.scope)()
+	m, err := workspace.Manifest(cwd, j.maxLen)
+	if err == nil && m == j.local.Manifest {
+		// Unchanged: nothing to keep. A session's first call (no copy
+		// here, none anywhere as the frontend knew) makes this copy the
+		// holder's all the same, so that its next calls run here.
+		if !j.local.Holder {
+			j.local.Holder = true
+			if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
+				log.Warn("remember the workspace's holder", "err", err)
+			}
+		}
+		return ""
+	}
+	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true}
+	if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
+		log.Warn("remember the workspace kept while the store is away", "err", err)
+	}
+	log.Warn("workspace changed while the state store is away: kept on this worker, saved by the session's next job once the store is back")
+	return fmt.Sprintf("the state store is unreachable: the working directory's changes are on worker %s only until the store is back "+
+		"and the session's next call saves them", w.cfg.ID)
 }
 
 // snapshotRefresh is the age at which a stored snapshot of an unchanged

@@ -119,7 +119,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	// the snapshot's size) fails that job, and the next job restores again.
 	cwdA := sessionWork(a, scope)
 	log := slog.New(slog.DiscardHandler)
-	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 3, log); !errors.Is(err, workspace.ErrTooLarge) {
+	if _, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 3, "", log); !errors.Is(err, workspace.ErrTooLarge) {
 		t.Fatalf("a restore past the job's disk limit: %v, want ErrTooLarge", err)
 	}
 	res, _ = run(a, "import os\nprint(sorted(os.listdir('.')), open('new.txt').read())")
@@ -158,7 +158,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(cwdA, "big"), make([]byte, 64<<10), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 32<<10, log)
+	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 32<<10, "", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if j, err = a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 32<<10, log); err != nil {
+	if j, err = a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 32<<10, "", log); err != nil {
 		t.Fatal(err)
 	}
 	tooMany := ulid.Make().String()
@@ -243,7 +243,7 @@ func TestUnstoredSnapshotLeavesNoneBehind(t *testing.T) {
 		if i%2 == 1 {
 			maxLen = 32 << 10 // the directory does not fit: not stored
 		}
-		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, maxLen, log)
+		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, maxLen, "", log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -330,7 +330,7 @@ func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
 	cwd := t.TempDir()
 	job := func(write string) {
 		t.Helper()
-		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, log)
+		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -344,7 +344,7 @@ func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
 	job("before.txt")
 
 	// The job starts with the store there, and ends with it gone.
-	j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, log)
+	j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -380,7 +380,7 @@ func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
 	// And it was saved: another worker's copy restores all of it.
 	other := &Worker{cfg: Config{ID: "other", DataDir: t.TempDir()}, broker: br, store: st}
 	into := t.TempDir()
-	if _, err := other.restoreWorkspace(ctx, scope, into, os.Getuid(), nil, 1<<20, log); err != nil {
+	if _, err := other.restoreWorkspace(ctx, scope, into, os.Getuid(), nil, 1<<20, "", log); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(filepath.Join(into, "during.txt")); err != nil {
