@@ -210,7 +210,8 @@ func (f *Frontend) contextWorker(ctx context.Context, scope string, env *envspec
 	if len(adverts) == 0 {
 		return "", internal("no worker of pool %q is known to be alive (the state store was unreachable): try again", f.cfg.Pool)
 	}
-	if w := f.workspaceHolder(ctx, &wire.Job{Kind: wire.KindExecute, Scope: scope, Env: env, EnvID: envID}, adverts); w != "" {
+	w := f.workspaceHolder(ctx, &wire.Job{Kind: wire.KindExecute, Scope: scope, Env: env, EnvID: envID}, adverts, true)
+	if w != "" && slices.ContainsFunc(adverts, func(a envspec.Advert) bool { return a.WorkerID == w }) {
 		return w, nil
 	}
 	if env != nil {

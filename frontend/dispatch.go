@@ -114,11 +114,9 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		return fail(wire.StatusInternal, "%v", err)
 	}
 	// A worker's own subject only when the records are the store's now
-	// (see dispatchPresence).
-	target := ""
-	if live {
-		target = f.workspaceHolder(ctx, job, adverts)
-	}
+	// (see dispatchPresence), or for a session's files when its record
+	// cannot be read either (workspaceHolder).
+	target := f.workspaceHolder(ctx, job, adverts, live)
 	if target == "" && job.Env != nil && len(adverts) > 0 {
 		chosen, _, err := envspec.Choose(adverts, *job.Env, job.EnvID)
 		if err != nil {
@@ -201,7 +199,13 @@ func (f *Frontend) dispatchPresence(ctx context.Context) (adverts []envspec.Adve
 // watchTarget republishes job to the pool if target's presence lapses
 // before the job has a result (the targeted worker died). It stops when ctx
 // ends. Results are create-only by job id, so should both copies run, only
-// one result counts.
+// one result counts. While the presence records cannot be read, or within
+// outageMemory of a failed read (a live worker's record may have expired
+// with the store), the worker itself is asked (broker.WorkerAnswers): one
+// nobody answers for is gone. The worker of the pool that takes the job
+// then runs it on the session's files only if it can tell that its copy is
+// the newest (worker/workspaces.go), and otherwise answers why not, so the
+// call ends within a TargetCheck or two rather than at its deadline.
 func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string) {
 	t := time.NewTicker(f.cfg.TargetCheck)
 	defer t.Stop()
@@ -213,10 +217,16 @@ func (f *Frontend) watchTarget(ctx context.Context, job wire.Job, target string)
 		}
 		members, err := f.store.Members(ctx, f.cfg.Keys.Workers())
 		if err != nil {
+			f.presence.failed(time.Now())
+		} else if _, alive := members[target]; alive {
 			continue
 		}
-		if _, alive := members[target]; alive {
+		if (err != nil || f.presence.failedWithin(time.Now(), outageMemory)) &&
+			f.broker.WorkerAnswers(ctx, job.Pool, target, f.cfg.TargetCheck) {
 			continue
+		}
+		if ctx.Err() != nil {
+			return
 		}
 		if _, err := f.broker.GetResult(ctx, job.ID); err == nil {
 			return
@@ -247,6 +257,9 @@ func (f *Frontend) awaitResult(ctx context.Context, job *wire.Job, target string
 	}
 	res, err := f.broker.WaitResult(wctx, job.ID)
 	f.observeCall(job, res, err)
+	if err == nil {
+		f.rememberHolder(job, res)
+	}
 	fail := func(format string, args ...any) (*wire.Result, error) {
 		te := internal(format, args...)
 		te.JobID, te.Filename = job.ID, job.Filename

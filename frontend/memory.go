@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/wire"
 )
 
 // What a frontend remembers of the state store, so that it can keep
@@ -181,22 +182,25 @@ func sameRecords(a, b map[string][]byte) bool {
 }
 
 // holderMemory maps session scopes to the worker that last held their
-// working directory, as this frontend last read it: while the store is
-// unreachable a session's jobs still go to that worker, whose copy of its
-// files is the newest, instead of to any worker, each of which would run on
-// a copy of its own and the first saved afterwards would win.
+// working directory, as this frontend last read it in the session's record
+// or saw it run one of the session's jobs, or to wire.NoHolder for a
+// session it read no record of: while the store is unreachable a session's
+// jobs still go to that worker, whose copy of its files is the newest,
+// instead of to any worker, each of which would run on a copy of its own
+// and the first saved afterwards would win (see workspaceHolder).
 type holderMemory struct{ r recent[string] }
 
-// put records that worker holds scope's working directory ("" forgets it).
+// put records that worker holds scope's working directory (wire.NoHolder:
+// that none does).
 func (m *holderMemory) put(scope, worker string) {
 	if worker == "" {
-		m.r.forget(scope)
-		return
+		worker = wire.NoHolder
 	}
 	m.r.put(scope, worker)
 }
 
-// get returns the worker last known to hold scope's working directory.
+// get returns the worker last known to hold scope's working directory,
+// wire.NoHolder when none did, "" when this frontend knows nothing of it.
 func (m *holderMemory) get(scope string) string {
 	w, _ := m.r.get(scope)
 	return w

@@ -64,7 +64,7 @@ func TestWorkspaceHolderRule(t *testing.T) {
 		{"a session without a record", job(wire.KindExecute, "s2", nil), adverts, ""},
 	}
 	for _, c := range cases {
-		if got := f.workspaceHolder(ctx, c.job, c.adverts); got != c.want {
+		if got := f.workspaceHolder(ctx, c.job, c.adverts, true); got != c.want {
 			t.Errorf("%s: sent to %q, want %q", c.name, got, c.want)
 		}
 	}
