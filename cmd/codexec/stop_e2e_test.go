@@ -3,13 +3,18 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/mark3labs/mcp-go/client"
+	"github.com/mark3labs/mcp-go/mcp"
 
 	"github.com/codexec/codexec/cmd/codexec/internal/e2e"
 	"github.com/codexec/codexec/frontend"
@@ -269,5 +274,108 @@ func TestClusterRedisOutage(t *testing.T) {
 	}
 	if !strings.Contains(fe.Out.String(), `"component":"redis"`) {
 		t.Errorf("go-redis logged nothing through the frontend's logger during the outage:\n%s", fe.Out.String())
+	}
+}
+
+// While Redis is down, nothing a session's jobs write is lost: its jobs go
+// to the worker holding its files, which runs them on its copy (the
+// newest) and saves it once Redis is back; a session whose holder dies
+// meanwhile gets an error that says nothing was run, within seconds, not an
+// ok from a worker that ran it on a stale copy. Until this test, the jobs
+// went to the pool: each worker ran them on its own copy, and the copy
+// saved first after the outage won (a fault run: two sessions' six appends
+// each during a 12 s outage, every call ok, none of them kept).
+func TestClusterRedisOutageKeepsFiles(t *testing.T) {
+	t.Parallel()
+	cl := startCluster(t, 2)
+	procs := map[string]*proc{"w1": cl.workers[0], "w2": cl.workers[1]}
+	appendCode := func(line string) string {
+		return fmt.Sprintf("with open('log.txt', 'a') as f:\n    f.write(%q)\nprint(open('log.txt').read(), end='')", line+"\n")
+	}
+	type session struct {
+		c      *client.Client
+		want   string // what its calls that answered ok wrote
+		holder string
+	}
+	appendOK := func(s *session, line, when string) (*mcp.CallToolResult, frontend.ExecResult) {
+		t.Helper()
+		res, er := call(t, s.c, "execute_code", map[string]any{"code": appendCode(line)})
+		if res.IsError {
+			t.Errorf("%s: %s %s %q", when, er.Status, er.Message, er.Stderr)
+			return res, er
+		}
+		s.want += line + "\n"
+		if er.Stdout != s.want {
+			t.Errorf("%s, on %s: the file holds %q, want %q", when, er.WorkerID, er.Stdout, s.want)
+		}
+		s.holder = er.WorkerID
+		return res, er
+	}
+	// Two sessions whose files are on different workers, so that one
+	// holder can die and the other live.
+	a := &session{c: httpClient(t, cl.mcpURL)}
+	appendOK(a, "before", "session a, before the outage")
+	var b *session
+	for range 20 {
+		s := &session{c: httpClient(t, cl.mcpURL)}
+		if appendOK(s, "before", "session b, before the outage"); s.holder != a.holder {
+			b = s
+			break
+		}
+	}
+	if b == nil {
+		t.Fatalf("twenty new sessions' first jobs all ran on %s", a.holder)
+	}
+
+	cl.redis.Stop()
+	down := time.Now()
+	// The two sessions at once, as their clients would, each pausing
+	// between its calls for its own time: a job finds both workers busy,
+	// or one, or none (then the worker that asked for a job first takes
+	// it, its session's holder or not).
+	var wg sync.WaitGroup
+	for i, s := range []*session{a, b} {
+		wg.Go(func() {
+			for round := 1; round <= 6; round++ {
+				time.Sleep(time.Duration(100+250*i) * time.Millisecond)
+				res, _ := appendOK(s, fmt.Sprintf("during %d", round), "Redis down")
+				if !strings.Contains(fmt.Sprint(res.Content), "only until the store is back") {
+					t.Errorf("Redis down, a call that changed the files does not say where they are: %v", res.Content)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	// b's holder dies: nobody can tell from Redis, and the other worker's
+	// copy is stale. The call ends soon, and says that nothing ran.
+	procs[b.holder].signal(syscall.SIGKILL)
+	start := time.Now()
+	res, er := call(t, b.c, "execute_code", map[string]any{"code": appendCode("after the kill")})
+	if !res.IsError || er.Status != "internal" || !strings.Contains(er.Message, "nothing was run") || !strings.Contains(er.Message, b.holder) {
+		t.Errorf("Redis down, the holder dead: isError=%v %s %q", res.IsError, er.Status, er.Message)
+	}
+	if d := time.Since(start); d > 30*time.Second {
+		t.Errorf("Redis down, the holder dead: the call took %s", d)
+	}
+
+	// Past the presence records' life (three 2 s heartbeats).
+	time.Sleep(12*time.Second - time.Since(down))
+	cl.redis.Restart(t)
+	base := strings.TrimSuffix(cl.mcpURL, "/mcp")
+	pollUntil(t, 30*time.Second, "the frontend ready again after Redis came back", func() bool {
+		code, _ := status(t, base, "/readyz")
+		return code == 200
+	})
+	// Every append a's calls answered ok for is there.
+	appendOK(a, "after", "Redis back")
+	// b's holder died with the appends it had not saved (their calls said
+	// so): b goes on from its last saved files, once the frontend has
+	// waited for the dead holder to announce itself.
+	res, er = call(t, b.c, "execute_code", map[string]any{"code": appendCode("after")})
+	if res.IsError || !strings.HasPrefix(er.Stdout, "before\n") || er.WorkerID != a.holder {
+		t.Errorf("Redis back, b's holder dead: isError=%v on %s %s %q %q", res.IsError, er.WorkerID, er.Status, er.Message, er.Stdout)
 	}
 }
