@@ -46,10 +46,13 @@ func (f *Frontend) workspaceHolder(ctx context.Context, job *wire.Job, adverts [
 	data, err := f.store.Get(ctx, f.cfg.Keys.Workspace(job.Scope))
 	switch {
 	case errors.Is(err, statestore.ErrNotFound):
-		// None recorded. A worker this frontend saw run one of the
-		// session's jobs since holds its files all the same: its record
-		// could not be written (the store away).
-		if w := f.holders.get(job.Scope); w != "" && w != wire.NoHolder {
+		// None recorded. Right after an outage, a worker this frontend
+		// saw run one of the session's jobs holds its files all the same:
+		// its record could not be written (the store away). Otherwise
+		// (and always in `codexec dev`, which records no holder)
+		// placement decides.
+		w := f.holders.get(job.Scope)
+		if w != "" && w != wire.NoHolder && f.presence.failedWithin(time.Now(), outageMemory) {
 			rec.Worker = w
 			break
 		}
