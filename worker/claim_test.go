@@ -266,9 +266,12 @@ func TestDeliveryRunsWithoutStateStore(t *testing.T) {
 	w := startRedisWorker(t, ctx, fx, st, "storeless", slog.DiscardHandler)
 
 	rs.Stop()
+	// A session its frontend knew to have no files: one with files would
+	// run only on their holder (TestWorkspaceWhileStoreIsDown).
 	job := &wire.Job{
 		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "claims-scope",
 		Code: "print('ran')", Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+		KnownHolder: wire.NoHolder,
 	}
 	if err := fx.broker.PublishJob(ctx, job); err != nil {
 		t.Fatal(err)
