@@ -17,9 +17,9 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
-// auditStore starts a redis-server and opens a store on it, for the
-// length of the test.
-func auditStore(t *testing.T) (context.Context, *redistest.Server, *statestore.RedisStore) {
+// redisStore starts a redis-server and opens a store on it, for the
+// length of the test (its context ends after a minute).
+func redisStore(t *testing.T) (context.Context, *redistest.Server, *statestore.RedisStore) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	t.Cleanup(cancel)
@@ -49,7 +49,7 @@ func auditWorker(t *testing.T, st statestore.Store, id string) *Worker {
 // store's write (a synced bbolt commit in codexec dev, milliseconds)
 // before the slot was free for the next job.
 func TestAuditIsQueuedOffTheJobsSlot(t *testing.T) {
-	ctx, srv, st := auditStore(t)
+	ctx, srv, st := redisStore(t)
 	w := auditWorker(t, st, "audit")
 	admin := redis.NewClient(&redis.Options{Addr: srv.Addr})
 	t.Cleanup(func() { _ = admin.Close() })
@@ -106,7 +106,7 @@ func TestAuditIsQueuedOffTheJobsSlot(t *testing.T) {
 // its result is stored and audited; an interactive job's is not touched
 // here (its frontend gives it back).
 func TestAuditGivesBackBatchJobsQuotaPlace(t *testing.T) {
-	ctx, _, st := auditStore(t)
+	ctx, _, st := redisStore(t)
 	w := auditWorker(t, st, "audit")
 	set := w.cfg.Keys.TenantJobs(wire.TenantKey("acme"))
 	batch := &wire.Job{ID: ulid.Make().String(), Kind: wire.KindExecute, Scope: "b", Batch: "quota-batch-0123456789", Tenant: "acme"}
@@ -136,7 +136,7 @@ func TestAuditGivesBackBatchJobsQuotaPlace(t *testing.T) {
 // the hour, carried on by the same worker after a restart; fields of hours
 // past the results' retention are removed.
 func TestAuditRecordsResultBytes(t *testing.T) {
-	ctx, _, st := auditStore(t)
+	ctx, _, st := redisStore(t)
 	newWorker := func() *Worker { return auditWorker(t, st, "rb") }
 	// All in one hour: a test started in an hour's last seconds waits for
 	// the next.

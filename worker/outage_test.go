@@ -134,14 +134,7 @@ func waitMsg(t *testing.T, ctx context.Context, msgs <-chan string, msg string) 
 func TestWorkspaceWhileStoreIsDown(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	ctx, srv, st := redisStore(t)
 	log := slog.New(slog.DiscardHandler)
 	type node struct {
 		w   *Worker

@@ -18,7 +18,6 @@ import (
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/broker/brokertest"
 	"github.com/codexec/codexec/statestore"
-	"github.com/codexec/codexec/statestore/redistest"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/workspace"
 )
@@ -316,14 +315,7 @@ func BenchmarkWorkspaceSnapshot(b *testing.B) {
 func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	srv := redistest.Start(t)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	st, err := statestore.NewRedis(ctx, statestore.RedisOptions{URL: srv.URL()})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	ctx, srv, st := redisStore(t)
 	w := &Worker{cfg: Config{ID: "away", DataDir: t.TempDir()}, broker: br, store: st}
 	log := slog.New(slog.DiscardHandler)
 	const scope = "away-scope"
