@@ -148,7 +148,9 @@ func (f *Frontend) registerBatchTools(s *server.MCPServer, stdio bool) {
 		mcp.WithArray("job_ids", mcp.Required(), mcp.WithStringItems(), mcp.Description("job ids submit_jobs returned")),
 		mcp.WithOutputSchema[BatchResult](),
 		hints(readOnly),
-	), handler(stdio, f.getJobResults, batchFailure))
+	), handler(stdio, func(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+		return f.getJobResults(ctx, req, scope, stdio)
+	}, batchFailure))
 	s.AddTool(mcp.NewTool("cancel_batch",
 		mcp.WithDescription("Cancel a batch: its jobs that no worker has started yet are not started, and those of job_ids that run are stopped (status cancelled)."),
 		mcp.WithString("batch_id", mcp.Required(), mcp.Description("the batch's id")),
@@ -398,7 +400,7 @@ func (f *Frontend) batchJob(ctx context.Context, id, bscope, shared string, r ba
 	return job, nil
 }
 
-func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
+func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, scope string, stdio bool) (*mcp.CallToolResult, error) {
 	_, bscope, err := batchArgs(ctx, req, scope)
 	if err != nil {
 		return nil, err
@@ -418,6 +420,9 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 		})
 	}
 	wg.Wait()
+	if stdio {
+		fitBatchOutputs(out, f.stdioMessageLimit())
+	}
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil
 }
 

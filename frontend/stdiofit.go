@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -176,4 +177,67 @@ func cutStream(s, name, file string, limit, room int) (out string, shown int, cu
 	}
 	return fmt.Sprintf("%s%s[... %d bytes of %s left out here: the job's output is too large for one stdio message (%s as JSON, where a control character takes 6 bytes); %s ...]\n%s",
 		s[:head], sep, tail-head, name, formatSize(int64(limit)), how, s[tail:]), head + len(s) - tail, true
+}
+
+// fitBatchOutputs cuts the outputs of jobs, get_job_results' answer on
+// stdio, so that together they fit one message of limit bytes: up to 256
+// jobs of a batch, each with up to the output limit per stream, passed it
+// by far, and the whole answer was replaced by fitStdio's error, every
+// job's output lost. The room is shared out smallest first: a job whose
+// output needs less than an equal share of what is left keeps all of it,
+// the others get equal shares, each stream cut to its start and its end
+// around a line that says so (cutStream), and the job's message says that
+// its output was cut.
+func fitBatchOutputs(jobs []BatchJobResult, limit int) {
+	need := make([]int, len(jobs))
+	total := 0
+	for i, j := range jobs {
+		need[i] = jsonLen(j.Stdout) + jsonLen(j.Stderr)
+		total += need[i]
+	}
+	// Besides the outputs: each job's other fields, and the envelope.
+	room := limit - stdioRoom - len(jobs)*(1<<10)
+	if total <= room {
+		return
+	}
+	order := make([]int, 0, len(jobs))
+	for i := range jobs {
+		if need[i] > 0 {
+			order = append(order, i)
+		}
+	}
+	slices.SortFunc(order, func(a, b int) int { return need[a] - need[b] })
+	for k, i := range order {
+		share := max(room, 0) / (len(order) - k)
+		if need[i] <= share {
+			room -= need[i]
+			continue
+		}
+		room -= share
+		// Room for the two lines where the streams are cut.
+		share = max(share-2<<10, 0)
+		j := &jobs[i]
+		outLen, errLen := jsonLen(j.Stdout), jsonLen(j.Stderr)
+		outRoom, errRoom := share/2, share-share/2
+		switch {
+		case outLen <= outRoom:
+			errRoom = share - outLen
+		case errLen <= errRoom:
+			outRoom = share - errLen
+		}
+		var cutOut, cutErr bool
+		if outLen > outRoom {
+			j.Stdout, _, cutOut = cutStream(j.Stdout, "stdout", "", limit, max(outRoom, 1))
+		}
+		if errLen > errRoom {
+			j.Stderr, _, cutErr = cutStream(j.Stderr, "stderr", "", limit, max(errRoom, 1))
+		}
+		if cutOut || cutErr {
+			note := "output cut to its start and end: the jobs asked for, together, pass what one stdio message carries; ask for fewer jobs at a time to get more of each"
+			if j.Message != "" {
+				note = j.Message + "; " + note
+			}
+			j.Message = note
+		}
+	}
 }

@@ -45,3 +45,41 @@ func TestFitStdioResult(t *testing.T) {
 }
 
 func mustJSON(s string) string { b, _ := json.Marshal(s); return string(b) }
+
+// get_job_results on stdio: jobs whose outputs together pass one message
+// keep their start and end, within it; a job with little output keeps all
+// of it. Before, the whole answer was replaced by fitStdio's error.
+func TestFitBatchOutputs(t *testing.T) {
+	big := "START\n" + strings.Repeat("\x01", 3<<20) + "\nEND\n"
+	jobs := []BatchJobResult{
+		{JobID: "a", Status: "ok", Stdout: big, Stderr: big},
+		{JobID: "b", Status: "ok", Stdout: "small\n"},
+		{JobID: "c", Status: "error", Stdout: big, Message: "exit code 1"},
+		{JobID: "d", Status: "ok", Stderr: big},
+	}
+	before, _ := json.Marshal(BatchResult{Status: "ok", Jobs: jobs})
+	fitBatchOutputs(jobs, StdioMessageLimit)
+	after, _ := json.Marshal(BatchResult{Status: "ok", Jobs: jobs})
+	if len(before) <= StdioMessageLimit || len(after) > StdioMessageLimit-stdioRoom {
+		t.Fatalf("answer of %d bytes cut to %d, want it within %d", len(before), len(after), StdioMessageLimit-stdioRoom)
+	}
+	if jobs[1].Stdout != "small\n" || jobs[1].Message != "" {
+		t.Errorf("a small job's output was cut: %+v", jobs[1])
+	}
+	for _, j := range []BatchJobResult{jobs[0], jobs[2], jobs[3]} {
+		for _, s := range []string{j.Stdout, j.Stderr} {
+			if s == "" {
+				continue
+			}
+			if !strings.HasPrefix(s, "START\n") || !strings.HasSuffix(s, "\nEND\n") || !strings.Contains(s, "bytes of std") {
+				t.Errorf("job %s: a stream of %d bytes lost its start, end or the line that says it was cut", j.JobID, len(s))
+			}
+		}
+		if !strings.Contains(j.Message, "output cut") {
+			t.Errorf("job %s: message %q does not say its output was cut", j.JobID, j.Message)
+		}
+	}
+	if !strings.HasPrefix(jobs[2].Message, "exit code 1; ") {
+		t.Errorf("job c's own message was lost: %q", jobs[2].Message)
+	}
+}

@@ -259,6 +259,43 @@ func TestDevStdioLargeOutputKeepsStartAndEnd(t *testing.T) {
 		c.send(map[string]any{"jsonrpc": "2.0", "id": "task-result", "method": "tasks/result", "params": map[string]any{"taskId": created.Task.TaskId}})
 		check(t, c.await("task-result"), schemas["execute_code"])
 	})
+	t.Run("get_job_results", func(t *testing.T) {
+		// Three jobs of a batch, each with as much output: the answer keeps
+		// each one's start and end, within one message.
+		batch := fmt.Sprintf("stdiofit-batch-%d", time.Now().UnixNano())
+		var sub frontend.BatchResult
+		res, err := mcp.ParseCallToolResult(ptr(c.call("submit", "submit_jobs", map[string]any{"batch_id": batch, "code": code,
+			"jobs": []map[string]any{{"row": 0}, {"row": 1}, {"row": 2}}})))
+		if b, _ := json.Marshal(res.StructuredContent); err != nil || json.Unmarshal(b, &sub) != nil || len(sub.Jobs) != 3 {
+			t.Fatalf("submit_jobs: %v %.300s", err, b)
+		}
+		ids := []string{}
+		for _, j := range sub.Jobs {
+			ids = append(ids, j.JobID)
+		}
+		var got frontend.BatchResult
+		for i := 0; ; i++ {
+			res, err := mcp.ParseCallToolResult(ptr(c.call(fmt.Sprint("results-", i), "get_job_results", map[string]any{"batch_id": batch, "job_ids": ids})))
+			b, _ := json.Marshal(res.StructuredContent)
+			if err != nil || json.Unmarshal(b, &got) != nil || len(got.Jobs) != 3 {
+				t.Fatalf("get_job_results: %v %.300s", err, b)
+			}
+			if !slices.ContainsFunc(got.Jobs, func(j frontend.BatchJobResult) bool { return j.Status == "running" }) {
+				break
+			}
+			if i == 120 {
+				t.Fatalf("the batch's jobs still run after a minute: %+v", got.Jobs)
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		for _, j := range got.Jobs {
+			if j.Status != "ok" || !strings.HasPrefix(j.Stdout, "OUTSTART") || !strings.HasSuffix(j.Stdout, "OUTEND") ||
+				!strings.HasPrefix(j.Stderr, "ERRSTART") || !strings.HasSuffix(j.Stderr, "ERREND") ||
+				!strings.Contains(j.Stdout, "bytes of stdout left out here") || !strings.Contains(j.Message, "output cut") {
+				t.Errorf("job %s: status %s, stdout %d bytes starting %.20q, message %q", j.JobID, j.Status, len(j.Stdout), j.Stdout, j.Message)
+			}
+		}
+	})
 	t.Run("connection goes on", func(t *testing.T) {
 		raw := c.call("after", "execute_code", map[string]any{"code": "print('still here')"})
 		if !strings.Contains(string(raw), `"stdout":"still here\n"`) {
@@ -276,3 +313,5 @@ func TestDevStdioLargeOutputKeepsStartAndEnd(t *testing.T) {
 		}
 	})
 }
+
+func ptr[T any](v T) *T { return &v }
