@@ -52,6 +52,18 @@ const MaxBatchJobs = 256
 // sends no more than this in one call.
 const MaxBatchCallCode = 64 << 20
 
+// MaxBatchResultBytes is how many bytes of output (stdout, stderr, message,
+// files and notes, counted as JSON writes them) one get_job_results answer
+// carries. A job's streams are each cut at the output limit (1 MiB), but
+// 256 of them, or one job's id 256 times, made an answer of 512 MiB, six
+// times that as JSON for control characters, and the frontend held several
+// copies of it while it encoded it: one call of 64 ids of one job took a
+// frontend from 40 MiB to 3 GiB. A finished job past it is answered
+// running, with a message, to be asked for again (`codexec batch` asks for
+// its unfinished jobs at every poll); the first job with output is answered
+// whatever its size.
+const MaxBatchResultBytes = 16 << 20
+
 // batchQueueWait is how long a batch job may wait in the queue before no
 // worker starts it (its deadline, beyond its timeout). `codexec batch`
 // keeps few jobs queued at a time, so this is a bound for a pool that
@@ -409,14 +421,32 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 	if err != nil {
 		return nil, err
 	}
+	budget := MaxBatchResultBytes
+	if scope == StdioScope {
+		budget = min(budget, f.stdioMessageLimit()-stdioRoom)
+	}
 	out := make([]BatchJobResult, len(ids))
 	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
+	var mu sync.Mutex
+	used := 0
 	for i, jid := range ids {
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			out[i] = f.batchJobResult(ctx, bscope, jid)
+			r := f.batchJobResult(ctx, bscope, jid)
+			size := r.outputBytes()
+			mu.Lock()
+			over := used > 0 && used+size > budget
+			if !over {
+				used += size
+			}
+			mu.Unlock()
+			if over {
+				r = BatchJobResult{Row: r.Row, Attempt: r.Attempt, JobID: jid, ExitCode: -1, Status: string(statusRunning),
+					Message: fmt.Sprintf("finished, but its output did not fit in this answer (at most %d bytes of output in one answer); ask for it again", budget)}
+			}
+			out[i] = r
 		})
 	}
 	wg.Wait()
@@ -424,6 +454,33 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 		fitBatchOutputs(out, f.stdioMessageLimit())
 	}
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil
+}
+
+// outputBytes is about how many bytes r's output takes as JSON: a control
+// character, '<', '>' and '&' six, a quote or backslash two.
+func (r BatchJobResult) outputBytes() int {
+	n := jsonBytes(r.Stdout) + jsonBytes(r.Stderr) + jsonBytes(r.Message)
+	for _, s := range r.Files {
+		n += jsonBytes(s)
+	}
+	for _, s := range r.Notes {
+		n += jsonBytes(s)
+	}
+	return n
+}
+
+// jsonBytes is about how many bytes s takes as a JSON string.
+func jsonBytes(s string) int {
+	n := len(s)
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c < 0x20, c == '<', c == '>', c == '&':
+			n += 5
+		case c == '"', c == '\\':
+			n++
+		}
+	}
+	return n
 }
 
 // batchJobResult is the state of job id of the batch of scope bscope: its

@@ -1,9 +1,12 @@
 package frontend
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/codexec/codexec/wire"
 )
 
 // submit_jobs refuses bad input with a sentence and queues nothing; a row
@@ -98,5 +101,57 @@ func TestBatchCallCodeBounded(t *testing.T) {
 	last := br.Jobs[len(rows)-1]
 	if queued != MaxBatchCallCode/len(script) || last.Status != "internal" || !strings.Contains(last.Message, "submit it again in another call") {
 		t.Fatalf("%d of %d jobs of %d bytes queued, the last %s %q; want %d queued", queued, len(rows), len(script), last.Status, last.Message, MaxBatchCallCode/len(script))
+	}
+}
+
+// One get_job_results answer carries at most MaxBatchResultBytes of output
+// (on stdio, what one message holds): a job's streams are cut at 1 MiB
+// each, but a call naming 256 such jobs, or one job 256 times, made an
+// answer of gigabytes once escaped as JSON. The first job is answered
+// whole; those past the budget are answered running, and asking again gets
+// them.
+func TestBatchResultsBounded(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	const id = "bounded-results-0001"
+	ctl := strings.Repeat("\x01", 512<<10) // six bytes each as JSON: 3 MiB
+	jobs := make([]string, 8)
+	for i := range jobs {
+		jobs[i] = batchJobID(batchScope(t.Context(), true, id), int64(i), 0)
+		if _, err := jb.b.PutResult(t.Context(), &wire.Result{JobID: jobs[i], Scope: batchScope(t.Context(), true, id), Status: wire.StatusOK,
+			Stdout: ctl, Stderr: "e", BatchRow: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ids := []any{}
+	for range 4 {
+		for _, j := range jobs {
+			ids = append(ids, j)
+		}
+	}
+	res, br := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": ids})
+	raw, _ := json.Marshal(res.StructuredContent)
+	if res.IsError || len(br.Jobs) != len(ids) {
+		t.Fatalf("get_job_results: %s", textOf(res))
+	}
+	if len(raw) > StdioMessageLimit {
+		t.Errorf("an answer of %d bytes, more than one stdio message (%d)", len(raw), StdioMessageLimit)
+	}
+	whole, later := 0, ""
+	for _, j := range br.Jobs {
+		switch {
+		case j.Status == "ok" && len(j.Stdout) == len(ctl):
+			whole++
+		case j.Status == "running" && strings.Contains(j.Message, "ask for it again"):
+			later = j.JobID
+		default:
+			t.Errorf("job %s: %s %q (%d bytes of stdout)", j.JobID, j.Status, j.Message, len(j.Stdout))
+		}
+	}
+	if whole == 0 || later == "" {
+		t.Fatalf("%d jobs answered whole, none answered to ask again (%q): want both", whole, later)
+	}
+	if _, again := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": []any{later}}); again.Jobs[0].Status != "ok" || len(again.Jobs[0].Stdout) != len(ctl) {
+		t.Errorf("a job asked for again: %s %q", again.Jobs[0].Status, again.Jobs[0].Message)
 	}
 }
