@@ -430,27 +430,40 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	used := 0
+	// fit answers r, or, when its output does not fit in what is left of
+	// the budget, that it is to be asked for again.
+	fit := func(r BatchJobResult) BatchJobResult {
+		size := r.outputBytes()
+		mu.Lock()
+		defer mu.Unlock()
+		if used > 0 && used+size > budget {
+			return BatchJobResult{Row: r.Row, Attempt: r.Attempt, JobID: r.JobID, ExitCode: -1, Status: string(statusRunning),
+				Message: fmt.Sprintf("finished, but its output did not fit in this answer (at most %d bytes of output in one answer); ask for it again", budget)}
+		}
+		used += size
+		return r
+	}
+	// A job named more than once is read once.
+	first := make(map[string]int, len(ids))
 	for i, jid := range ids {
+		if _, seen := first[jid]; seen {
+			continue
+		}
+		first[jid] = i
 		wg.Go(func() {
 			sem <- struct{}{}
 			defer func() { <-sem }()
-			r := f.batchJobResult(ctx, bscope, jid)
-			size := r.outputBytes()
-			mu.Lock()
-			over := used > 0 && used+size > budget
-			if !over {
-				used += size
-			}
-			mu.Unlock()
-			if over {
-				r = BatchJobResult{Row: r.Row, Attempt: r.Attempt, JobID: jid, ExitCode: -1, Status: string(statusRunning),
-					Message: fmt.Sprintf("finished, but its output did not fit in this answer (at most %d bytes of output in one answer); ask for it again", budget)}
-			}
-			out[i] = r
+			out[i] = fit(f.batchJobResult(ctx, bscope, jid))
 		})
 	}
 	wg.Wait()
+	for i, jid := range ids {
+		if k := first[jid]; k != i {
+			out[i] = fit(out[k])
+		}
+	}
 	if stdio {
+		// A first job whose output alone passes one message.
 		fitBatchOutputs(out, f.stdioMessageLimit())
 	}
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil
