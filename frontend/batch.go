@@ -16,6 +16,7 @@ import (
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -543,6 +544,10 @@ func (f *Frontend) cancelBatch(ctx context.Context, req mcp.CallToolRequest, sco
 	if err != nil {
 		return nil, err
 	}
+	if !f.batchSubmitted(ctx, bscope) {
+		return batchToolResult(BatchResult{Status: string(wire.StatusOK),
+			Message: fmt.Sprintf("batch %s has no jobs: nothing was submitted to it, nothing to cancel", id)}), nil
+	}
 	if err := f.broker.CancelBatch(ctx, bscope); err != nil {
 		return nil, internal("cancelling batch %s failed: %v; try again", id, err)
 	}
@@ -557,6 +562,19 @@ func (f *Frontend) cancelBatch(ctx context.Context, req mcp.CallToolRequest, sco
 	}
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK),
 		Message: fmt.Sprintf("batch %s cancelled: its jobs that no worker has started will not start, and %d of its jobs were told to stop if they run", id, stopped)}), nil
+}
+
+// batchSubmitted says whether a submit_jobs call submitted to the batch of
+// scope bscope: its owner is recorded (noteBatchOwner), by the caller, since
+// the scope derives from the caller's identity. cancel_batch writes its mark
+// only then: the mark stays as long as results, and a tenant calling
+// cancel_batch with a new batch id each time (600 calls a second from one
+// client) left keys in the results bucket that no quota counted. When the
+// store does not answer, the batch counts as submitted: a cancel matters
+// more than a key.
+func (f *Frontend) batchSubmitted(ctx context.Context, bscope string) bool {
+	_, err := f.store.Get(ctx, f.cfg.Keys.ScopeOwner(bscope))
+	return !errors.Is(err, statestore.ErrNotFound)
 }
 
 // jobIDList reads job_ids: at most MaxBatchJobs strings.

@@ -155,3 +155,29 @@ func TestBatchResultsBounded(t *testing.T) {
 		t.Errorf("a job asked for again: %s %q", again.Jobs[0].Status, again.Jobs[0].Message)
 	}
 }
+
+// cancel_batch marks only a batch that something was submitted to: the
+// mark is kept as long as results, and a caller naming a new batch id in
+// each call left a key per call in the results bucket that no quota
+// counted.
+func TestBatchCancelOfNoBatchWritesNothing(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	const never, used = "never-submitted-0001", "was-submitted-00001"
+	res, br := callTool[BatchResult](t, jb.c, "cancel_batch", map[string]any{"batch_id": never})
+	if res.IsError || !strings.Contains(br.Message, "nothing to cancel") {
+		t.Errorf("cancel_batch of a batch never submitted to: isError=%v %q", res.IsError, br.Message)
+	}
+	if got, err := jb.b.BatchCancelled(t.Context(), batchScope(t.Context(), true, never)); err != nil || got {
+		t.Errorf("a batch never submitted to marked cancelled: %v %v", got, err)
+	}
+	if _, br := callTool[BatchResult](t, jb.c, "submit_jobs", map[string]any{"batch_id": used, "code": "print(1)", "jobs": []any{map[string]any{"row": 0}}}); br.Jobs[0].Status != "queued" {
+		t.Fatalf("submit_jobs: %+v", br)
+	}
+	if res, br := callTool[BatchResult](t, jb.c, "cancel_batch", map[string]any{"batch_id": used}); res.IsError {
+		t.Fatalf("cancel_batch: %q", br.Message)
+	}
+	if got, err := jb.b.BatchCancelled(t.Context(), batchScope(t.Context(), true, used)); err != nil || !got {
+		t.Errorf("a batch submitted to, cancelled: marked %v %v, want true", got, err)
+	}
+}
