@@ -66,6 +66,15 @@ func (c *Cache) fly(ctx context.Context, id string, fl *flight) {
 		// Every waiter left: nothing to remember.
 	case c.cfg.FailureTTL > 0:
 		now := c.now()
+		// A failure is otherwise removed only when its spec is asked for
+		// again: each distinct spec that failed once (a package name that
+		// does not exist, with a counter in it) stayed in memory with up to
+		// 64 KiB of the installer's output for as long as the worker ran.
+		for k, f := range c.failures {
+			if !now.Before(f.until) {
+				delete(c.failures, k)
+			}
+		}
 		c.failures[id] = failure{err: err, at: now, until: now.Add(c.cfg.FailureTTL)}
 	}
 	fl.err = err

@@ -913,3 +913,30 @@ func TestCacheRefusesARequirementWhoseMarkerIsFalse(t *testing.T) {
 		t.Errorf("alpha under a true marker: %q", got)
 	}
 }
+
+// A remembered failure goes once its time is over, whether or not its spec
+// is asked for again: a failure used to be removed only by another Ensure
+// of the same spec, so each distinct spec that failed once (a caller
+// asking for nonexistent-1, nonexistent-2, ...) stayed in the worker's
+// memory, with the installer's output, for as long as it ran.
+func TestCacheForgetsOldFailures(t *testing.T) {
+	t.Parallel()
+	f := &fakeManager{fail: errors.New("no such package")}
+	c, clock := setupCache(t, Config{Managers: fakeManagers(f), FailureTTL: time.Minute})
+	for i := range 50 {
+		spec := envspec.Spec{Manager: "venv", Packages: []string{fmt.Sprintf("nonexistent-%d", i)}}
+		if _, err := c.Ensure(context.Background(), spec, nil); err == nil {
+			t.Fatalf("Ensure of %v succeeded", spec.Packages)
+		}
+	}
+	clock.Advance(2 * time.Minute)
+	if _, err := c.Ensure(context.Background(), envspec.Spec{Manager: "venv", Packages: []string{"nonexistent-last"}}, nil); err == nil {
+		t.Fatal("the last Ensure succeeded")
+	}
+	c.mu.Lock()
+	n := len(c.failures)
+	c.mu.Unlock()
+	if n != 1 {
+		t.Errorf("%d failures remembered, 2 minutes after 50 of them with a ttl of 1 minute; want 1, the last", n)
+	}
+}
