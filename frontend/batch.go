@@ -280,6 +280,9 @@ func (f *Frontend) submitJobs(ctx context.Context, req mcp.CallToolRequest, scop
 	// working_dir_bytes, which defers the whole call once passed.
 	f.noteBatchOwner(ctx, bscope)
 	deferred := f.admitBatchBytes(ctx)
+	if deferred == nil {
+		deferred = f.admitBatchBuild(ctx, env)
+	}
 	var places []quotaPlaces // per job queued: where it took a place
 	for i, r := range rows {
 		out[i] = BatchJobResult{Row: *r.Row, Attempt: r.Attempt, JobID: batchJobID(bscope, *r.Row, r.Attempt), ExitCode: -1}

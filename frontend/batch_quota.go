@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/codexec/codexec/envspec"
 	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/wire"
 )
@@ -22,8 +23,10 @@ import (
 // long until the quota may admit it, and the batch client submits it again
 // then. The rows after it in the same call are deferred too, without
 // asking the store, so that a batch keeps its order; a job submitted before
-// is never deferred (it is answered submitted_before, as without quotas). builds_per_hour
-// does not apply: a batch builds its one environment on its first job.
+// is never deferred (it is answered submitted_before, as without quotas).
+// The environment a call names (python_version, packages) takes a place in
+// builds_per_hour, one per environment whatever the number of calls and
+// batches naming it (admitBatchBuild).
 //
 // A batch's working directory is a workspace of its tenant like a
 // session's: its owner is recorded when a call submits to it (so `admin
@@ -102,4 +105,27 @@ func (f *Frontend) admitBatchBytes(ctx context.Context) *batchDeferral {
 		return nil
 	}
 	return &batchDeferral{retry: batchWorkdirRetry, message: "not queued: " + asToolError(err).Message}
+}
+
+// admitBatchBuild takes a place in the caller's tenant's builds_per_hour for
+// env, the environment of a submit_jobs call (none: nil), or defers the call.
+// The member is the environment's id: every call and batch of the tenant
+// naming it holds the one place (renewed by each call), as the workers
+// build it once. Until 2026-12-04 a batch's environment counted in no
+// quota, and since each call names its own, a tenant at its builds_per_hour
+// had the workers build one environment per call, the rows of each call
+// waiting for it.
+func (f *Frontend) admitBatchBuild(ctx context.Context, env *envspec.Spec) *batchDeferral {
+	if env == nil || f.cfg.Quotas == nil {
+		return nil
+	}
+	tenant := callerTenant(ctx)
+	_, limit, adm, _ := f.admitQuota(ctx, quota.BuildsPerHour, tenant, "batch-"+env.ID(), time.Hour)
+	if adm.Admitted {
+		return nil
+	}
+	refused := quotaRefusal{name: quota.BuildsPerHour, count: adm.Count, limit: limit, retry: adm.Retry}
+	d := &batchDeferral{retry: max(adm.Retry, time.Millisecond)}
+	d.message = fmt.Sprintf("not queued: quota %s of %s reached: %s; submit it again in %s", refused.name, quotaTenant(tenant), refused.what(), d.retry.Round(100*time.Millisecond))
+	return d
 }

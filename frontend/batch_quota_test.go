@@ -238,3 +238,41 @@ func TestBatchInUseIsNotCollected(t *testing.T) {
 		}
 	}
 }
+
+// The environment a submit_jobs call names takes a place in its tenant's
+// builds_per_hour, one per environment: calls and batches naming the same
+// one are queued, a call naming another past the quota is deferred whole,
+// and a call naming none is not touched. Until 2026-12-04 a batch's
+// environment counted in no quota, and each call names its own, so a
+// tenant at its builds_per_hour had the workers build one environment per
+// call.
+func TestBatchEnvironmentCountsInBuildsPerHour(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "builds_per_hour=1")
+	announceWorker(t, fx[0].f)
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	withEnv := func(id string, from, to int, pkgs ...any) map[string]any {
+		a := batchRowsArgs(id, from, to)
+		a["packages"] = pkgs
+		return a
+	}
+	if res, br := callTool[BatchResult](t, alice, "submit_jobs", withEnv("build-batch-000000001", 0, 2, "six")); batchStatuses(br) != "queued,queued" {
+		t.Fatalf("the first environment: %s", textOf(res))
+	}
+	if res, br := callTool[BatchResult](t, alice, "submit_jobs", withEnv("build-batch-000000002", 0, 1, "six")); batchStatuses(br) != "queued" {
+		t.Fatalf("the same environment in another batch: %s", textOf(res))
+	}
+	res, br := callTool[BatchResult](t, alice, "submit_jobs", withEnv("build-batch-000000001", 2, 4, "iniconfig"))
+	if batchStatuses(br) != "deferred,deferred" {
+		t.Fatalf("another environment at builds_per_hour=1: %s", textOf(res))
+	}
+	if d := br.Jobs[0]; d.RetryAfterMS <= 0 || !strings.Contains(d.Message, `quota builds_per_hour of tenant "acme" reached: 1 environment builds in the last hour`) {
+		t.Errorf("deferred: %+v", d)
+	}
+	if res, br := callTool[BatchResult](t, alice, "submit_jobs", batchRowsArgs("build-batch-000000003", 0, 1)); batchStatuses(br) != "queued" {
+		t.Fatalf("a call in the default environment: %s", textOf(res))
+	}
+}
