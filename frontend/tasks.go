@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/frontend/quota"
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
@@ -375,6 +376,9 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 	}
 	now := time.Now().UTC()
 	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: p.Name, CreatedAt: now, TTLMS: ttl.Milliseconds()}
+	if rerr := r.admitTask(ctx, rec.TaskID); rerr != nil {
+		return nil, rerr
+	}
 	if err := r.f.broker.PutTask(ctx, rec); err != nil {
 		return nil, storeError(err)
 	}
@@ -395,6 +399,28 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 		r.f.runTask(caller, rec, taskTool(tool.Handler), req)
 	}()
 	return mcp.CreateTaskResult{Task: taskOf(rec, mcp.TaskStatusWorking, "", now)}, nil
+}
+
+// admitTask takes a place in the caller's tenant's jobs_per_minute for a
+// new task, id, or refuses it. A task is two keys in the results bucket,
+// kept for the results' retention whatever its call does, and until
+// 2026-12-04 a task whose call was refused (an empty code, a quota) counted
+// in no quota: one client made 960 such tasks a second under
+// jobs_per_minute=10. The job of a code-running task has the task's id, so
+// its own admission finds the place taken and counts nothing more; the
+// build of an environment tool's task is a job of its own, and counts
+// again.
+func (r *taskRouter) admitTask(ctx context.Context, id string) *rpcError {
+	if r.f.cfg.Quotas == nil {
+		return nil
+	}
+	tenant := callerTenant(ctx)
+	_, limit, adm, _ := r.f.admitQuota(ctx, quota.JobsPerMinute, tenant, id, time.Minute)
+	if adm.Admitted {
+		return nil
+	}
+	refused := quotaRefusal{name: quota.JobsPerMinute, count: adm.Count, limit: limit, retry: adm.Retry}
+	return &rpcError{Code: mcp.INTERNAL_ERROR, Message: refused.exceeded(tenant).Message}
 }
 
 // taskOf is rec as an MCP task of status.

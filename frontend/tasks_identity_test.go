@@ -167,3 +167,38 @@ func TestTaskRunsInTheWorkspaceItNames(t *testing.T) {
 		time.Sleep(50 * time.Millisecond)
 	}
 }
+
+// A task takes a place in its tenant's jobs_per_minute when it is created,
+// whatever its call then does: a task is two keys in the results bucket,
+// kept for the results' retention, and until 2026-12-04 the task of a
+// refused call (an empty code) counted in no quota, so a tenant under
+// jobs_per_minute made as many as it could send. The job of a code-running
+// task has the task's id and takes no second place.
+func TestTaskCountsInJobsPerMinute(t *testing.T) {
+	t.Parallel()
+	fx := startQuotaHTTP(t, "jobs_per_minute=2")
+	alice, err := fx[0].connect(t, fx[0].tokens["alice"], "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	announceWorker(t, fx[0].f)
+	runs := createdTask(t, taskCall(t, alice, "execute_code", map[string]any{"code": "print(2)"}))
+	t.Cleanup(func() { // the task's tool waits for its job's result
+		if rec, err := fx[0].b.GetJobRecord(context.Background(), runs.TaskId); err == nil {
+			_, _ = fx[0].b.PutResult(context.Background(), &wire.Result{JobID: runs.TaskId, Scope: rec.Scope, Status: wire.StatusCancelled})
+		}
+	})
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := fx[0].b.GetJobRecord(t.Context(), runs.TaskId); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the first task's job was never queued: its own place in jobs_per_minute refused it")
+		}
+	}
+	createdTask(t, taskCall(t, alice, "execute_code", map[string]any{"code": ""}))
+	resp := taskCall(t, alice, "execute_code", map[string]any{"code": ""})
+	if resp.Error == nil || !strings.Contains(resp.Error.Message, `quota jobs_per_minute of tenant "acme"`) {
+		t.Fatalf("a third task at jobs_per_minute=2: %+v %s, want refused naming the quota", resp.Error, resp.Result)
+	}
+}
