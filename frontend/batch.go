@@ -65,6 +65,16 @@ const MaxBatchCallCode = 64 << 20
 // whatever its size.
 const MaxBatchResultBytes = 16 << 20
 
+// maxBatchReads is how many job results get_job_results reads at once on a
+// frontend, all calls together. A result with large output is a blob of
+// its own, read in chunks over the frontend's one NATS connection: one call
+// reading 16 results of 2 MiB at once (its bound then), on the 2-core
+// development machine, timed its reads out and had the NATS connection
+// dropped, failing the calls of every tenant in flight on that frontend,
+// once per call. Small results are one read each, and 4 at once poll 256
+// of them in a few milliseconds.
+const maxBatchReads = 4
+
 // batchQueueWait is how long a batch job may wait in the queue before no
 // worker starts it (its deadline, beyond its timeout). `codexec batch`
 // keeps few jobs queued at a time, so this is a bound for a pool that
@@ -430,10 +440,9 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 		budget = min(budget, f.stdioMessageLimit()-stdioRoom)
 	}
 	out := make([]BatchJobResult, len(ids))
-	sem := make(chan struct{}, 16)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
-	used := 0
+	used, full := 0, false
 	// fit answers r, or, when its output does not fit in what is left of
 	// the budget, that it is to be asked for again.
 	fit := func(r BatchJobResult) BatchJobResult {
@@ -441,6 +450,7 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 		mu.Lock()
 		defer mu.Unlock()
 		if used > 0 && used+size > budget {
+			full = true
 			return BatchJobResult{Row: r.Row, Attempt: r.Attempt, JobID: r.JobID, ExitCode: -1, Status: string(statusRunning),
 				Message: fmt.Sprintf("finished, but its output did not fit in this answer (at most %d bytes of output in one answer); ask for it again", budget)}
 		}
@@ -455,8 +465,25 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 		}
 		first[jid] = i
 		wg.Go(func() {
-			sem <- struct{}{}
-			defer func() { <-sem }()
+			select {
+			case f.batchReads <- struct{}{}:
+			case <-ctx.Done():
+				out[i] = BatchJobResult{JobID: jid, ExitCode: -1, Status: string(wire.StatusInternal), Message: "not read: the call ended; ask again"}
+				return
+			}
+			defer func() { <-f.batchReads }()
+			// Once the answer is full, the jobs left are not read: each
+			// finished one would be answered to ask again, and reading
+			// them cost a frontend seconds and its connection to NATS
+			// (64 results of 2 MiB read at once timed its reads out).
+			mu.Lock()
+			skip := full || used >= budget
+			mu.Unlock()
+			if skip {
+				out[i] = BatchJobResult{JobID: jid, ExitCode: -1, Status: string(statusRunning),
+					Message: fmt.Sprintf("not read: this answer is full (at most %d bytes of output in one answer); ask for it again", budget)}
+				return
+			}
 			out[i] = fit(f.batchJobResult(ctx, bscope, jid))
 		})
 	}

@@ -181,3 +181,54 @@ func TestBatchCancelOfNoBatchWritesNothing(t *testing.T) {
 		t.Errorf("a batch submitted to, cancelled: marked %v %v, want true", got, err)
 	}
 }
+
+// get_job_results reads at most maxBatchReads results at once on a
+// frontend, all calls together, and none once its answer is full: reading
+// 16 results of 2 MiB at once, one call's bound then, had the frontend's
+// NATS connection dropped (its reads timed out), failing every tenant's
+// calls in flight, once per call.
+func TestBatchResultReadsBounded(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	const id = "bounded-reads-000001"
+	scope := batchScope(t.Context(), true, id)
+	ctl := strings.Repeat("\x01", 1<<20) // 6 MiB as JSON
+	ids := []any{}
+	for i := range 12 {
+		jid := batchJobID(scope, int64(i), 0)
+		if _, err := jb.b.PutResult(t.Context(), &wire.Result{JobID: jid, Scope: scope, Status: wire.StatusOK, Stdout: ctl, BatchRow: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, jid)
+	}
+	// Every read slot of the frontend taken: the call waits.
+	for range maxBatchReads {
+		jb.f.batchReads <- struct{}{}
+	}
+	done := make(chan BatchResult, 1)
+	go func() {
+		_, br := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": ids})
+		done <- br
+	}()
+	select {
+	case <-done:
+		t.Fatal("get_job_results read results with every read slot of the frontend taken")
+	case <-time.After(300 * time.Millisecond):
+	}
+	for range maxBatchReads {
+		<-jb.f.batchReads
+	}
+	br := <-done
+	read, skipped := 0, 0
+	for _, j := range br.Jobs {
+		switch {
+		case j.Status == "ok":
+			read++
+		case j.Status == "running" && strings.Contains(j.Message, "not read: this answer is full"):
+			skipped++
+		}
+	}
+	if read == 0 || skipped < len(ids)-maxBatchReads-read {
+		t.Errorf("%d of %d jobs answered, %d not read once the answer was full: want at least %d not read", read, len(ids), skipped, len(ids)-maxBatchReads-read)
+	}
+}

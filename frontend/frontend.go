@@ -190,6 +190,9 @@ type Frontend struct {
 	// callers counts each identified caller's HTTP requests in progress
 	// (boundCallers).
 	callers callerRequests
+	// batchReads bounds the job results get_job_results reads at once, all
+	// its calls together (maxBatchReads).
+	batchReads chan struct{}
 	// sessionless cancels the sessionless requests in progress on the
 	// notifications/cancelled of their own caller (cancelbind.go)
 	sessionless sessionlessCancels
@@ -251,7 +254,8 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 	}
 	hard, abort := context.WithCancel(context.Background())
 	f := &Frontend{cfg: cfg, broker: b, store: st, files: codefiles.NewCodeStore(st, cfg.CodeFiles), log: cfg.Logger,
-		envs: newEnvMemory(maxRememberedSessions), holders: holderMemory{recent[string]{max: maxRememberedSessions}}, hard: hard, abort: abort}
+		envs: newEnvMemory(maxRememberedSessions), holders: holderMemory{recent[string]{max: maxRememberedSessions}}, hard: hard, abort: abort,
+		batchReads: make(chan struct{}, maxBatchReads)}
 	f.watch(cfg.Probe)
 	return f, nil
 }
