@@ -58,15 +58,17 @@ func resultBlobName(jobID string) string { return "result-" + jobID + "-" + rand
 // Broker is a connection to NATS JetStream with the codexec stream, results
 // bucket and blobs store opened. It is safe for concurrent use.
 type Broker struct {
-	cfg     Config
-	log     *slog.Logger
-	nc      *nats.Conn
-	js      jetstream.JetStream
-	results jetstream.KeyValue
-	claims  jetstream.KeyValue // see claims.go
-	jobs    jetstream.Stream
-	blobs   jetstream.ObjectStore
-	ws      workspaceStore // sessions' working directories (workspaces.go)
+	// blobReads bounds the result blobs read at once (maxBlobReads).
+	blobReads chan struct{}
+	cfg       Config
+	log       *slog.Logger
+	nc        *nats.Conn
+	js        jetstream.JetStream
+	results   jetstream.KeyValue
+	claims    jetstream.KeyValue // see claims.go
+	jobs      jetstream.Stream
+	blobs     jetstream.ObjectStore
+	ws        workspaceStore // sessions' working directories (workspaces.go)
 
 	published atomic.Uint64 // jobs published through this broker, for the anchor
 	anchoring atomic.Bool   // an anchor renewal is running
@@ -128,6 +130,7 @@ func Open(ctx context.Context, cfg Config) (*Broker, error) {
 		closedCh:  nc.StatusChanged(nats.CLOSED),
 		watchDone: make(chan struct{}),
 		consumers: make(map[*Consumer]struct{}),
+		blobReads: make(chan struct{}, maxBlobReads),
 	}
 	go b.watchClosed()
 	if err := b.setup(ctx); err != nil {
@@ -899,7 +902,13 @@ func (b *Broker) decodeResult(ctx context.Context, jobID string, data []byte) (*
 		return nil, fmt.Errorf("broker: decode result %s: %w", jobID, err)
 	}
 	if sr.BlobRef != "" {
+		select {
+		case b.blobReads <- struct{}{}:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("broker: get result %s: blob %s: %w", jobID, sr.BlobRef, ctx.Err())
+		}
 		blob, err := b.blobs.GetBytes(ctx, sr.BlobRef)
+		<-b.blobReads
 		if errors.Is(err, jetstream.ErrObjectNotFound) {
 			return nil, fmt.Errorf("broker: get result %s: blob %s: %w", jobID, sr.BlobRef, wire.ErrResultNotFound)
 		}
@@ -917,6 +926,14 @@ func (b *Broker) decodeResult(ctx context.Context, jobID string, data []byte) (*
 	r := sr.Result
 	return &r, nil
 }
+
+// maxBlobReads is how many result blobs a Broker reads at once. A blob is
+// read in chunks over the connection every call of the process shares, and
+// 16 calls reading a result of 2 MiB at once (get_job_result, or one
+// get_job_results call) timed the reads out on the 2-core development
+// machine and had the connection dropped, failing every tenant's calls in
+// flight on that frontend.
+const maxBlobReads = 4
 
 // encode is json.Marshal without HTML escaping, so that code full of '<'
 // does not grow six-fold on the wire.

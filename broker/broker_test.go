@@ -947,3 +947,45 @@ func TestLargeJobCodeDroppedWhenDone(t *testing.T) {
 		t.Errorf("the handler ran the copy of a done job")
 	}
 }
+
+// A Broker reads a bounded number of result blobs at once: a blob is read in
+// chunks over the connection every call shares, and 16 calls reading a
+// result of 2 MiB at once (get_job_result) timed the reads out on a 2-core
+// machine and had the connection dropped, failing every call in flight on
+// that frontend. With every slot taken a read waits (here until its
+// context ends); given back, it reads. Many reads at once all succeed.
+func TestResultBlobReadsBounded(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{MaxPayload: 1 << 20}, broker.Config{})
+	ctx := testCtx(t)
+	id := ulid.Make().String()
+	r := newResult(id, strings.Repeat("\x01", 2<<20))
+	if stored, err := tb.b.PutResult(ctx, r); err != nil || !stored {
+		t.Fatalf("PutResult = %v, %v", stored, err)
+	}
+	give := broker.HoldBlobReads(tb.b)
+	short, cancel := context.WithTimeout(ctx, 300*time.Millisecond)
+	defer cancel()
+	if _, err := tb.b.GetResult(short, id); !errors.Is(err, context.DeadlineExceeded) {
+		t.Errorf("GetResult with every blob read slot taken: %v, want it to wait until its context ended", err)
+	}
+	give()
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for range 16 {
+		wg.Go(func() {
+			got, err := tb.b.GetResult(ctx, id)
+			if err == nil && len(got.Stdout) != len(r.Stdout) {
+				err = errors.New("stdout differs")
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Errorf("one of 16 reads at once: %v", err)
+		}
+	}
+}

@@ -12,3 +12,16 @@ func RenewAnchor(ctx context.Context, b *Broker) error { return b.renewAnchor(ct
 
 // AnchorSubject is the subject of the jobs stream's anchor.
 const AnchorSubject = anchorSubject
+
+// HoldBlobReads takes every result blob read slot of b; the func gives
+// them back.
+func HoldBlobReads(b *Broker) func() {
+	for range maxBlobReads {
+		b.blobReads <- struct{}{}
+	}
+	return func() {
+		for range maxBlobReads {
+			<-b.blobReads
+		}
+	}
+}
