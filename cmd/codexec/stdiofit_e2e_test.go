@@ -260,8 +260,10 @@ func TestDevStdioLargeOutputKeepsStartAndEnd(t *testing.T) {
 		check(t, c.await("task-result"), schemas["execute_code"])
 	})
 	t.Run("get_job_results", func(t *testing.T) {
-		// Three jobs of a batch, each with as much output: the answer keeps
-		// each one's start and end, within one message.
+		// Three jobs of a batch, each with as much output: one answer
+		// carries the first, cut to its start and end within one message,
+		// and says of the others to ask again; asked alone, each comes the
+		// same way.
 		batch := fmt.Sprintf("stdiofit-batch-%d", time.Now().UnixNano())
 		var sub frontend.BatchResult
 		res, err := mcp.ParseCallToolResult(ptr(c.call("submit", "submit_jobs", map[string]any{"batch_id": batch, "code": code,
@@ -273,26 +275,51 @@ func TestDevStdioLargeOutputKeepsStartAndEnd(t *testing.T) {
 		for _, j := range sub.Jobs {
 			ids = append(ids, j.JobID)
 		}
-		var got frontend.BatchResult
-		for i := 0; ; i++ {
-			res, err := mcp.ParseCallToolResult(ptr(c.call(fmt.Sprint("results-", i), "get_job_results", map[string]any{"batch_id": batch, "job_ids": ids})))
+		results := func(id string, ids ...string) frontend.BatchResult {
+			t.Helper()
+			var got frontend.BatchResult
+			res, err := mcp.ParseCallToolResult(ptr(c.call(id, "get_job_results", map[string]any{"batch_id": batch, "job_ids": ids})))
 			b, _ := json.Marshal(res.StructuredContent)
-			if err != nil || json.Unmarshal(b, &got) != nil || len(got.Jobs) != 3 {
+			if err != nil || json.Unmarshal(b, &got) != nil || len(got.Jobs) != len(ids) {
 				t.Fatalf("get_job_results: %v %.300s", err, b)
 			}
-			if !slices.ContainsFunc(got.Jobs, func(j frontend.BatchJobResult) bool { return j.Status == "running" }) {
-				break
-			}
-			if i == 120 {
-				t.Fatalf("the batch's jobs still run after a minute: %+v", got.Jobs)
-			}
-			time.Sleep(500 * time.Millisecond)
+			return got
 		}
-		for _, j := range got.Jobs {
+		cut := func(j frontend.BatchJobResult) {
+			t.Helper()
 			if j.Status != "ok" || !strings.HasPrefix(j.Stdout, "OUTSTART") || !strings.HasSuffix(j.Stdout, "OUTEND") ||
 				!strings.HasPrefix(j.Stderr, "ERRSTART") || !strings.HasSuffix(j.Stderr, "ERREND") ||
 				!strings.Contains(j.Stdout, "bytes of stdout left out here") || !strings.Contains(j.Message, "output cut") {
 				t.Errorf("job %s: status %s, stdout %d bytes starting %.20q, message %q", j.JobID, j.Status, len(j.Stdout), j.Stdout, j.Message)
+			}
+		}
+		for i := 0; ; i++ {
+			got := results(fmt.Sprint("results-", i), ids...)
+			if got.Jobs[0].Status != "running" {
+				cut(got.Jobs[0])
+				for _, j := range got.Jobs[1:] {
+					if j.Status != "running" || j.Stdout != "" || !strings.Contains(j.Message, "ask for it again") {
+						t.Errorf("job %s beside a first one that fills the answer: %s %q", j.JobID, j.Status, j.Message)
+					}
+				}
+				break
+			}
+			if i == 120 {
+				t.Fatalf("the batch's first job still runs after a minute: %+v", got.Jobs[0])
+			}
+			time.Sleep(500 * time.Millisecond)
+		}
+		for i, id := range ids[1:] {
+			for k := 0; ; k++ {
+				got := results(fmt.Sprint("alone-", i, "-", k), id)
+				if got.Jobs[0].Status != "running" {
+					cut(got.Jobs[0])
+					break
+				}
+				if k == 120 {
+					t.Fatalf("job %s still runs after a minute", id)
+				}
+				time.Sleep(500 * time.Millisecond)
 			}
 		}
 	})
