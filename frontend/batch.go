@@ -500,29 +500,14 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 	return batchToolResult(BatchResult{Status: string(wire.StatusOK), Jobs: out}), nil
 }
 
-// outputBytes is about how many bytes r's output takes as JSON: a control
-// character, '<', '>' and '&' six, a quote or backslash two.
+// outputBytes is how many bytes r's output takes as JSON (jsonLen).
 func (r BatchJobResult) outputBytes() int {
-	n := jsonBytes(r.Stdout) + jsonBytes(r.Stderr) + jsonBytes(r.Message)
+	n := jsonLen(r.Stdout) + jsonLen(r.Stderr) + jsonLen(r.Message)
 	for _, s := range r.Files {
-		n += jsonBytes(s)
+		n += jsonLen(s)
 	}
 	for _, s := range r.Notes {
-		n += jsonBytes(s)
-	}
-	return n
-}
-
-// jsonBytes is about how many bytes s takes as a JSON string.
-func jsonBytes(s string) int {
-	n := len(s)
-	for i := 0; i < len(s); i++ {
-		switch c := s[i]; {
-		case c < 0x20, c == '<', c == '>', c == '&':
-			n += 5
-		case c == '"', c == '\\':
-			n++
-		}
+		n += jsonLen(s)
 	}
 	return n
 }

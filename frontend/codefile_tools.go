@@ -371,21 +371,7 @@ func readPiece(r FileResult, name, content string, part readPart, stdio bool) (*
 func jsonTextFit(s string, budget int) int {
 	used := 2 // the quotes
 	for i := 0; i < len(s); {
-		c, n := s[i], 1
-		w := 1
-		switch {
-		case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
-			w = 2
-		case c < 0x20 || c == '<' || c == '>' || c == '&':
-			w = 6
-		case c >= utf8.RuneSelf:
-			var r rune
-			r, n = utf8.DecodeRuneInString(s[i:])
-			w = n
-			if r == utf8.RuneError && n == 1 || r == '\u2028' || r == '\u2029' {
-				w = 6
-			}
-		}
+		w, n := jsonWidth(s, i)
 		if used+w > budget {
 			return i
 		}
@@ -393,6 +379,37 @@ func jsonTextFit(s string, budget int) int {
 		i += n
 	}
 	return len(s)
+}
+
+// jsonLen is how many bytes s takes as a JSON string, as jsonTextFit
+// counts them, the quotes left out.
+func jsonLen(s string) int {
+	used := 0
+	for i := 0; i < len(s); {
+		w, n := jsonWidth(s, i)
+		used += w
+		i += n
+	}
+	return used
+}
+
+// jsonWidth is how many bytes the character of s at i takes in a JSON
+// string (w) and in s (n).
+func jsonWidth(s string, i int) (w, n int) {
+	c := s[i]
+	switch {
+	case c == '"' || c == '\\' || c == '\n' || c == '\r' || c == '\t':
+		return 2, 1
+	case c < 0x20 || c == '<' || c == '>' || c == '&':
+		return 6, 1
+	case c >= utf8.RuneSelf:
+		r, n := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && n == 1 || r == '\u2028' || r == '\u2029' {
+			return 6, n
+		}
+		return n, n
+	}
+	return 1, 1
 }
 
 func (f *Frontend) readRun(ctx context.Context, scope, jobID string, part readPart, stdio bool) (*mcp.CallToolResult, error) {

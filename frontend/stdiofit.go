@@ -128,12 +128,6 @@ func fitStdioResult(res *mcp.CallToolResult, limit int) *mcp.CallToolResult {
 	return res // fitStdio answers for it
 }
 
-// jsonLen is how many bytes s takes as a JSON string, quotes left out.
-func jsonLen(s string) int {
-	b, _ := json.Marshal(s)
-	return len(b) - 2
-}
-
 // cutStream is stream s of a job (named name; file is the file of the
 // working directory that holds all of it, if any) within room bytes as
 // JSON, for a stdio message of limit bytes: s itself when it fits (room 0: always), or else its start and its
