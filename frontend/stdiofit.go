@@ -97,15 +97,7 @@ func fitStdioResult(res *mcp.CallToolResult, limit int) *mcp.CallToolResult {
 		out, outShown, outCut := cutStream(er.Stdout, "stdout", er.StdoutFile, limit, 0)
 		errOut, errShown, errCut := cutStream(er.Stderr, "stderr", er.StderrFile, limit, 0)
 		outLen, errLen := jsonLen(er.Stdout), jsonLen(er.Stderr)
-		// Share the room: a stream that needs less than half keeps all of
-		// itself, the other takes the rest.
-		outRoom, errRoom := room/2, room-room/2
-		switch {
-		case outLen <= outRoom:
-			errRoom = room - outLen
-		case errLen <= errRoom:
-			outRoom = room - errLen
-		}
+		outRoom, errRoom := splitRoom(outLen, errLen, room)
 		if outLen > outRoom {
 			out, outShown, outCut = cutStream(er.Stdout, "stdout", er.StdoutFile, limit, outRoom)
 		}
@@ -212,13 +204,7 @@ func fitBatchOutputs(jobs []BatchJobResult, limit int) {
 		share = max(share-2<<10, 0)
 		j := &jobs[i]
 		outLen, errLen := jsonLen(j.Stdout), jsonLen(j.Stderr)
-		outRoom, errRoom := share/2, share-share/2
-		switch {
-		case outLen <= outRoom:
-			errRoom = share - outLen
-		case errLen <= errRoom:
-			outRoom = share - errLen
-		}
+		outRoom, errRoom := splitRoom(outLen, errLen, share)
 		var cutOut, cutErr bool
 		if outLen > outRoom {
 			j.Stdout, _, cutOut = cutStream(j.Stdout, "stdout", "", limit, max(outRoom, 1))
@@ -234,4 +220,18 @@ func fitBatchOutputs(jobs []BatchJobResult, limit int) {
 			j.Message = note
 		}
 	}
+}
+
+// splitRoom shares room between a job's two streams, of outLen and errLen
+// bytes as JSON: a stream that needs less than half keeps all of itself,
+// the other takes the rest.
+func splitRoom(outLen, errLen, room int) (outRoom, errRoom int) {
+	outRoom, errRoom = room/2, room-room/2
+	switch {
+	case outLen <= outRoom:
+		errRoom = room - outLen
+	case errLen <= errRoom:
+		outRoom = room - errLen
+	}
+	return outRoom, errRoom
 }
