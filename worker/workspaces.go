@@ -306,9 +306,12 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		log.Warn("workspace manifest", "err", err)
 		return
 	}
-	if l := w.loadLocalWorkspace(j.scope); l != j.local {
+	// What this worker's record of its copy says now, read once for the
+	// save (rememberHolder writes it only when it changes).
+	disk := w.loadLocalWorkspace(j.scope)
+	if disk != j.local {
 		// Another job of the session, here, saved it meanwhile.
-		j.local = l
+		j.local = disk
 		if j.rec, err = w.readWorkspace(ctx, j.scope); err != nil {
 			log.Warn("workspace record unreadable; holder not recorded", "err", err)
 			return
@@ -330,7 +333,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	}
 	if rec == j.rec {
 		// Recorded already: this worker holds the newest copy.
-		w.rememberHolder(j, true, log)
+		w.rememberHolder(j, true, disk, log)
 		return
 	}
 	data, _ := json.Marshal(rec)
@@ -353,11 +356,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 				log.Warn("remember the unrecorded workspace", "err", err)
 			}
 		} else {
-			w.rememberHolder(j, j.rec.Worker == w.cfg.ID && j.local.Holder, log)
+			w.rememberHolder(j, j.rec.Worker == w.cfg.ID && j.local.Holder, disk, log)
 		}
 		return
 	}
-	w.rememberHolder(j, true, log)
+	w.rememberHolder(j, true, disk, log)
 	// The previous snapshot goes once the record names another one, stored
 	// or not: nothing reads a snapshot the record does not name (a restore
 	// reads the recorded one, a collection deletes the recorded one), so
@@ -374,10 +377,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 }
 
 // rememberHolder records in this worker's copy whether it is the holder's,
-// after a save that found or wrote the record.
-func (w *Worker) rememberHolder(j *workspaceJob, holder bool, log *slog.Logger) {
+// after a save that found or wrote the record; disk is what the worker's
+// record of its copy said before the save.
+func (w *Worker) rememberHolder(j *workspaceJob, holder bool, disk localWorkspace, log *slog.Logger) {
 	j.local.Holder = holder
-	if l := w.loadLocalWorkspace(j.scope); l == j.local {
+	if disk == j.local {
 		return
 	}
 	if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
