@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/codexec/codexec/worker/cgroup"
+	"golang.org/x/sys/unix"
 )
 
 var poolSerial atomic.Int64
@@ -205,5 +206,64 @@ func TestCgroupPoolNeverHandsOutAGroupWithAProcess(t *testing.T) {
 	}
 	if err := p.put(g2, l); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// A job that hands memory it made to a process outside its group (here a
+// memfd the test holds; in a worker, another job of its session, reached
+// over a Unix socket) leaves that memory charged to its group for as long
+// as the other process holds it. The group must not go back to the pool:
+// a job of another session that got it started with the first job's
+// memory counted against its limit, and was killed for memory it never
+// used (800 MiB held, a job of 400 MiB killed at its 1 GiB limit).
+func TestCgroupPoolReusesNoGroupHoldingAnotherJobsMemory(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	lim := cgroup.Limits{MemoryBytes: 96 << 20, Pids: 8}
+	g, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fd, err := unix.MemfdCreate("held", 0)
+	if err != nil {
+		t.Skipf("memfd_create: %v", err)
+	}
+	held := os.NewFile(uintptr(fd), "held")
+	defer held.Close()
+	join := ""
+	for _, f := range g.ProcsFiles() {
+		join += "echo 0 > " + strconv.Quote(f) + " && "
+	}
+	fill := "import os\nb = b'x' * (1 << 20)\nfor _ in range(64): os.write(3, b)"
+	cmd := exec.Command("/bin/sh", "-c", join+`exec "$@"`, "sh", py, "-c", fill)
+	cmd.ExtraFiles = []*os.File{held}
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("filling the memfd: %v\n%s", err, out)
+	}
+	if n := g.Held(); n < 60<<20 {
+		t.Fatalf("group charged for %d bytes of the memfd, want 64 MiB", n)
+	}
+	if err := p.put(g, lim); err == nil {
+		t.Errorf("put of a group charged for memory held outside it: no error")
+	}
+
+	g2, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.put(g2, lim)
+	if g2 == g {
+		t.Fatalf("the pool handed out again the group still charged for %d bytes", g.Held())
+	}
+	if n := g2.Held(); n > heldMax {
+		t.Fatalf("next job's group starts charged for %d bytes", n)
+	}
+	// 64 MiB held would leave a job of 48 MiB under a 96 MiB limit no room.
+	if st, stderr := runInGroupOutput(t, g2, "x = b'x' * (48 << 20)\nprint('fine')"); !st.Success() {
+		t.Fatalf("next job, 48 MiB under a 96 MiB limit, ended %v:\n%s", st, stderr)
 	}
 }

@@ -280,11 +280,33 @@ func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, cgroup.Usage, error) {
 	return g, g.Usage(), nil
 }
 
+// heldMax is the most memory an emptied group may still be charged for,
+// beyond what reclaim gives back (cgroup.Group.Held), and go back to the
+// pool: a job's memory dies with its processes, its /tmp and /dev/shm with
+// its namespaces, before its group is empty.
+const heldMax = 1 << 20
+
+// heldError says that a group was removed rather than reused because memory
+// its job made is still charged to it.
+type heldError struct{ held int64 }
+
+func (e *heldError) Error() string {
+	return fmt.Sprintf("%d bytes of its job's memory still charged to it", e.held)
+}
+
 // put takes g back after its job, killing what is left in it; a group that
-// cannot be emptied, or one too many, is removed.
+// cannot be emptied, one still charged for memory its job made (heldMax),
+// or one too many, is removed.
 func (p *cgroupPool) put(g *cgroup.Group, l cgroup.Limits) error {
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
+	}
+	if held := g.Held(); held > heldMax {
+		// Its job passed memory it made to a process outside the group (a
+		// memfd or a /dev/shm file sent over a Unix socket to another job
+		// of its session), which holds it still: the next job, another
+		// session's maybe, would start with it counted against its limit.
+		return errors.Join(&heldError{held: held}, g.Remove())
 	}
 	base := g.Usage()
 	p.mu.Lock()
@@ -403,7 +425,11 @@ func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 	if jl.group != nil {
 		settle(jl.group)
 		if err := jl.pool.put(jl.group, cgroupLimits(jl.set)); err != nil {
-			log.Warn("job cgroup not emptied", "err", err)
+			if he := (*heldError)(nil); errors.As(err, &he) {
+				log.Warn("job cgroup not reused: its job's memory is held outside it", "held_bytes", he.held, "err", err)
+			} else {
+				log.Warn("job cgroup not emptied", "err", err)
+			}
 		}
 	}
 	if jl.after != nil {

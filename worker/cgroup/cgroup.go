@@ -205,6 +205,28 @@ func (g *Group) Tasks() (int64, bool) {
 	return n, err == nil
 }
 
+// Held returns the memory the group is still charged for that reclaim
+// cannot give back: anonymous and shared memory (memory.stat's anon, or
+// rss on v1, and shmem). Read once the group is empty, it is memory that
+// its processes made and something outside the group still holds: a
+// memfd, a /dev/shm or /tmp file, or a shared mapping whose descriptor a
+// job passed to a process of another group before it ended. The kernel
+// keeps charging such pages to the group that first touched them, however
+// long they live, so a group that holds some would hand them to its next
+// job as its own. 0 where it cannot say.
+func (g *Group) Held() int64 {
+	anon := "anon"
+	if g.l.version == 1 {
+		anon = "rss"
+	}
+	var held int64
+	for _, key := range []string{anon, "shmem"} {
+		n, _ := readKeyWith(g.kept.read, g.l.mem, "memory.stat", key)
+		held += n
+	}
+	return held
+}
+
 // KillFound is Kill, and reports whether the group held processes.
 func (g *Group) KillFound() (bool, error) { return g.killFound() }
 
