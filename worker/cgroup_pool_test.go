@@ -1,6 +1,7 @@
 package worker
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/codexec/codexec/worker/cgroup"
 	"golang.org/x/sys/unix"
@@ -210,12 +212,14 @@ func TestCgroupPoolNeverHandsOutAGroupWithAProcess(t *testing.T) {
 }
 
 // A job that hands memory it made to a process outside its group (here a
-// memfd the test holds; in a worker, another job of its session, reached
-// over a Unix socket) leaves that memory charged to its group for as long
-// as the other process holds it. The group must not go back to the pool:
-// a job of another session that got it started with the first job's
-// memory counted against its limit, and was killed for memory it never
-// used (800 MiB held, a job of 400 MiB killed at its 1 GiB limit).
+// memfd; in a worker, to another job or context of its session, over a
+// Unix socket) leaves that memory charged to its group for as long as the
+// other process holds it. The group must not go back to the pool: a job of
+// another session that got it started with the first job's memory counted
+// against its limit, and was killed for memory it never used (800 MiB
+// held, a job of 400 MiB killed at its 1 GiB limit). And what holds it
+// must end: the memory counts against no live job's limit, and no
+// process's size shows it to the kernel's OOM killer.
 func TestCgroupPoolReusesNoGroupHoldingAnotherJobsMemory(t *testing.T) {
 	t.Parallel()
 	p := newCgroupPool(t)
@@ -224,38 +228,44 @@ func TestCgroupPoolReusesNoGroupHoldingAnotherJobsMemory(t *testing.T) {
 		t.Skipf("no python3: %v", err)
 	}
 	lim := cgroup.Limits{MemoryBytes: 96 << 20, Pids: 8}
-	g, _, err := p.get(lim)
-	if err != nil {
-		t.Fatal(err)
+	// fill runs a job in a group of the pool that writes 64 MiB into a
+	// memfd and ends, the memfd then held by the test alone.
+	fill := func() (*cgroup.Group, *os.File) {
+		t.Helper()
+		g, _, err := p.get(lim)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fd, err := unix.MemfdCreate("held", 0)
+		if err != nil {
+			t.Skipf("memfd_create: %v", err)
+		}
+		held := os.NewFile(uintptr(fd), "held")
+		join := ""
+		for _, f := range g.ProcsFiles() {
+			join += "echo 0 > " + strconv.Quote(f) + " && "
+		}
+		code := "import os\nb = b'x' * (1 << 20)\nfor _ in range(64): os.write(3, b)"
+		cmd := exec.Command("/bin/sh", "-c", join+`exec "$@"`, "sh", py, "-c", code)
+		cmd.ExtraFiles = []*os.File{held}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("filling the memfd: %v\n%s", err, out)
+		}
+		if n := g.Held(); n < 60<<20 {
+			t.Fatalf("group charged for %d bytes of the memfd, want 64 MiB", n)
+		}
+		return g, held
 	}
-	fd, err := unix.MemfdCreate("held", 0)
-	if err != nil {
-		t.Skipf("memfd_create: %v", err)
-	}
-	held := os.NewFile(uintptr(fd), "held")
+
+	g, held := fill()
 	defer held.Close()
-	join := ""
-	for _, f := range g.ProcsFiles() {
-		join += "echo 0 > " + strconv.Quote(f) + " && "
-	}
-	fill := "import os\nb = b'x' * (1 << 20)\nfor _ in range(64): os.write(3, b)"
-	cmd := exec.Command("/bin/sh", "-c", join+`exec "$@"`, "sh", py, "-c", fill)
-	cmd.ExtraFiles = []*os.File{held}
-	if out, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("filling the memfd: %v\n%s", err, out)
-	}
-	if n := g.Held(); n < 60<<20 {
-		t.Fatalf("group charged for %d bytes of the memfd, want 64 MiB", n)
-	}
 	if err := p.put(g, lim); err == nil {
 		t.Errorf("put of a group charged for memory held outside it: no error")
 	}
-
 	g2, _, err := p.get(lim)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer p.put(g2, lim)
 	if g2 == g {
 		t.Fatalf("the pool handed out again the group still charged for %d bytes", g.Held())
 	}
@@ -265,5 +275,40 @@ func TestCgroupPoolReusesNoGroupHoldingAnotherJobsMemory(t *testing.T) {
 	// 64 MiB held would leave a job of 48 MiB under a 96 MiB limit no room.
 	if st, stderr := runInGroupOutput(t, g2, "x = b'x' * (48 << 20)\nprint('fine')"); !st.Success() {
 		t.Fatalf("next job, 48 MiB under a 96 MiB limit, ended %v:\n%s", st, stderr)
+	}
+	if err := p.put(g2, lim); err != nil {
+		t.Fatal(err)
+	}
+
+	// With a uid per session, what holds the memory is of the session's
+	// uid, and is killed.
+	if os.Geteuid() != 0 {
+		t.Skip("the rest needs root, to run a process as another uid")
+	}
+	p.killUID = killUID
+	const uid = 1999999917 // below the sessions' range: no session's
+	g3, held3 := fill()
+	holder := exec.Command("/bin/sleep", "120") // holding the memfd as its fd 3
+	holder.ExtraFiles = []*os.File{held3}
+	holder.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid}}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- holder.Wait() }()
+	defer holder.Process.Kill()
+	held3.Close()
+	err = p.putJob(g3, lim, uid)
+	var he *heldError
+	if !errors.As(err, &he) || he.killed < 1 {
+		t.Fatalf("putJob of a group whose memory a process of uid %d holds: %v, want that process killed", uid, err)
+	}
+	select {
+	case err := <-done:
+		if st, ok := err.(*exec.ExitError); !ok || st.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
+			t.Fatalf("holder ended %v, want SIGKILL", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatalf("holder still runs after putJob")
 	}
 }

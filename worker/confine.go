@@ -70,6 +70,10 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 		} else {
 			w.cgroups = cg
 			w.cgroupPool = &cgroupPool{m: cg, max: 2 * w.cfg.Concurrency, keepLimits: !w.box.Rootless()}
+			if !w.box.Rootless() && os.Geteuid() == 0 {
+				// Each session has a uid of its own: what runs as it is its.
+				w.cgroupPool.killUID = killUID
+			}
 		}
 	}
 	if w.box != nil {
@@ -188,6 +192,7 @@ type jobLimits struct {
 	group *cgroup.Group
 	base  cgroup.Usage // the group's counters when the job started
 	after func()       // called once the group is empty (a GPU lease's release)
+	uid   int          // the session's own uid (0 where sessions share one)
 }
 
 // cgroupLimits are the limits of set that a job's cgroup enforces.
@@ -230,6 +235,10 @@ type cgroupPool struct {
 	// they are what was written. A rootless worker's jobs run as its own
 	// uid, the owner of its groups' files: it writes them for every job.
 	keepLimits bool
+	// killUID kills every process of a session's uid (killUID), to end what
+	// holds memory a job of the session left charged to its group; nil
+	// where sessions share a uid.
+	killUID func(uid int) int
 }
 
 // freeGroup is an empty group of the pool, with its counters as they were
@@ -288,25 +297,43 @@ const heldMax = 1 << 20
 
 // heldError says that a group was removed rather than reused because memory
 // its job made is still charged to it.
-type heldError struct{ held int64 }
+type heldError struct {
+	held   int64
+	uid    int // the session's uid, 0 if none of its own
+	killed int // processes of uid killed to free it
+}
 
 func (e *heldError) Error() string {
+	if e.uid > 0 {
+		return fmt.Sprintf("%d bytes of its job's memory still charged to it; %d processes of the session's uid %d killed", e.held, e.killed, e.uid)
+	}
 	return fmt.Sprintf("%d bytes of its job's memory still charged to it", e.held)
 }
 
 // put takes g back after its job, killing what is left in it; a group that
 // cannot be emptied, one still charged for memory its job made (heldMax),
 // or one too many, is removed.
-func (p *cgroupPool) put(g *cgroup.Group, l cgroup.Limits) error {
+func (p *cgroupPool) put(g *cgroup.Group, l cgroup.Limits) error { return p.putJob(g, l, 0) }
+
+// putJob is put for a job of the session whose own uid is uid (0: none).
+// Memory still charged to g once it is empty is held by a process outside
+// it, which only another process of the session can be (it was passed a
+// memfd or a /dev/shm file over a Unix socket): that memory counts against
+// no limit while it lives, and no process's size shows it to the kernel's
+// OOM killer. Where the session has a uid of its own, every process of it
+// is killed (its other jobs and contexts end), which frees the memory.
+func (p *cgroupPool) putJob(g *cgroup.Group, l cgroup.Limits, uid int) error {
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
 	}
 	if held := g.Held(); held > heldMax {
-		// Its job passed memory it made to a process outside the group (a
-		// memfd or a /dev/shm file sent over a Unix socket to another job
-		// of its session), which holds it still: the next job, another
-		// session's maybe, would start with it counted against its limit.
-		return errors.Join(&heldError{held: held}, g.Remove())
+		// The next job, another session's maybe, would start with it
+		// counted against its limit: the group goes.
+		he := &heldError{held: held, uid: uid}
+		if p.killUID != nil && uid > 0 {
+			he.killed = p.killUID(uid)
+		}
+		return errors.Join(he, g.Remove())
 	}
 	base := g.Usage()
 	p.mu.Lock()
@@ -341,6 +368,9 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 				return nil, fmt.Errorf("job cgroup: %w", err)
 			}
 			jl.pool, jl.group, jl.base = w.cgroupPool, g, base
+			if !w.box.Rootless() {
+				jl.uid = uid
+			}
 			c.Cgroups, c.Unmount = g.ProcsFiles(), w.cgroups.Dirs()
 		}
 		spec.Confine = c
@@ -424,7 +454,7 @@ func settle(g *cgroup.Group) {
 func (jl *jobLimits) release(log interface{ Warn(string, ...any) }) {
 	if jl.group != nil {
 		settle(jl.group)
-		if err := jl.pool.put(jl.group, cgroupLimits(jl.set)); err != nil {
+		if err := jl.pool.putJob(jl.group, cgroupLimits(jl.set), jl.uid); err != nil {
 			if he := (*heldError)(nil); errors.As(err, &he) {
 				log.Warn("job cgroup not reused: its job's memory is held outside it", "held_bytes", he.held, "err", err)
 			} else {
