@@ -1,7 +1,7 @@
 // Package seccomp builds the system-call filter every sandboxed job runs
 // under: a seccomp BPF program that refuses, with EPERM, the calls a Python
 // job never needs and that widen what the kernel exposes to it (namespaces,
-// mounts, kernel keys, BPF, io_uring, perf events, modules, raw and packet
+// mounts, kernel keys, BPF, io_uring and native AIO, perf events, modules, raw and packet
 // sockets, ...), and lets everything else through. It only builds the
 // program; worker/runner's zygote.py installs it in each job's process, as
 // the last step before the job's code runs (docs/security.md).
@@ -43,6 +43,12 @@ var Refused = []string{
 	// no Python job asks for.
 	"memfd_secret",
 	"io_uring_setup", "io_uring_enter", "io_uring_register",
+	// Native asynchronous I/O: its contexts come from one budget for the
+	// whole host (fs.aio-max-nr), which one io_setup of a job could take
+	// whole, failing every other program's, the host's services' included,
+	// for as long as the job or its context lived. glibc's aio_* functions
+	// (threads) do not use it.
+	"io_setup", "io_destroy", "io_submit", "io_cancel", "io_getevents", "io_pgetevents",
 	"add_key", "request_key", "keyctl",
 	// Other processes' memory (a debugger's calls; jobs are not debugged).
 	"ptrace", "process_vm_readv", "process_vm_writev", "kcmp", "pidfd_getfd",

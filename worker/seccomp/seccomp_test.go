@@ -314,6 +314,7 @@ func TestKernelHelper(t *testing.T) {
 		{"socket(AF_VSOCK)", unix.SYS_SOCKET, [3]uintptr{unix.AF_VSOCK, unix.SOCK_STREAM, 0}, unix.EPERM},
 		{"keyctl(KEYCTL_GET_KEYRING_ID)", unix.SYS_KEYCTL, [3]uintptr{unix.KEYCTL_GET_KEYRING_ID, ^uintptr(1), 1}, unix.EPERM},
 		{"io_uring_setup", unix.SYS_IO_URING_SETUP, [3]uintptr{1, 0}, unix.EPERM},
+		{"io_setup(65536)", unix.SYS_IO_SETUP, [3]uintptr{65536, uintptr(unsafe.Pointer(new(uint64)))}, unix.EPERM},
 		{"clone3", unix.SYS_CLONE3, [3]uintptr{0, 0}, unix.ENOSYS},
 	} {
 		_, _, e := unix.Syscall(c.nr, c.args[0], c.args[1], c.args[2])
@@ -344,8 +345,14 @@ func TestKernelHelper(t *testing.T) {
 }
 
 // Calls a hostile job was found making with the filter installed, each
-// now refused: memfd_secret returned a descriptor of secret memory.
+// now refused: memfd_secret returned a descriptor of secret memory, and
+// io_setup(65536) took every native AIO context of the host (fs.aio-nr at
+// fs.aio-max-nr), so that the host's own io_setup failed with EAGAIN while
+// the job ran.
 func TestFoundByTheHostileSuite(t *testing.T) {
 	f := newFilter(t)
 	f.want("memfd_secret", f.call("memfd_secret", 0), retEPERM)
+	for _, name := range []string{"io_setup", "io_submit", "io_getevents", "io_destroy", "io_cancel"} {
+		f.want(name, f.call(name, 65536, 0), retEPERM)
+	}
 }
