@@ -312,3 +312,55 @@ func TestCgroupPoolReusesNoGroupHoldingAnotherJobsMemory(t *testing.T) {
 		t.Fatalf("holder still runs after putJob")
 	}
 }
+
+// A job's TCP buffers are its group's: on cgroup v1 they counted against
+// no group, only against the host's tcp_mem, which every TCP socket of the
+// host shares. A job of 20 loopback connections it wrote to and never read
+// held 235 MB of them under any memory limit (11 MB a connection), so one
+// job of the default 1,024 descriptors could pass tcp_mem's hard limit,
+// past which every TCP socket of the host, the worker's own connections to
+// NATS and Redis included, fails to send.
+func TestCgroupPoolBoundsTCPBuffers(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	p.tcpBytes = 16 << 20
+	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
+	if p.m.Version() == 2 {
+		// Socket buffers count in memory.max there.
+		lim.MemoryBytes = 64 << 20
+	}
+	g, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.put(g, lim)
+	fill := `
+import socket, sys
+srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(64)
+keep, total = [], 0
+for i in range(20):
+    c = socket.socket(); c.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4 << 20)
+    c.connect(srv.getsockname()); s, _ = srv.accept()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
+    c.setblocking(False)
+    try:
+        while True:
+            total += c.send(b"x" * 65536)
+    except OSError:
+        pass
+    keep += [c, s]
+print("queued", total, file=sys.stderr)
+`
+	st, stderr := runInGroupOutput(t, g, fill)
+	if !st.Success() {
+		t.Fatalf("filler ended %v:\n%s", st, stderr)
+	}
+	var queued int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(stderr), "queued %d", &queued); err != nil {
+		t.Fatalf("filler said %q", stderr)
+	}
+	t.Logf("queued %d bytes on 20 loopback connections", queued)
+	if queued > 64<<20 {
+		t.Fatalf("a job queued %d bytes in TCP buffers, past its group's 16 MiB (64 MiB memory on v2)", queued)
+	}
+}

@@ -69,7 +69,8 @@ func (w *Worker) setupSandbox(ctx context.Context) error {
 			w.log.Warn("no cgroups: memory and process limits fall back to rlimits (per process)", "reason", err)
 		} else {
 			w.cgroups = cg
-			w.cgroupPool = &cgroupPool{m: cg, max: 2 * w.cfg.Concurrency, keepLimits: !w.box.Rootless()}
+			w.cgroupPool = &cgroupPool{m: cg, max: 2 * w.cfg.Concurrency, keepLimits: !w.box.Rootless(),
+				tcpBytes: tcpShare(w.cfg.Concurrency + w.cfg.MaxContexts)}
 			if !w.box.Rootless() && os.Geteuid() == 0 {
 				// Each session has a uid of its own: what runs as it is its.
 				w.cgroupPool.killUID = killUID
@@ -235,6 +236,10 @@ type cgroupPool struct {
 	// they are what was written. A rootless worker's jobs run as its own
 	// uid, the owner of its groups' files: it writes them for every job.
 	keepLimits bool
+	// tcpBytes is the most TCP buffer memory one group may hold
+	// (cgroup.Limits.TCPBytes, v1), its job's memory limit where lower;
+	// 0 for none.
+	tcpBytes int64
 	// killUID kills every process of a session's uid (killUID), to end what
 	// holds memory a job of the session left charged to its group; nil
 	// where sessions share a uid.
@@ -256,6 +261,7 @@ type freeGroup struct {
 // get returns a group with limits l for a job, and its counters now (the
 // base its job's usage is counted from).
 func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, cgroup.Usage, error) {
+	l = p.withTCP(l)
 	p.mu.Lock()
 	var f freeGroup
 	if n := len(p.free); n > 0 {
@@ -310,6 +316,38 @@ func (e *heldError) Error() string {
 	return fmt.Sprintf("%d bytes of its job's memory still charged to it", e.held)
 }
 
+// withTCP is l with the pool's limit of TCP buffers, or l's memory limit
+// where that is lower.
+func (p *cgroupPool) withTCP(l cgroup.Limits) cgroup.Limits {
+	l.TCPBytes = p.tcpBytes
+	if p.tcpBytes > 0 && l.MemoryBytes > 0 && l.MemoryBytes < p.tcpBytes {
+		l.TCPBytes = l.MemoryBytes
+	}
+	return l
+}
+
+// tcpShare is the TCP buffer memory one of n groups may hold: a share of
+// the host's tcp_mem pressure threshold (its first figure, in pages), so
+// that n jobs and contexts together never bring every TCP socket of the
+// host, the worker's own connections included, under memory pressure or
+// past its hard limit, where their sends fail. At least 4 MiB; 0 (no
+// limit) where the threshold cannot be read.
+func tcpShare(n int) int64 {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_mem")
+	if err != nil {
+		return 0
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0
+	}
+	pages, err := strconv.ParseInt(f[0], 10, 64)
+	if err != nil || pages <= 0 {
+		return 0
+	}
+	return max(pages*int64(os.Getpagesize())/int64(max(n, 1)), 4<<20)
+}
+
 // put takes g back after its job, killing what is left in it; a group that
 // cannot be emptied, one still charged for memory its job made (heldMax),
 // or one too many, is removed.
@@ -323,6 +361,7 @@ func (p *cgroupPool) put(g *cgroup.Group, l cgroup.Limits) error { return p.putJ
 // OOM killer. Where the session has a uid of its own, every process of it
 // is killed (its other jobs and contexts end), which frees the memory.
 func (p *cgroupPool) putJob(g *cgroup.Group, l cgroup.Limits, uid int) error {
+	l = p.withTCP(l)
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
 	}

@@ -29,6 +29,13 @@ type Limits struct {
 	// Pids caps processes and threads together (pids.max); a fork or
 	// thread creation past it fails with EAGAIN.
 	Pids int64
+	// TCPBytes caps the buffers of the group's TCP sockets, on v1
+	// (memory.kmem.tcp.limit_in_bytes): there, unless it is set, they are
+	// counted against no group at all, only against the host's tcp_mem,
+	// which every TCP socket of the host shares. Past it the group's
+	// sockets send and receive less at once. On v2 they count in
+	// MemoryBytes, and this is not written.
+	TCPBytes int64
 }
 
 // CPU weights every job's group gets where the cpu controller is available
@@ -346,6 +353,21 @@ func (l layout) setLimits(lim Limits) error {
 			return err
 		}
 	}
+	if lim.TCPBytes > 0 {
+		return l.setTCP(strconv.FormatInt(lim.TCPBytes, 10))
+	}
+	return nil
+}
+
+// setTCP writes the v1 limit of the group's TCP buffers (Limits.TCPBytes);
+// nothing on v2, or where the kernel has no such file.
+func (l layout) setTCP(v string) error {
+	if l.version == 2 {
+		return nil
+	}
+	if err := write(l.mem, "memory.kmem.tcp.limit_in_bytes", v); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return err
+	}
 	return nil
 }
 
@@ -384,7 +406,14 @@ func (l layout) resetLimits(lim Limits) error {
 			return err
 		}
 	}
-	return write(l.pids, "pids.max", pids)
+	if err := write(l.pids, "pids.max", pids); err != nil {
+		return err
+	}
+	tcp := "-1"
+	if lim.TCPBytes > 0 {
+		tcp = strconv.FormatInt(lim.TCPBytes, 10)
+	}
+	return l.setTCP(tcp)
 }
 
 // counterFiles are the files usage reads, and pids.current (Tasks).
