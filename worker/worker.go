@@ -141,6 +141,7 @@ func (w *Worker) Start(ctx context.Context) (err error) {
 
 	w.started = time.Now().UTC()
 	w.capOpenFiles()
+	w.capProcesses()
 	for _, dir := range []string{w.cfg.DataDir, w.sessionsRoot(), w.cfg.ScriptsDir} {
 		if err := os.MkdirAll(dir, 0o700); err != nil {
 			return fmt.Errorf("worker: %w", err)
