@@ -8,7 +8,11 @@ import (
 )
 
 // Rlimits are the rlimits that enforce s in each process of a job:
-// RLIMIT_CORE 0 always (no core files); CPU as RLIMIT_CPU, soft at the
+// RLIMIT_CORE 0 always (no core files); RLIMIT_RTPRIO and RLIMIT_NICE 0
+// always, whatever the worker inherited (a service or container started
+// with real-time priorities allowed would otherwise let a job's busy loop
+// under SCHED_FIFO take every CPU of the host from everything not real-time,
+// past any cgroup's CPU weight); CPU as RLIMIT_CPU, soft at the
 // whole seconds rounded up and hard one second later (SIGXCPU, which Python
 // does not catch by default, then SIGKILL); FileSize as RLIMIT_FSIZE;
 // OpenFiles as RLIMIT_NOFILE; Procs as RLIMIT_NPROC (per uid, and ignored
@@ -17,7 +21,7 @@ import (
 // the job's memory as a whole. Zero fields give no entry. Disk is not an
 // rlimit: the worker enforces it.
 func (s Set) Rlimits(cgroupMemory bool) []runner.Rlimit {
-	out := []runner.Rlimit{{Resource: unix.RLIMIT_CORE}}
+	out := []runner.Rlimit{{Resource: unix.RLIMIT_CORE}, {Resource: unix.RLIMIT_RTPRIO}, {Resource: unix.RLIMIT_NICE}}
 	add := func(res int, v uint64) {
 		out = append(out, runner.Rlimit{Resource: res, Cur: v, Max: v})
 	}

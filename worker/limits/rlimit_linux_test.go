@@ -22,6 +22,8 @@ func TestRlimits(t *testing.T) {
 	rl := s.Rlimits(false)
 	want := map[int][2]uint64{
 		unix.RLIMIT_CORE:   {0, 0},
+		unix.RLIMIT_RTPRIO: {0, 0},
+		unix.RLIMIT_NICE:   {0, 0},
 		unix.RLIMIT_CPU:    {2, 3},
 		unix.RLIMIT_NPROC:  {64, 64},
 		unix.RLIMIT_FSIZE:  {1 << 20, 1 << 20},
@@ -40,10 +42,18 @@ func TestRlimits(t *testing.T) {
 	if _, ok := find(s.Rlimits(true), unix.RLIMIT_AS); ok {
 		t.Error("RLIMIT_AS set although a cgroup limits memory")
 	}
-	if rl := (Set{CPU: 60 * time.Second}).Rlimits(false); len(rl) != 2 || rl[1].Cur != 60 || rl[1].Max != 61 {
+	if rl := (Set{CPU: 60 * time.Second}).Rlimits(false); len(rl) != 4 || rl[3].Cur != 60 || rl[3].Max != 61 {
 		t.Errorf("cpu 60s: %+v", rl)
 	}
-	if rl := (Set{}).Rlimits(false); len(rl) != 1 || rl[0].Resource != unix.RLIMIT_CORE || rl[0].Cur != 0 || rl[0].Max != 0 {
-		t.Errorf("no limits: %+v, want RLIMIT_CORE 0 only", rl)
+	// A job never gets real-time scheduling or a raised priority, whatever
+	// the worker was started with: a busy loop under SCHED_FIFO would take
+	// the host's CPUs from everything not real-time, past any cgroup.
+	if rl := (Set{}).Rlimits(false); len(rl) != 3 {
+		t.Errorf("no limits: %+v, want RLIMIT_CORE, RLIMIT_RTPRIO and RLIMIT_NICE 0 only", rl)
+	}
+	for _, res := range []int{unix.RLIMIT_CORE, unix.RLIMIT_RTPRIO, unix.RLIMIT_NICE} {
+		if r, ok := find((Set{}).Rlimits(false), res); !ok || r.Cur != 0 || r.Max != 0 {
+			t.Errorf("no limits: resource %d %+v (found %v), want 0", res, r, ok)
+		}
 	}
 }
