@@ -72,6 +72,7 @@ var secCases = []secCase{
 	{"devices", caseDevices},
 	{"cgroup_escape", caseCgroupEscape},
 	{"signal_worker_and_zygote", caseSignals},
+	{"memory_held_past_its_job", caseMemoryHeldPastItsJob},
 }
 
 // runSecCases runs the named cases (all when names is nil) against tg.
@@ -107,7 +108,7 @@ func TestSecurityDevSpawn(t *testing.T) {
 	runSecCases(t, startSecDev(t, "spawn"), []string{
 		"identity", "uids_per_session", "fork_bomb", "memory_bomb", "other_session_files",
 		"worker_environment_and_cmdline", "background_processes", "privileges", "system_calls", "descriptors_and_forged_result",
-		"signal_worker_and_zygote",
+		"signal_worker_and_zygote", "memory_held_past_its_job",
 	})
 }
 
@@ -1968,5 +1969,81 @@ func writeHostileSdist(t *testing.T, dir, cfg string) {
 		if err := c.Close(); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// A job hands 700 MiB of a memfd it filled to another job of its session
+// over a Unix socket in their working directory, and ends. The kernel
+// keeps charging the pages to the first job's cgroup: once that cgroup
+// went back to the worker's pool, b's next job, given it, was killed at
+// its 1 GiB limit after allocating 400 MiB, while a held the memory under
+// no limit of its own. Now the holder, a process of a's uid, is killed,
+// and b's job runs.
+func caseMemoryHeldPastItsJob(t *testing.T, tg *secTarget, b *secSession) {
+	if tg.zygote {
+		waitForZygote(t, tg.logs)
+	}
+	a := tg.newSession(t)
+	name := randHex(t, 6)
+	hold := fmt.Sprintf(`import array, os, socket, time
+NAME = %s
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind('hold-' + NAME + '.sock')
+s.listen(1)
+open('ready-' + NAME, 'w').close()
+c, _ = s.accept()
+fds = []
+_, anc, _, _ = c.recvmsg(8, socket.CMSG_SPACE(4))
+for _, _, data in anc:
+    a = array.array('i'); a.frombytes(data); fds += list(a)
+print('holding', fds, flush=True)
+deadline = time.time() + 60
+while time.time() < deadline and not os.path.exists('done-' + NAME):
+    time.sleep(0.05)
+print('held to the end', flush=True)
+`, pyStr(name))
+	held := make(chan secResult, 1)
+	go func() {
+		args := map[string]any{"code": hold, "timeout_seconds": 90}
+		res, err := a.c.CallTool(t.Context(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "execute_code", Arguments: args}})
+		var er secResult
+		if err == nil && res.StructuredContent != nil {
+			raw, _ := json.Marshal(res.StructuredContent)
+			_ = json.Unmarshal(raw, &er)
+		} else if err != nil {
+			er.Message = "call failed: " + err.Error()
+		}
+		held <- er
+	}()
+	defer a.run(t, fmt.Sprintf("open('done-' + %s, 'w').close()", pyStr(name)), nil)
+	_, er := a.run(t, fmt.Sprintf(`import array, os, socket, time
+NAME = %s
+deadline = time.time() + 60
+while not os.path.exists('ready-' + NAME) and time.time() < deadline:
+    time.sleep(0.05)
+fd = os.memfd_create('held')
+b = b'x' * (1 << 20)
+for _ in range(700):
+    os.write(fd, b)
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.connect('hold-' + NAME + '.sock')
+c.sendmsg([b'x'], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array('i', [fd]))])
+print('handed over')
+`, pyStr(name)), &jobOpts{timeout: 90})
+	if er.Status != "ok" || !strings.Contains(er.Stdout, "handed over") {
+		t.Fatalf("a's filling job: %s %q %q", er.Status, er.Message, er.Stdout+er.Stderr)
+	}
+	select {
+	case h := <-held:
+		if strings.Contains(h.Stdout, "held to the end") || h.Status == "ok" {
+			t.Errorf("a's holding job was not stopped: %s %q %q", h.Status, h.Message, h.Stdout)
+		}
+		t.Logf("a's holding job: %s, %s", h.Status, h.Message)
+	case <-time.After(15 * time.Second):
+		t.Errorf("a's holding job still holds the memory of a job that ended 15 s ago")
+	}
+	_, ber := b.run(t, "x = bytearray(400 << 20)\nprint('allocated')", nil)
+	if ber.Status != "ok" || !strings.Contains(ber.Stdout, "allocated") {
+		t.Errorf("b's job of 400 MiB under a 1 GiB limit: %s (limit %q) %q", ber.Status, ber.Limit, ber.Message)
 	}
 }
