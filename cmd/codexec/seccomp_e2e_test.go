@@ -8,7 +8,8 @@ import (
 // the kernel exposes to it, fail with EPERM (the jobs' seccomp filter,
 // worker/seccomp). First a user namespace, which would hold every
 // capability; then, with whatever that gave, mounts, raw, packet, vsock
-// and netfilter sockets, io_uring, perf events, kernel keys, BPF, ptrace.
+// and netfilter sockets, io_uring, native AIO (io_setup: its contexts are
+// the whole host's), perf events, kernel keys, BPF, ptrace.
 // Ordinary work (threads, a subprocess, a loopback connection, the
 // interfaces through netlink) still runs.
 func caseSystemCalls(t *testing.T, tg *secTarget, s *secSession) {
@@ -44,6 +45,7 @@ if pid == 0:
     attempt('vsock', lambda: socket.socket(40, socket.SOCK_STREAM).close())
     attempt('netlink netfilter', lambda: socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 12).close())
     attempt('io_uring_setup', lambda: sc(425, 1, ctypes.create_string_buffer(120)))
+    attempt('io_setup', lambda: sc(206, 65536, ctypes.create_string_buffer(8)))
     perf = ctypes.create_string_buffer(128)
     perf[4] = 128
     perf[40] = 0x60
@@ -83,8 +85,8 @@ print(json.dumps({'refused': r, 'works': ok}))
 		Works   map[string]bool
 	}
 	lastJSON(t, res, er, &out)
-	if len(out.Refused) != 13 {
-		t.Errorf("%d calls tried, want 13: %v", len(out.Refused), out.Refused)
+	if len(out.Refused) != 14 {
+		t.Errorf("%d calls tried, want 14: %v", len(out.Refused), out.Refused)
 	}
 	for call, got := range out.Refused {
 		if got != "EPERM" {
