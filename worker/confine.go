@@ -301,6 +301,23 @@ func (p *cgroupPool) get(l cgroup.Limits) (*cgroup.Group, cgroup.Usage, error) {
 // its namespaces, before its group is empty.
 const heldMax = 1 << 20
 
+// heldSettle bounds how long putJob waits for memory still charged to an
+// emptied group to go by itself: the kernel frees a job's IPC namespace,
+// and the System V shared memory a job left in it, in a worker thread
+// after its last process has gone (300 MiB of it was still charged when
+// the group was found empty).
+const heldSettle = 5 * time.Second
+
+// settleHeld returns g's held memory (cgroup.Group.Held) once it is at
+// most heldMax, or what it still is after heldSettle. Off the job's path.
+func settleHeld(g *cgroup.Group) int64 {
+	held := g.Held()
+	for deadline := time.Now().Add(heldSettle); held > heldMax && time.Now().Before(deadline); held = g.Held() {
+		time.Sleep(20 * time.Millisecond)
+	}
+	return held
+}
+
 // heldError says that a group was removed rather than reused because memory
 // its job made is still charged to it.
 type heldError struct {
@@ -365,7 +382,7 @@ func (p *cgroupPool) putJob(g *cgroup.Group, l cgroup.Limits, uid int) error {
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
 	}
-	if held := g.Held(); held > heldMax {
+	if held := settleHeld(g); held > heldMax {
 		// The next job, another session's maybe, would start with it
 		// counted against its limit: the group goes.
 		he := &heldError{held: held, uid: uid}

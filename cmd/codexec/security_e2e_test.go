@@ -2046,4 +2046,38 @@ print('handed over')
 	if ber.Status != "ok" || !strings.Contains(ber.Stdout, "allocated") {
 		t.Errorf("b's job of 400 MiB under a 1 GiB limit: %s (limit %q) %q", ber.Status, ber.Limit, ber.Message)
 	}
+
+	// What the kernel frees by itself after the job is not held: System V
+	// shared memory left in a job's IPC namespace goes in a kernel worker
+	// once its last process has, and was still charged when the group was
+	// found empty. b's other job, running meanwhile, must not be killed.
+	other := make(chan secResult, 1)
+	go func() {
+		args := map[string]any{"code": "import time\ntime.sleep(6)\nprint('survived')", "timeout_seconds": 60}
+		res, err := b.c.CallTool(t.Context(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "execute_code", Arguments: args}})
+		var er secResult
+		if err == nil && res.StructuredContent != nil {
+			raw, _ := json.Marshal(res.StructuredContent)
+			_ = json.Unmarshal(raw, &er)
+		} else if err != nil {
+			er.Message = "call failed: " + err.Error()
+		}
+		other <- er
+	}()
+	for range 3 {
+		_, ser := b.run(t, `import ctypes
+libc = ctypes.CDLL(None, use_errno=True)
+libc.shmat.restype = ctypes.c_void_p
+for _ in range(3):
+    addr = libc.shmat(libc.shmget(0, 100 << 20, 0o1000 | 0o600), None, 0)
+    ctypes.memset(addr, 1, 100 << 20)
+print('left')
+`, nil)
+		if ser.Status != "ok" {
+			t.Errorf("b's job leaving 300 MiB of System V shared memory: %s %q", ser.Status, ser.Message)
+		}
+	}
+	if o := <-other; o.Status != "ok" || !strings.Contains(o.Stdout, "survived") {
+		t.Errorf("b's other job, while b's jobs left System V shared memory: %s %q", o.Status, o.Message)
+	}
 }
