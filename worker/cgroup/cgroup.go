@@ -226,10 +226,20 @@ func (g *Group) Held() int64 {
 	if g.l.version == 1 {
 		anon = "rss"
 	}
+	// One read of memory.stat for both: each read flushes the kernel's
+	// per-CPU counters, and this runs after every job.
+	b, err := g.kept.read(g.l.mem, "memory.stat")
+	if err != nil {
+		return 0
+	}
 	var held int64
-	for _, key := range []string{anon, "shmem"} {
-		n, _ := readKeyWith(g.kept.read, g.l.mem, "memory.stat", key)
-		held += n
+	for line := range strings.Lines(string(b)) {
+		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
+		if ok && (k == anon || k == "shmem") {
+			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
+				held += n
+			}
+		}
 	}
 	return held
 }
