@@ -175,6 +175,8 @@ type taskOutcome struct {
 	Result   json.RawMessage `json:"result,omitempty"`
 	JobID    string          `json:"job_id,omitempty"`
 	Filename string          `json:"filename,omitempty"`
+	// Ended is when the task ended, its lastUpdatedAt from then on.
+	Ended time.Time `json:"ended,omitzero"`
 }
 
 // taskRouter answers the task methods and task-augmented tool calls of one
@@ -466,7 +468,7 @@ func (f *Frontend) runTask(caller context.Context, rec *broker.TaskRecord, handl
 			return
 		}
 		log.Warn("frontend stopped before the task finished")
-		out, _ = json.Marshal(taskOutcome{Status: mcp.TaskStatusFailed,
+		out, _ = json.Marshal(taskOutcome{Status: mcp.TaskStatusFailed, Ended: time.Now().UTC(),
 			Message: "the frontend running this task stopped before it finished; its job may have run: check the session's state and call again"})
 	}
 	sctx, end := context.WithTimeout(context.Background(), publishAttempt)
@@ -478,7 +480,7 @@ func (f *Frontend) runTask(caller context.Context, rec *broker.TaskRecord, handl
 
 // outcomeOf encodes a tool's result as a task outcome.
 func (f *Frontend) outcomeOf(res *mcp.CallToolResult, err error, cancelled bool) []byte {
-	o := taskOutcome{Status: mcp.TaskStatusCompleted}
+	o := taskOutcome{Status: mcp.TaskStatusCompleted, Ended: time.Now().UTC()}
 	switch {
 	case err != nil:
 		o.Status, o.Message = mcp.TaskStatusFailed, err.Error()
@@ -609,7 +611,7 @@ func (f *Frontend) state(ctx context.Context, scope, id string) (*taskState, *rp
 		if err := json.Unmarshal(data, &o); err != nil {
 			return nil, storeError(err)
 		}
-		s.outcome, s.updated = &o, time.Now()
+		s.outcome, s.updated = &o, o.Ended // zero (an outcome stored without it): created at
 		return s, nil
 	case !errors.Is(err, broker.ErrNoTaskOutcome):
 		return nil, storeError(err)

@@ -217,3 +217,35 @@ func TestTaskFailedSaysWhyAndTerminalTasksRefuseCancel(t *testing.T) {
 		t.Errorf("the failed task after a cancel: %+v", got)
 	}
 }
+
+// A task's lastUpdatedAt is when its status last changed: an ended task
+// keeps the time it ended, whenever and however often it is read. It was
+// the time of the read, so a client that polls, or lists, saw a finished
+// task change at every look (and could not tell when it had ended).
+func TestTaskLastUpdatedIsWhenItEnded(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	c := httpSession(t, url)
+
+	before := time.Now()
+	failed := createdTask(t, taskCall(t, c, "execute_code_file", map[string]any{"file_path": "never_made.py"}))
+	first := awaitTaskOver(t, c, failed.TaskId)
+	ended := time.Now()
+	at, err := time.Parse(time.RFC3339Nano, first.LastUpdatedAt)
+	if err != nil || at.Before(before.Add(-time.Second)) || at.After(ended) {
+		t.Fatalf("lastUpdatedAt %q (%v) is not between the call (%v) and its end (%v)", first.LastUpdatedAt, err, before, ended)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if again := awaitTaskOver(t, c, failed.TaskId); again.LastUpdatedAt != first.LastUpdatedAt {
+		t.Errorf("tasks/get: lastUpdatedAt %q, then %q with nothing changed", first.LastUpdatedAt, again.LastUpdatedAt)
+	}
+	list, err := c.ListTasks(t.Context(), mcp.ListTasksRequest{})
+	if err != nil || len(list.Tasks) != 1 {
+		t.Fatalf("tasks/list: %+v %v", list, err)
+	}
+	if list.Tasks[0].LastUpdatedAt != first.LastUpdatedAt {
+		t.Errorf("tasks/list: lastUpdatedAt %q, tasks/get said %q", list.Tasks[0].LastUpdatedAt, first.LastUpdatedAt)
+	}
+}
