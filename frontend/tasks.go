@@ -372,12 +372,14 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 			r.f.taskSlots.give(owner, size)
 		}
 	}()
-	ttl := r.f.broker.Retention()
+	// Compared in milliseconds: a client's ttl near the largest int64
+	// overflows as a duration.
+	ttl := r.f.broker.Retention().Milliseconds()
 	if p.Task.TTL != nil && *p.Task.TTL > 0 {
-		ttl = min(ttl, time.Duration(*p.Task.TTL)*time.Millisecond)
+		ttl = min(ttl, *p.Task.TTL)
 	}
 	now := time.Now().UTC()
-	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: p.Name, CreatedAt: now, TTLMS: ttl.Milliseconds()}
+	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: p.Name, CreatedAt: now, TTLMS: ttl}
 	if rerr := r.admitTask(ctx, rec.TaskID); rerr != nil {
 		return nil, rerr
 	}

@@ -3,6 +3,8 @@ package frontend
 import (
 	"context"
 	"encoding/json"
+	"math"
+	"strconv"
 	"net/http/httptest"
 	"strings"
 	"testing"
@@ -248,4 +250,41 @@ func TestTaskLastUpdatedIsWhenItEnded(t *testing.T) {
 	if list.Tasks[0].LastUpdatedAt != first.LastUpdatedAt {
 		t.Errorf("tasks/list: lastUpdatedAt %q, tasks/get said %q", list.Tasks[0].LastUpdatedAt, first.LastUpdatedAt)
 	}
+}
+
+// A client's ttl is capped by the results' retention, however large: one
+// near the largest int64 overflowed when made a duration, and the task
+// was created with a negative ttl (-1), which no client can make sense of.
+func TestTaskHugeTTLIsTheRetention(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	url := serveHTTP(t, jb.f)
+	c := httpSession(t, url)
+	retention := jb.f.broker.Retention().Milliseconds()
+	for _, ttl := range []int64{math.MaxInt64, math.MaxInt64 / 1000, retention + 1, retention, 1500} {
+		resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{
+			JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("t"), Method: string(mcp.MethodToolsCall),
+			Params: map[string]any{"name": "execute_code", "arguments": map[string]any{"code": "print(1)"}, "task": map[string]any{"ttl": ttl}},
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		task := createdTask(t, resp)
+		want := min(ttl, retention)
+		if task.TTL == nil || *task.TTL != want {
+			t.Errorf("ttl %d: the task's ttl is %s, want %d", ttl, ttlString(task.TTL), want)
+		}
+		if got, err := c.GetTask(t.Context(), mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: task.TaskId}}); err != nil {
+			t.Fatal(err)
+		} else if got.TTL == nil || *got.TTL != want {
+			t.Errorf("ttl %d: tasks/get says ttl %s, want %d", ttl, ttlString(got.TTL), want)
+		}
+	}
+}
+
+func ttlString(ttl *int64) string {
+	if ttl == nil {
+		return "absent"
+	}
+	return strconv.FormatInt(*ttl, 10)
 }
