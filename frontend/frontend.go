@@ -260,6 +260,10 @@ func New(cfg Config, b *broker.Broker, st statestore.Store) (*Frontend, error) {
 	return f, nil
 }
 
+// serverName is the name the server gives in initialize's serverInfo and
+// in the _meta of every result of revision 2026-07-28.
+const serverName = "codexec"
+
 const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process
 and returns stdout, stderr and the exit status; isError is true exactly when the code failed
 (exception, non-zero exit, timeout, limit). Each session has its own working directory, which
@@ -292,7 +296,7 @@ func (f *Frontend) MCPServer(stdio bool) *server.MCPServer {
 		// Outermost: it sees the result as it will be sent.
 		fit = append(fit, server.WithToolHandlerMiddleware(f.fitStdioResults))
 	}
-	s = server.NewMCPServer("codexec", f.cfg.Version, append(fit,
+	s = server.NewMCPServer(serverName, f.cfg.Version, append(fit,
 		server.WithToolCapabilities(false),
 		server.WithInstructions(instructions),
 		server.WithRecovery(),

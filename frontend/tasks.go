@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"strings"
 	"sync"
 	"time"
@@ -245,6 +246,12 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	if err := json.Unmarshal(msg, &m); err != nil || len(m.ID) == 0 || string(m.ID) == "null" {
 		return nil, false
 	}
+	modern := modernRequest(m.Params)
+	if modern {
+		// resourceNotFoundCode reads the revision here; over stdio there is
+		// no header to name it.
+		ctx = context.WithValue(ctx, protocolHeaderKey{}, mcp.ProtocolVersion20260728)
+	}
 	var work func() (any, *rpcError)
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
@@ -303,8 +310,57 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	}
 	return func() []byte {
 		result, rerr := work()
+		if modern && result != nil {
+			result = r.decorateModern(result, m.Method)
+		}
 		return encodeResponse(m.ID, result, rerr)
 	}, true
+}
+
+// modernRequest reports whether a request's params name, in _meta, a
+// protocol revision of 2026-07-28 or later, as mcp-go tells the requests
+// it serves in that revision.
+func modernRequest(params json.RawMessage) bool {
+	var p struct {
+		Meta *mcp.Meta `json:"_meta"`
+	}
+	if json.Unmarshal(params, &p) != nil {
+		return false
+	}
+	return mcp.IsModernProtocol(p.Meta.ProtocolVersion())
+}
+
+// decorateModern gives result what revision 2026-07-28 asks of every
+// result, as mcp-go gives the results it answers (and not those the router
+// answers in front of it): resultType "complete", the server's name in
+// _meta, and on a resources/read the cache hints, here "do not reuse"
+// (ttlMs 0, private: a workspace file changes with every job).
+func (r *taskRouter) decorateModern(result any, method string) any {
+	v := reflect.ValueOf(result)
+	p := v
+	if v.Kind() != reflect.Pointer {
+		p = reflect.New(v.Type())
+		p.Elem().Set(v)
+	} else if v.IsNil() {
+		return result
+	}
+	md, ok := p.Interface().(mcp.ResultMetadata)
+	if !ok {
+		return result
+	}
+	if md.GetResultType() == "" {
+		md.SetResultType(mcp.ResultTypeComplete)
+	}
+	if meta := md.EnsureResultMeta(); meta.ServerInfo() == nil {
+		meta.SetServerInfo(mcp.Implementation{Name: serverName, Version: r.f.cfg.Version})
+	}
+	if ch, ok := p.Interface().(mcp.CacheHintSetter); ok && method == string(mcp.MethodResourcesRead) {
+		ch.SetCacheHints(0, mcp.CacheScopePrivate)
+	}
+	if v.Kind() != reflect.Pointer {
+		return p.Elem().Interface()
+	}
+	return result
 }
 
 // readResource answers resources/read of a workspace URI. mcp-go would
