@@ -235,10 +235,25 @@ func mayConcernTasks(msg []byte) bool {
 		bytes.Contains(msg, []byte(`"resources/read"`))
 }
 
+// batchRefused answers a JSON-RPC batch, an array of messages: revision
+// 2025-03-26 allowed them, later revisions do not, and mcp-go reads none
+// (it called one invalid JSON).
+var batchRefused = &rpcError{Code: mcp.INVALID_REQUEST,
+	Message: "JSON-RPC batches (an array of messages) are not supported: send each message on its own"}
+
+// isBatch reports whether msg is a JSON array.
+func isBatch(msg []byte) bool {
+	t := bytes.TrimLeft(msg, " \t\r\n")
+	return len(t) > 0 && t[0] == '['
+}
+
 // take decides whether msg is the router's to answer: when it is, answer
 // computes the JSON-RPC response (it may wait, for tasks/result); when it
 // is not, msg is to be passed on. scope is the caller's.
 func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer func() []byte, ok bool) {
+	if isBatch(msg) {
+		return func() []byte { return encodeResponse(json.RawMessage("null"), nil, batchRefused) }, true
+	}
 	if !mayConcernTasks(msg) {
 		return nil, false
 	}

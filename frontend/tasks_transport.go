@@ -41,6 +41,10 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 			return
 		}
 		_ = req.Body.Close()
+		if isBatch(body) {
+			writeRPCError(w, http.StatusBadRequest, batchRefused.Code, batchRefused.Message)
+			return
+		}
 		if mayConcernTasks(body) {
 			scope, valid := httpScope(req)
 			if answer, ok := r.take(httpContext(req.Context(), req), body, scope); ok && valid {
