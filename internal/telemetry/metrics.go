@@ -39,7 +39,7 @@ var buildBuckets = []float64{.1, .25, .5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300, 6
 var (
 	workerJobs = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "codexec_worker_jobs_total",
-		Help: "Jobs a worker finished, by kind, status (ok, error, timeout, limit, rejected, internal, expired) and the limit hit (none when none).",
+		Help: "Jobs a worker finished, by kind, status (ok, error, timeout, limit, rejected, internal, expired, cancelled) and the limit hit (none when none).",
 	}, []string{"kind", "status", "limit"})
 	jobsRunning = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "codexec_worker_jobs_running",
