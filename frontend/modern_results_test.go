@@ -1,8 +1,11 @@
 package frontend
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"testing"
 
 	"github.com/codexec/codexec/broker"
@@ -101,5 +104,109 @@ func TestRouterAnswersModernRequestsInTheirRevision(t *testing.T) {
 	}
 	if _, e := ask(5, "resources/read", map[string]any{"uri": "codexec://workspace/gone.txt"}); e == nil || e.Code != mcp.RESOURCE_NOT_FOUND {
 		t.Errorf("legacy resources/read of a missing file: %+v, want code %d", e, mcp.RESOURCE_NOT_FOUND)
+	}
+}
+
+// A request of revision 2026-07-28 or later that mcp-go refuses as
+// malformed (a revision it does not know, no client capabilities in
+// _meta, an Mcp-Protocol-Version header or Mcp-Method / Mcp-Name header
+// that does not match the body) is refused the same way when it is one the
+// frontend answers itself (resources/read, a task method, a task-augmented
+// call), and creates nothing. The router answered them all: a client of a
+// revision not yet written was served tasks and files in one it never
+// asked for, where tools/list told it the revision is unsupported.
+func TestRouterRefusesMalformedModernRequestsAsMCPGoDoes(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	answerFiles(t, jb)
+	url := serveHTTP(t, jb.f)
+
+	post := func(method string, params map[string]any, headers map[string]string) (int, map[string]json.RawMessage) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+		req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Authorization", "Bearer carol")
+		for k, v := range headers {
+			if v != "" {
+				req.Header.Set(k, v)
+			}
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]json.RawMessage
+		out, _ := io.ReadAll(resp.Body)
+		if err := json.Unmarshal(out, &m); err != nil {
+			t.Fatalf("%s: %d %s", method, resp.StatusCode, out)
+		}
+		return resp.StatusCode, m
+	}
+	// headersOf are the headers a well-formed request of revision v sends.
+	headersOf := func(v, method, name string) map[string]string {
+		h := map[string]string{mcp.HeaderProtocolVersion: v, mcp.HeaderMethod: method}
+		if name != "" {
+			h[mcp.HeaderName] = name
+		}
+		return h
+	}
+	withMeta := func(p map[string]any, meta map[string]any) map[string]any {
+		out := map[string]any{"_meta": meta}
+		for k, v := range p {
+			out[k] = v
+		}
+		return out
+	}
+	future := modernMeta()
+	future[mcp.MetaKeyProtocolVersion] = "2099-01-01"
+	noCaps := modernMeta()
+	delete(noCaps, mcp.MetaKeyClientCapabilities)
+	v := mcp.ProtocolVersion20260728
+
+	type request struct {
+		method, name string
+		params       map[string]any
+	}
+	read := request{"resources/read", "codexec://workspace/a.txt", map[string]any{"uri": "codexec://workspace/a.txt"}}
+	list := request{"tasks/list", "", map[string]any{}}
+	task := request{"tools/call", "execute_code", map[string]any{"name": "execute_code", "arguments": map[string]any{"code": "print(1)"}, "task": map[string]any{}}}
+	for _, r := range []request{read, list, task} {
+		for _, tc := range []struct {
+			what    string
+			meta    map[string]any
+			headers map[string]string
+		}{
+			{"an unknown revision", future, headersOf("2099-01-01", r.method, r.name)},
+			{"no client capabilities", noCaps, headersOf(v, r.method, r.name)},
+			{"a header of another revision", modernMeta(), headersOf(mcp.LATEST_LEGACY_PROTOCOL_VERSION, r.method, r.name)},
+			{"no Mcp-Method header", modernMeta(), map[string]string{mcp.HeaderProtocolVersion: v, mcp.HeaderName: r.name}},
+		} {
+			status, m := post(r.method, withMeta(r.params, tc.meta), tc.headers)
+			if status != http.StatusBadRequest || m["error"] == nil {
+				t.Errorf("%s with %s: %d %s %s; want 400 and an error", r.method, tc.what, status, m["error"], m["result"])
+			}
+		}
+		// The same request, well formed, is answered.
+		if status, m := post(r.method, withMeta(r.params, modernMeta()), headersOf(v, r.method, r.name)); status != http.StatusOK || m["error"] != nil {
+			t.Errorf("%s well formed: %d %s", r.method, status, m["error"])
+		}
+	}
+	// Only the well-formed task-augmented call made a task.
+	_, m := post("tasks/list", withMeta(nil, modernMeta()), headersOf(v, "tasks/list", ""))
+	var tasks mcp.ListTasksResult
+	if err := json.Unmarshal(m["result"], &tasks); err != nil || len(tasks.Tasks) != 1 {
+		t.Errorf("tasks after one well-formed task call: %s", m["result"])
+	}
+
+	c := serveStdioFrontend(t, jb.f)
+	for i, meta := range []map[string]any{future, noCaps} {
+		c.send(t, map[string]any{"jsonrpc": "2.0", "id": 10 + i, "method": "resources/read", "params": withMeta(read.params, meta)})
+		if m := c.recv(t); m["error"] == nil {
+			t.Errorf("stdio resources/read with _meta %v: %s, want an error", meta, m["result"])
+		}
 	}
 }

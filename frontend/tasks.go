@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"reflect"
 	"strings"
 	"sync"
@@ -261,7 +262,10 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	if err := json.Unmarshal(msg, &m); err != nil || len(m.ID) == 0 || string(m.ID) == "null" {
 		return nil, false
 	}
-	modern := modernRequest(m.Params)
+	modern, malformed := modernRequest(ctx, m)
+	if malformed {
+		return nil, false // mcp-go refuses it, as it should be refused
+	}
 	if modern {
 		// resourceNotFoundCode reads the revision here; over stdio there is
 		// no header to name it.
@@ -332,18 +336,42 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	}, true
 }
 
-// modernRequest reports whether a request's params name, in _meta, a
-// protocol revision of 2026-07-28 or later, as mcp-go tells the requests
-// it serves in that revision.
-func modernRequest(params json.RawMessage) bool {
+// modernRequest reports whether a request is of protocol revision
+// 2026-07-28 or later, by the revision its _meta (or, over HTTP, its
+// Mcp-Protocol-Version header) names, as mcp-go tells them; and whether
+// mcp-go refuses it as malformed before serving it: a revision it does
+// not know, no client capabilities in _meta, or over HTTP a header that
+// does not match the body (Mcp-Protocol-Version, Mcp-Method, Mcp-Name) or
+// a Last-Event-ID. Such a request is left to mcp-go, which answers it with
+// the revision's error, so that the requests the router answers are
+// refused exactly as the others are (a client of a revision not yet
+// written was served tasks and files, where tools/list said the revision
+// is not supported).
+func modernRequest(ctx context.Context, m rpcMessage) (modern, malformed bool) {
 	var p struct {
 		Meta *mcp.Meta `json:"_meta"`
 	}
-	if json.Unmarshal(params, &p) != nil {
-		return false
+	_ = json.Unmarshal(m.Params, &p)
+	version := p.Meta.ProtocolVersion()
+	header, _ := ctx.Value(requestHeaderKey{}).(http.Header)
+	headerVersion := header.Get(mcp.HeaderProtocolVersion)
+	if !mcp.IsModernProtocol(version) && !mcp.IsModernProtocol(headerVersion) {
+		return false, false
 	}
-	return mcp.IsModernProtocol(p.Meta.ProtocolVersion())
+	switch {
+	case !mcp.IsValidProtocolVersion(version), p.Meta.ClientCapabilities() == nil:
+		return true, true
+	case header == nil: // stdio: no headers to check
+		return true, false
+	case headerVersion != version, header.Get(mcp.HeaderLastEventID) != "":
+		return true, true
+	}
+	return true, mcp.ValidateStandardHeaders(header.Get, version, mcp.MCPMethod(m.Method), m.Params) != nil
 }
+
+// requestHeaderKey holds, in the context the router is given for an HTTP
+// request, the request's headers.
+type requestHeaderKey struct{}
 
 // decorateModern gives result what revision 2026-07-28 asks of every
 // result, as mcp-go gives the results it answers (and not those the router

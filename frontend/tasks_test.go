@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"strconv"
 	"strings"
@@ -49,12 +50,20 @@ func httpSessionAs(t *testing.T, url, token, version string) *client.Client {
 }
 
 // taskCall sends a task-augmented tools/call and returns the response.
+// A client of revision 2026-07-28 names the revision, itself and its
+// capabilities in the request's _meta and the method and tool in headers,
+// as its own methods do; a raw request lacking them is refused.
 func taskCall(t *testing.T, c *client.Client, tool string, args map[string]any) *transport.JSONRPCResponse {
 	t.Helper()
-	resp, err := c.GetTransport().SendRequest(t.Context(), transport.JSONRPCRequest{
+	req := transport.JSONRPCRequest{
 		JSONRPC: mcp.JSONRPC_VERSION, ID: mcp.NewRequestId("t"), Method: string(mcp.MethodToolsCall),
 		Params: map[string]any{"name": tool, "arguments": args, "task": map[string]any{"ttl": 60000}},
-	})
+	}
+	if mcp.IsModernProtocol(c.ProtocolVersion()) {
+		req.Params.(map[string]any)["_meta"] = modernMeta()
+		req.Header = http.Header{mcp.HeaderMethod: {req.Method}, mcp.HeaderName: {tool}}
+	}
+	resp, err := c.GetTransport().SendRequest(t.Context(), req)
 	if err != nil {
 		t.Fatal(err)
 	}

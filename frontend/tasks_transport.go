@@ -47,7 +47,8 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 		}
 		if mayConcernTasks(body) {
 			scope, valid := httpScope(req)
-			if answer, ok := r.take(httpContext(req.Context(), req), body, scope); ok && valid {
+			ctx := context.WithValue(httpContext(req.Context(), req), requestHeaderKey{}, req.Header)
+			if answer, ok := r.take(ctx, body, scope); ok && valid {
 				w.Header().Set("Content-Type", "application/json")
 				_, _ = w.Write(answer())
 				return
