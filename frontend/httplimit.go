@@ -65,7 +65,12 @@ type bodyLimit struct {
 	// that sends its headers and then a byte now and then (a slow body)
 	// would otherwise hold its descriptor and buffer for ever.
 	bodyTimeout time.Duration
-	log         *slog.Logger
+	// paceGrace and minRate: a body holding budget must, from paceGrace
+	// after its turn on, have arrived at minRate bytes a second (see
+	// deadlineBody).
+	paceGrace time.Duration
+	minRate   int64
+	log       *slog.Logger
 
 	mu    sync.Mutex
 	free  int64         // budget left
@@ -76,8 +81,22 @@ type bodyLimit struct {
 
 func newBodyLimit(next http.Handler, maxBody, budget int64, bodyTimeout time.Duration, log *slog.Logger) *bodyLimit {
 	return &bodyLimit{next: next, max: maxBody, large: min(largeRequest, maxBody), free: max(budget, maxBody),
-		bodyTimeout: bodyTimeout, freed: make(chan struct{}), log: log}
+		bodyTimeout: bodyTimeout, paceGrace: paceGrace, minRate: minBodyRate, freed: make(chan struct{}), log: log}
 }
+
+// A body that holds part of the budget makes every larger request that
+// comes after it wait, so it must keep pace: paceGrace after its turn, and
+// from then on, it must have sent at least minBodyRate bytes a second on
+// average since its turn, or it is cut off. One connection that declared
+// the largest legal body and then sent a byte a second held the whole
+// budget until its body timeout, a minute, and again at each reconnect:
+// every other caller's request over 64 KiB waited all that time. A client
+// on a link of 2 Mbit/s keeps pace; the largest request must still arrive
+// within the body timeout.
+const (
+	paceGrace   = 5 * time.Second
+	minBodyRate = 256 << 10
+)
 
 // deadlineBody is a request body read under a deadline. Once it has been
 // read to its end the deadline is lifted: the server then watches the
@@ -91,10 +110,42 @@ type deadlineBody struct {
 	rc   *http.ResponseController // nil: no deadline to lift
 	ctx  context.Context          // the request's, told when the body is read (connlimit)
 	once sync.Once
+
+	// A paced body (one that holds budget) must have sent, at any moment
+	// past turn plus grace, rate bytes a second since turn, and all of it
+	// by end: the read deadline is moved to when it would fall behind.
+	paced       bool
+	turn, end   time.Time
+	grace       time.Duration
+	rate, since int64 // since: bytes read since turn
+}
+
+// pace starts the pace of a body whose turn is now, which must arrive by
+// end.
+func (b *deadlineBody) pace(grace time.Duration, rate int64, end time.Time) {
+	if b.rc == nil || rate <= 0 {
+		return
+	}
+	b.paced, b.turn, b.end, b.grace, b.rate, b.since = true, time.Now(), end, grace, rate, 0
+	_ = b.rc.SetReadDeadline(b.due())
+}
+
+// due is when a paced body falls behind: by then it must have sent more
+// than it has.
+func (b *deadlineBody) due() time.Time {
+	d := b.turn.Add(b.grace + time.Duration(float64(b.since)/float64(b.rate)*float64(time.Second)))
+	if d.After(b.end) {
+		return b.end
+	}
+	return d
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {
 	n, err := b.ReadCloser.Read(p)
+	if b.paced && n > 0 && err == nil {
+		b.since += int64(n)
+		_ = b.rc.SetReadDeadline(b.due())
+	}
 	if err == io.EOF {
 		b.once.Do(func() {
 			if b.rc != nil {
@@ -133,7 +184,7 @@ func (l *bodyLimit) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		rc := http.NewResponseController(w)
 		if rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) == nil {
 			pending.rc = rc
-			renew = func() { _ = rc.SetReadDeadline(time.Now().Add(l.bodyTimeout)) }
+			renew = func() { pending.pace(l.paceGrace, l.minRate, time.Now().Add(l.bodyTimeout)) }
 		}
 	}
 	if n >= 0 {

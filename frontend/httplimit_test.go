@@ -309,3 +309,48 @@ func (l *bodyLimit) freeNow() int64 {
 	defer l.mu.Unlock()
 	return l.free
 }
+
+// A body that holds the budget must keep pace. One connection that
+// declared the largest legal body and then sent a byte now and then held
+// the whole budget until its body timeout (a minute), so every other
+// caller's request over 64 KiB waited that long, and again at each of its
+// reconnects. Now such a body is cut off once it falls behind
+// minBodyRate (after paceGrace), and the others get their turn.
+func TestHTTPDribbledBodyCannotHoldTheBudget(t *testing.T) {
+	fx := startHTTP(t)
+	fx.f.bodies.paceGrace = 300 * time.Millisecond
+	attacker := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", fx.maxBody), []byte(`{"jsonrpc":"2.0",`))
+	go func() {
+		for range 300 {
+			if _, err := attacker.Write([]byte(" ")); err != nil {
+				return
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	for guard := time.Now().Add(time.Minute); fx.f.bodies.freeNow() != 0; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatal("the dribbled body never took the budget")
+		}
+	}
+
+	pad := strings.Repeat("a", 100<<10)
+	body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"` + pad + `","version":"0"}}}`
+	ctx, cancel := context.WithTimeout(t.Context(), 15*time.Second)
+	defer cancel()
+	req, _ := http.NewRequestWithContext(ctx, "POST", fx.url, strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Accept", "application/json, text/event-stream")
+	start := time.Now()
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatalf("a 100 KiB request behind a dribbled body: %v after %v", err, time.Since(start).Round(time.Millisecond))
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		t.Errorf("a 100 KiB request behind a dribbled body: status %d", resp.StatusCode)
+	}
+	if status, _ := readResponse(t, attacker); status != http.StatusBadRequest {
+		t.Errorf("the dribbled body: status %d, want 400", status)
+	}
+}
