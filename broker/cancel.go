@@ -65,6 +65,26 @@ func (b *Broker) JobCancelled(ctx context.Context, jobID string) (bool, error) {
 	return set, nil
 }
 
+// JobCancelledAt says whether jobID has been marked cancelled, and when
+// (the time CancelJob wrote in the mark).
+func (b *Broker) JobCancelledAt(ctx context.Context, jobID string) (time.Time, bool, error) {
+	if !idRe.MatchString(jobID) {
+		return time.Time{}, false, fmt.Errorf("broker: job cancelled: invalid job id %q", jobID)
+	}
+	e, err := b.results.Get(ctx, cancelKey(jobID))
+	switch {
+	case errors.Is(err, jetstream.ErrKeyNotFound) || errors.Is(err, jetstream.ErrKeyDeleted):
+		return time.Time{}, false, nil
+	case err != nil:
+		return time.Time{}, false, fmt.Errorf("broker: job cancelled %s: %w", jobID, err)
+	}
+	at, perr := time.Parse(time.RFC3339Nano, string(e.Value()))
+	if perr != nil {
+		at = e.Created()
+	}
+	return at, true, nil
+}
+
 // hasMark says whether the results bucket holds key: a cancel mark of a
 // job (JobCancelled) or of a batch (BatchCancelled).
 func (b *Broker) hasMark(ctx context.Context, key string) (bool, error) {

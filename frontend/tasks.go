@@ -723,7 +723,9 @@ func (f *Frontend) state(ctx context.Context, scope, id string) (*taskState, *rp
 			return s, nil
 		}
 	}
-	if s.cancelled, err = f.broker.JobCancelled(ctx, id); err != nil {
+	// A task marked cancelled and not over yet was last updated when it
+	// was marked.
+	if s.updated, s.cancelled, err = f.broker.JobCancelledAt(ctx, id); err != nil {
 		return nil, storeError(err)
 	}
 	return s, nil

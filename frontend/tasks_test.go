@@ -297,3 +297,31 @@ func ttlString(ttl *int64) string {
 	}
 	return strconv.FormatInt(*ttl, 10)
 }
+
+// A task cancelled while its job is being stopped says cancelled, last
+// updated when it was cancelled: it said its creation time, so a client
+// saw the task's lastUpdatedAt go back after the cancel's answer.
+func TestCancelledTaskLastUpdatedIsTheCancel(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	c := httpSession(t, url)
+
+	task := createdTask(t, taskCall(t, c, "execute_code", map[string]any{"code": "print(1)"}))
+	time.Sleep(50 * time.Millisecond)
+	cancelled, err := c.CancelTask(t.Context(), mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: task.TaskId}})
+	if err != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel: %+v %v", cancelled, err)
+	}
+	got, err := c.GetTask(t.Context(), mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: task.TaskId}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	created, _ := time.Parse(time.RFC3339Nano, task.CreatedAt)
+	updated, err := time.Parse(time.RFC3339Nano, got.LastUpdatedAt)
+	if err != nil || got.Status != mcp.TaskStatusCancelled || !updated.After(created.Add(40*time.Millisecond)) {
+		t.Errorf("tasks/get after the cancel: status %s, lastUpdatedAt %s (created %s, cancel answered %s)",
+			got.Status, got.LastUpdatedAt, task.CreatedAt, cancelled.LastUpdatedAt)
+	}
+}
