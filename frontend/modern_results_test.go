@@ -210,3 +210,69 @@ func TestRouterRefusesMalformedModernRequestsAsMCPGoDoes(t *testing.T) {
 		}
 	}
 }
+
+// Revision 2026-07-28 gives a JSON-RPC error over HTTP the status that
+// says what it is (invalid params 400, method not found 404), as mcp-go
+// answers the requests it serves; the router's errors came with 200. A
+// request of an earlier revision gets 200, as before.
+func TestRouterErrorsCarryTheRevisionsHTTPStatus(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	answerFiles(t, jb)
+	url := serveHTTP(t, jb.f)
+	legacy := httpSession(t, url)
+
+	post := func(method, name string, params map[string]any, modern bool) (int, *rpcError) {
+		t.Helper()
+		body, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": 1, "method": method, "params": params})
+		req, _ := http.NewRequest("POST", url, bytes.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		if modern {
+			req.Header.Set(mcp.HeaderProtocolVersion, mcp.ProtocolVersion20260728)
+			req.Header.Set(mcp.HeaderMethod, method)
+			if name != "" {
+				req.Header.Set(mcp.HeaderName, name)
+			}
+		} else {
+			req.Header.Set("Mcp-Session-Id", legacy.GetSessionId())
+			req.Header.Set(mcp.HeaderProtocolVersion, mcp.LATEST_LEGACY_PROTOCOL_VERSION)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m struct {
+			Error *rpcError `json:"error"`
+		}
+		_ = json.NewDecoder(resp.Body).Decode(&m)
+		return resp.StatusCode, m.Error
+	}
+	with := func(p map[string]any, modern bool) map[string]any {
+		if modern {
+			p["_meta"] = modernMeta()
+		}
+		return p
+	}
+	for _, modern := range []bool{true, false} {
+		wantStatus := http.StatusOK
+		if modern {
+			wantStatus = http.StatusBadRequest
+		}
+		uri := "codexec://workspace/gone.txt"
+		if status, e := post("resources/read", uri, with(map[string]any{"uri": uri}, modern), modern); e == nil || status != wantStatus {
+			t.Errorf("modern %v: resources/read of a missing file: %d %+v, want %d and an error", modern, status, e, wantStatus)
+		}
+		if status, e := post("tasks/get", "", with(map[string]any{"taskId": "01KC0000000000000000000000"}, modern), modern); e == nil || e.Code != mcp.INVALID_PARAMS || status != wantStatus {
+			t.Errorf("modern %v: tasks/get of an unknown task: %d %+v, want %d and invalid params", modern, status, e, wantStatus)
+		}
+		if modern {
+			wantStatus = http.StatusNotFound
+		}
+		if status, e := post("tools/call", "list_contexts", with(map[string]any{"name": "list_contexts", "arguments": map[string]any{}, "task": map[string]any{}}, modern), modern); e == nil || e.Code != mcp.METHOD_NOT_FOUND || status != wantStatus {
+			t.Errorf("modern %v: a task of a tool that takes none: %d %+v, want %d and method not found", modern, status, e, wantStatus)
+		}
+	}
+}

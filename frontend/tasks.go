@@ -249,11 +249,14 @@ func isBatch(msg []byte) bool {
 }
 
 // take decides whether msg is the router's to answer: when it is, answer
-// computes the JSON-RPC response (it may wait, for tasks/result); when it
-// is not, msg is to be passed on. scope is the caller's.
-func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer func() []byte, ok bool) {
+// computes the JSON-RPC response (it may wait, for tasks/result) and the
+// HTTP status to send it with; when it is not, msg is to be passed on.
+// scope is the caller's.
+func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer func() (resp []byte, status int), ok bool) {
 	if isBatch(msg) {
-		return func() []byte { return encodeResponse(json.RawMessage("null"), nil, batchRefused) }, true
+		return func() ([]byte, int) {
+			return encodeResponse(json.RawMessage("null"), nil, batchRefused), http.StatusBadRequest
+		}, true
 	}
 	if !mayConcernTasks(msg) {
 		return nil, false
@@ -327,13 +330,32 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	default:
 		return nil, false
 	}
-	return func() []byte {
+	return func() ([]byte, int) {
 		result, rerr := work()
 		if modern && result != nil {
 			result = r.decorateModern(result, m.Method)
 		}
-		return encodeResponse(m.ID, result, rerr)
+		status := http.StatusOK
+		if modern && rerr != nil {
+			status = modernErrorStatus(rerr.Code)
+		}
+		return encodeResponse(m.ID, result, rerr), status
 	}, true
+}
+
+// modernErrorStatus is the HTTP status revision 2026-07-28 gives a JSON-RPC
+// error of code, as mcp-go sends it with the errors it answers, so that
+// what stands between client and server can tell a failure without reading
+// the body. Earlier revisions answer every message with 200.
+func modernErrorStatus(code int) int {
+	switch code {
+	case mcp.METHOD_NOT_FOUND:
+		return http.StatusNotFound
+	case mcp.HEADER_MISMATCH, mcp.MISSING_REQUIRED_CLIENT_CAPABILITY, mcp.UNSUPPORTED_PROTOCOL_VERSION,
+		mcp.INVALID_REQUEST, mcp.INVALID_PARAMS, mcp.PARSE_ERROR:
+		return http.StatusBadRequest
+	}
+	return http.StatusOK
 }
 
 // modernRequest reports whether a request is of protocol revision

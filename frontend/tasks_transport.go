@@ -49,8 +49,10 @@ func (f *Frontend) taskHTTP(srv *server.MCPServer, next http.Handler) http.Handl
 			scope, valid := httpScope(req)
 			ctx := context.WithValue(httpContext(req.Context(), req), requestHeaderKey{}, req.Header)
 			if answer, ok := r.take(ctx, body, scope); ok && valid {
+				resp, status := answer()
 				w.Header().Set("Content-Type", "application/json")
-				_, _ = w.Write(answer())
+				w.WriteHeader(status)
+				_, _ = w.Write(resp)
 				return
 			}
 		}
@@ -143,7 +145,8 @@ func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.R
 				}
 				go func() {
 					defer calls.Done()
-					_, _ = lw.Write(append(answer(), '\n'))
+					resp, _ := answer()
+					_, _ = lw.Write(append(resp, '\n'))
 				}()
 				line = nil
 			}
