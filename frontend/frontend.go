@@ -340,7 +340,7 @@ func (f *Frontend) HTTPHandler() (http.Handler, *server.StreamableHTTPServer) {
 		server.WithHTTPContextFunc(httpContext),
 		server.WithStreamableHTTPLogger(f.log),
 	)
-	f.bodies = newBodyLimit(f.taskHTTP(srv, bindSessions(forgetInitialized(h))), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
+	f.bodies = newBodyLimit(f.taskHTTP(srv, sessionsOutliveDelete(bindSessions(forgetInitialized(h)))), f.cfg.MaxRequestBytes, f.cfg.RequestBudget, f.cfg.BodyTimeout, f.log)
 	mux := http.NewServeMux()
 	mux.Handle("/mcp", f.refuseRevoked(f.boundCallers(f.bodies)))
 	f.mountProbe(mux)

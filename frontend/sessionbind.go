@@ -7,6 +7,7 @@ import (
 	"net/http"
 
 	"github.com/codexec/codexec/frontend/auth"
+	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
 )
 
@@ -94,6 +95,32 @@ func forgetInitialized(next http.Handler) http.Handler {
 		del.Host, del.RemoteAddr = r.Host, r.RemoteAddr // as the initialize's, which the server let in
 		del.Header.Set(server.HeaderKeySessionID, sid)
 		next.ServeHTTP(discardResponse{}, del)
+	})
+}
+
+// sessionsOutliveDelete answers a DELETE, a client's request to end its
+// session, with 405: a session id here is valid on every frontend, checked
+// by its form and looked up nowhere (sessionIDs), so no frontend can end it,
+// and its files and jobs stay reachable with it. The 200 that mcp-go gave
+// said the session was ended, after which the transport's specification
+// wants every request of that id refused with 404, while the id went on
+// working. 405 is the answer the specification gives a server that does
+// not let clients end sessions; the official SDKs take it as such. What
+// this frontend's transport held for the id (its GET stream's channel) is
+// still dropped, as before.
+func sessionsOutliveDelete(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodDelete {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if r.Header.Get(server.HeaderKeySessionID) != "" {
+			next.ServeHTTP(discardResponse{}, r)
+		}
+		w.Header().Set("Allow", "GET, POST")
+		writeRPCError(w, http.StatusMethodNotAllowed, mcp.INVALID_REQUEST,
+			"this server does not end sessions on request: a session id stays valid on every frontend, with its "+
+				"files and jobs, until they expire; a client that is done with it just stops using it")
 	})
 }
 

@@ -190,3 +190,49 @@ func newSessionID() string {
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("mcp-session-%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
 }
+
+// A DELETE of a session is answered 405, and the session goes on working:
+// its id is valid on every frontend and ends nowhere, so the 200 mcp-go
+// gave (the session ended, its id to be refused with 404 from then on)
+// was untrue. With or without a session id, the answer says why.
+func TestHTTPDeleteOfASessionIsRefusedAndTheSessionLives(t *testing.T) {
+	t.Parallel()
+	fx := startHTTP(t)
+	c, err := client.NewStreamableHttpClient(fx.url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	req := mcp.InitializeRequest{}
+	req.Params.ProtocolVersion = legacyVersion
+	req.Params.ClientInfo = mcp.Implementation{Name: "delete", Version: "0"}
+	if _, err := c.Initialize(t.Context(), req); err != nil {
+		t.Fatal(err)
+	}
+	sid := c.GetSessionId()
+	if res, _ := callTool[FileResult](t, c, "initialize_code_file", map[string]any{"content": "kept", "filename": "mine"}); res.IsError {
+		t.Fatal(textOf(res))
+	}
+	for _, id := range []string{sid, ""} {
+		del, _ := http.NewRequest(http.MethodDelete, fx.url, nil)
+		if id != "" {
+			del.Header.Set("Mcp-Session-Id", id)
+		}
+		del.Header.Set("MCP-Protocol-Version", legacyVersion)
+		resp, err := http.DefaultClient.Do(del)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, POST" {
+			t.Errorf("DELETE with session id %q: %d, Allow %q, want 405 and GET, POST", id, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+		if !strings.Contains(string(body), "does not end sessions") {
+			t.Errorf("DELETE with session id %q answered %s", id, body)
+		}
+	}
+	if res, _ := callTool[FileResult](t, c, "read_code_file", map[string]any{"file_path": "mine.py"}); res.IsError || textOf(res) != "kept" {
+		t.Errorf("after the DELETE, the session's file: %s", textOf(res))
+	}
+}
