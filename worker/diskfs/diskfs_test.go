@@ -532,3 +532,28 @@ func TestCreateKilledLeavesNoImage(t *testing.T) {
 		t.Errorf("Create over an image: %v, want it refused", err)
 	}
 }
+
+// A session's file system has at most MaxInodes inodes: each one's 256
+// bytes of inode table take the host's disk once used and count against no
+// limit, so at mkfs.ext4's one per 16 KiB a 32 GiB image let a job under a
+// 64 MiB limit grow it by 231 MB with 400,000 empty files (and by about 575
+// MB with all of them). A small file system keeps one per 16 KiB.
+func TestInodesBounded(t *testing.T) {
+	for _, tc := range []struct {
+		size     int64
+		min, max uint64
+	}{
+		{32 << 30, MaxInodes / 2, MaxInodes},
+		{256 << 20, 8192, 16384},
+	} {
+		f := mounted(t, tc.size)
+		var st unix.Statfs_t
+		if err := unix.Statfs(f.dir, &st); err != nil {
+			t.Fatal(err)
+		}
+		if st.Files < tc.min || st.Files > tc.max {
+			t.Errorf("a file system of %d MiB has %d inodes (%d MiB of inode tables), want %d to %d",
+				tc.size>>20, st.Files, st.Files*256>>20, tc.min, tc.max)
+		}
+	}
+}
