@@ -75,12 +75,27 @@ type bodyLimit struct {
 	mu    sync.Mutex
 	free  int64         // budget left
 	freed chan struct{} // closed, and replaced, whenever budget comes back
+	// Bodies of at most mediumRequest bytes draw on a budget of their own,
+	// midFree of mediumBudget (guarded by mu, told by freed): a request
+	// that declares a huge body holds the main budget for as long as it
+	// takes to send, and every call with 100 KiB of code waited behind it.
+	midFree int64
 
 	waiting atomic.Int64 // requests waiting for budget now (tests watch it)
 }
 
+// mediumRequest is the largest body that draws on the medium budget
+// (bodyLimit.midFree) rather than the main one, and mediumBudget that
+// budget's size: a frontend holds at most about five times it in medium
+// bodies, beside what the main budget bounds.
+const (
+	mediumRequest = 1 << 20
+	mediumBudget  = 16 << 20
+)
+
 func newBodyLimit(next http.Handler, maxBody, budget int64, bodyTimeout time.Duration, log *slog.Logger) *bodyLimit {
 	return &bodyLimit{next: next, max: maxBody, large: min(largeRequest, maxBody), free: max(budget, maxBody),
+		midFree:     min(mediumBudget, max(budget, maxBody)),
 		bodyTimeout: bodyTimeout, paceGrace: paceGrace, minRate: minBodyRate, freed: make(chan struct{}), log: log}
 }
 
@@ -242,8 +257,19 @@ func (l *bodyLimit) refuse(w http.ResponseWriter, n int64) {
 	writeRPCError(w, http.StatusRequestEntityTooLarge, mcp.INVALID_REQUEST, msg)
 }
 
-// acquire takes n bytes of the budget, waiting while it lacks them; false
-// when ctx ended first. n is never above the whole budget.
+// pool is the budget a body of n bytes draws on: the medium one up to
+// mediumRequest (its size is at least the smaller of mediumBudget and the
+// largest body, so it can hold any such body), else the main one.
+func (l *bodyLimit) pool(n int64) *int64 {
+	if n <= mediumRequest {
+		return &l.midFree
+	}
+	return &l.free
+}
+
+// acquire takes n bytes of the budget its size draws on (pool), waiting
+// while it lacks them; false when ctx ended first. n is never above the
+// whole budget.
 func (l *bodyLimit) acquire(ctx context.Context, n int64) bool {
 	counted := false
 	defer func() {
@@ -251,10 +277,11 @@ func (l *bodyLimit) acquire(ctx context.Context, n int64) bool {
 			l.waiting.Add(-1)
 		}
 	}()
+	free := l.pool(n)
 	for {
 		l.mu.Lock()
-		if l.free >= n {
-			l.free -= n
+		if *free >= n {
+			*free -= n
 			l.mu.Unlock()
 			return true
 		}
@@ -273,8 +300,9 @@ func (l *bodyLimit) acquire(ctx context.Context, n int64) bool {
 }
 
 func (l *bodyLimit) release(n int64) {
+	free := l.pool(n)
 	l.mu.Lock()
-	l.free += n
+	*free += n
 	close(l.freed)
 	l.freed = make(chan struct{})
 	l.mu.Unlock()

@@ -354,3 +354,54 @@ func TestHTTPDribbledBodyCannotHoldTheBudget(t *testing.T) {
 		t.Errorf("the dribbled body: status %d, want 400", status)
 	}
 }
+
+// A request that declares the largest legal body holds the main budget for
+// as long as it takes to send it; calls with a few hundred KiB of code draw
+// on a budget of their own and do not wait behind it, paced or not. Before,
+// a 100 KiB call waited for the dribbled body to be cut off, and with five
+// dribbling connections taking turns, up to 20 s. A body above the medium
+// size still waits for the main budget.
+func TestHTTPMediumRequestsDoNotWaitBehindAHugeBody(t *testing.T) {
+	fx := startHTTP(t)
+	fx.f.bodies.paceGrace = time.Hour // no pacing: the medium budget alone must let the call through
+	full := fx.f.bodies.freeNow()
+	attacker := fx.rawPost(t, fmt.Sprintf("Content-Length: %d\r\n", fx.maxBody), []byte(`{"jsonrpc":"2.0",`))
+	t.Cleanup(func() { attacker.Close() })
+	for guard := time.Now().Add(time.Minute); fx.f.bodies.freeNow() == full; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatal("the huge body never took the budget")
+		}
+	}
+	post := func(ctx context.Context, pad int) (*http.Response, error) {
+		body := `{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"` +
+			strings.Repeat("a", pad) + `","version":"0"}}}`
+		req, _ := http.NewRequestWithContext(ctx, "POST", fx.url, strings.NewReader(body))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		return http.DefaultClient.Do(req)
+	}
+	for _, pad := range []int{100 << 10, 900 << 10} {
+		ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second) // a guard against a hang; measures nothing
+		resp, err := post(ctx, pad)
+		cancel()
+		if err != nil {
+			t.Fatalf("a %d KiB request while a huge body holds the budget: %v", pad>>10, err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			t.Errorf("a %d KiB request while a huge body holds the budget: status %d", pad>>10, resp.StatusCode)
+		}
+	}
+	// 2 MiB is no medium body: it waits for the main budget, unread.
+	go func() {
+		resp, err := post(t.Context(), 2<<20)
+		if err == nil {
+			resp.Body.Close()
+		}
+	}()
+	for guard := time.Now().Add(time.Minute); fx.f.bodies.waiting.Load() != 1; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(guard) {
+			t.Fatal("a 2 MiB request did not wait for the main budget held by the huge body")
+		}
+	}
+}
