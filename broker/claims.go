@@ -136,6 +136,32 @@ func (b *Broker) TakeOverClaim(ctx context.Context, jobID string, c Claim, rev u
 	return HeldClaim{Claim: c, Revision: newRev}, nil
 }
 
+// ConfirmClaim rewrites jobID's claim, unchanged, if it is still at
+// revision held.Revision, and returns it at its new revision. A worker
+// confirms its claim when its attempt has finished, before it saves the
+// session's files or stores the result: a worker that took the claim over
+// meanwhile (judging the holder dead while it was stopped or cut off)
+// wrote at that revision first, and this returns ErrClaimChanged; a
+// takeover that read the claim before the confirmation fails instead. So
+// of two attempts of one job, exactly one keeps what it did.
+func (b *Broker) ConfirmClaim(ctx context.Context, jobID string, held HeldClaim) (HeldClaim, error) {
+	if !idRe.MatchString(jobID) {
+		return HeldClaim{}, fmt.Errorf("broker: confirm claim: invalid job id %q", jobID)
+	}
+	data, err := json.Marshal(held.Claim)
+	if err != nil {
+		return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, err)
+	}
+	newRev, err := b.claims.Update(ctx, jobID, data, held.Revision)
+	if isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
+		return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, ErrClaimChanged)
+	}
+	if err != nil {
+		return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, err)
+	}
+	return HeldClaim{Claim: held.Claim, Revision: newRev}, nil
+}
+
 // ReleaseClaim deletes jobID's claim if it is still at revision rev, so that
 // the next delivery of the job claims it at once. A worker releases a
 // claim when it gives a job back without a result.

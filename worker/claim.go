@@ -163,6 +163,55 @@ type jobClaim struct {
 	w    *Worker
 	job  string
 	held broker.HeldClaim
+	// confirmed: confirm ran (once per attempt); superseded: it found the
+	// claim taken over by another attempt.
+	confirmed, superseded bool
+}
+
+type claimKey struct{}
+
+// withClaim returns ctx carrying c, for confirmClaim.
+func withClaim(ctx context.Context, c *jobClaim) context.Context {
+	return context.WithValue(ctx, claimKey{}, c)
+}
+
+// confirmClaim confirms the claim that ctx carries (broker.ConfirmClaim),
+// once: it runs when the job's attempt has finished, before the session's
+// files are saved and the result stored. It reports false when another
+// worker took the job over meanwhile (this worker was stopped or cut off
+// long enough to be judged dead): that attempt's files and result are the
+// session's, and this one must write neither. Failures other than a
+// changed claim are retried while ctx lasts (NATS away); a ctx that ends
+// first leaves the attempt to go on as before.
+func (w *Worker) confirmClaim(ctx context.Context, log *slog.Logger) bool {
+	c, _ := ctx.Value(claimKey{}).(*jobClaim)
+	if c == nil {
+		return true
+	}
+	if c.confirmed {
+		return !c.superseded
+	}
+	delay := 200 * time.Millisecond
+	for warned := false; ; warned = true {
+		held, err := w.broker.ConfirmClaim(ctx, c.job, c.held)
+		if err == nil {
+			c.held, c.confirmed = held, true
+			return true
+		}
+		if errors.Is(err, broker.ErrClaimChanged) {
+			c.confirmed, c.superseded = true, true
+			log.Warn("another worker took this job over while it ran here (this worker was judged dead); "+
+				"its files and result are kept, this attempt's are not", "err", err)
+			return false
+		}
+		if !warned {
+			log.Warn("confirm claim failed; retrying while the job stays claimed", "err", err)
+		}
+		if !sleepCtx(ctx, delay) {
+			return true
+		}
+		delay = min(2*delay, 2*time.Second)
+	}
 }
 
 // end says that the handler is done with the job.

@@ -402,3 +402,66 @@ func waitLogEither(ctx context.Context, t *testing.T, logs *lockedBuffer, a, b s
 		}
 	}
 }
+
+// A worker whose claim was taken over while its attempt ran (it was stopped,
+// SIGSTOP, past the claimants record's life, and another worker judged it
+// dead and ran the job) neither saves the session's files nor stores its
+// result once it goes on: those of the attempt that took the job over are
+// the session's. It used to store its result first, which every reader then
+// got, while the other attempt's save replaced the files that result spoke
+// of: a caller's answer and its session's files disagreed, and what the
+// answer said was written was lost.
+func TestSupersededAttemptKeepsNothing(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fx := newLifecycleFixture(t)
+	logs := &lockedBuffer{}
+	w, err := New(Config{
+		ID: "stopped", DataDir: fx.dataDir, ExecMode: ExecSpawn, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "superseded-scope",
+		Code:     "import time\nopen('log', 'a').write('stopped\\n')\ntime.sleep(2)\nprint('ran on stopped')",
+		Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+	}
+	if err := fx.broker.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitLog(ctx, t, logs, "job started")
+	held, found, err := fx.broker.GetClaim(ctx, job.ID)
+	if err != nil || !found {
+		t.Fatalf("claim: found=%v err=%v", found, err)
+	}
+	// Another worker takes the claim over, as one that found this worker's
+	// record lapsed would, and is still running the job.
+	if _, err := fx.broker.TakeOverClaim(ctx, job.ID, broker.Claim{Worker: "x", Instance: "x@1", Attempt: 2}, held.Revision); err != nil {
+		t.Fatal(err)
+	}
+	beatAs(t, fx.store, w, "x", "x@1", job.ID)
+	waitLog(ctx, t, logs, "another worker took this job over")
+	time.Sleep(time.Second)
+	if res, err := fx.broker.GetResult(ctx, job.ID); err == nil {
+		t.Errorf("the superseded attempt stored its result: %+v", res)
+	}
+	if rec, err := w.readWorkspace(ctx, job.Scope); err != nil || rec.Worker == "stopped" {
+		t.Errorf("the superseded attempt recorded its files as the session's: %+v %v", rec, err)
+	}
+	// The attempt that took the job over stores its result: the one every
+	// reader gets.
+	theirs := &wire.Result{JobID: job.ID, Status: wire.StatusOK, Stdout: "ran on x\n", WorkerID: "x", Attempt: 2}
+	if _, err := fx.broker.PutResult(ctx, theirs); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.broker.WaitResult(ctx, job.ID)
+	if err != nil || res.WorkerID != "x" {
+		t.Errorf("result %+v %v, want x's", res, err)
+	}
+}

@@ -64,7 +64,7 @@ func (w *Worker) runFiles(ctx context.Context, job *wire.Job, attempt int, log *
 		data, err = readBeneath(cwd, op.Path, op.Offset, op.Length)
 	} else {
 		data, err = w.writeUpload(cwd, op.Path, job.Code, uid, set.Disk, disk)
-		if err == nil {
+		if err == nil && w.confirmClaim(ctx, log) {
 			w.saveWorkspace(ctx, ws, job.ID, cwd, log)
 		}
 		w.reportJobWorkdir(ctx, job, disk, cwd, log)

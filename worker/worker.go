@@ -470,6 +470,7 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	defer stopWatch()
 	jctx, stopRevokedWatch, revokedAt, revoked := w.watchRevoked(jctx, job)
 	defer stopRevokedWatch()
+	jctx = withClaim(jctx, claim)
 	var res *wire.Result
 	if cancelled {
 		log.Info("job cancelled before it started; not running it")
@@ -496,6 +497,12 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		// and the claim goes, so that the next delivery runs it at once.
 		log.Info("job interrupted by shutdown; leaving it for another worker")
 		claim.release(log)
+		return
+	}
+	if !w.confirmClaim(withClaim(ctx, claim), log) {
+		// Another attempt owns the job now; its result answers this
+		// delivery once stored (a redelivery waits for it).
+		_ = d.Nak(time.Second)
 		return
 	}
 	tRan := time.Now()
@@ -726,7 +733,10 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	res.StartedAt, res.FinishedAt = started, time.Now().UTC()
 	res.ScriptPath = script
 	res.GPU = gj.usage()
-	saveNote := w.saveWorkspace(ctx, ws, job.ID, cwd, log)
+	saveNote := ""
+	if w.confirmClaim(ctx, log) {
+		saveNote = w.saveWorkspace(ctx, ws, job.ID, cwd, log)
+	}
 	w.reportJobWorkdir(ctx, job, disk, cwd, log)
 	if !facts.started() {
 		telemetry.SandboxFailed("start")
