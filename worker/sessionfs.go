@@ -50,6 +50,8 @@ type sessionFS struct {
 	max          int
 	idle         time.Duration
 	log          *slog.Logger
+	// dropped is told of a session whose image dropReadOnly removed.
+	dropped func(scope string) error
 
 	tmplPath  string        // the template image
 	tmplReady chan struct{} // closed once the template is made, or not
@@ -88,6 +90,7 @@ func (w *Worker) setupSessionFS(ctx context.Context) {
 		w.log.Warn("no session file systems: the disk limit is measured every 100 ms, and a fast writer can pass it between two samples", "reason", err)
 		return
 	}
+	s.dropped = w.forgetCopy
 	w.sessionFS = s
 	w.log.Info("session file systems ready: the kernel enforces the disk limit", "size", s.size, "max_mounted", s.max, "idle", s.idle)
 }
@@ -286,11 +289,21 @@ func (s *sessionFS) acquire(ctx context.Context, scope string) (*sessionDisk, er
 	defer s.scopes.lock(scope)()
 	s.mu.Lock()
 	if d := s.disks[scope]; d != nil {
-		d.users++
+		if d.users > 0 || !d.fs.ReadOnly() {
+			d.users++
+			s.mu.Unlock()
+			return d, nil
+		}
 		s.mu.Unlock()
-		return d, nil
+		if err := s.dropReadOnly(scope, d.fs); err != nil {
+			return nil, err
+		}
+		s.mu.Lock()
+		delete(s.disks, scope)
+		s.mu.Unlock()
+	} else {
+		s.mu.Unlock()
 	}
-	s.mu.Unlock()
 	dir := filepath.Join(s.root, scope)
 	if plain, err := plainDir(dir); err != nil || plain {
 		if plain {
@@ -300,6 +313,13 @@ func (s *sessionFS) acquire(ctx context.Context, scope string) (*sessionDisk, er
 	}
 	s.makeRoom()
 	f, err := s.mount(ctx, scope, dir)
+	if err == nil && f.ReadOnly() {
+		// Mounted read-only (errors=remount-ro, at the mount): dropped
+		// too, and made again.
+		if err = s.dropReadOnly(scope, f); err == nil {
+			f, err = s.mount(ctx, scope, dir)
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -308,6 +328,38 @@ func (s *sessionFS) acquire(ctx context.Context, scope string) (*sessionDisk, er
 	s.disks[scope] = d
 	s.mu.Unlock()
 	return d, nil
+}
+
+// dropReadOnly unmounts scope's read-only file system f (diskfs.FS.ReadOnly:
+// the kernel made it so after a write its image could not take, the disk
+// under DataDir full when the page cache was written back, or an I/O error;
+// every job of the session would fail on it, even once the disk has room)
+// and removes its image, so that the session's next mount makes a new one,
+// and tells the
+// worker (dropped) that its copy of the session's files is gone: the next
+// job restores the session's last saved snapshot, which holds what the jobs
+// wrote up to their last save (a snapshot is read through the page cache,
+// writes the image lost included).
+func (s *sessionFS) dropReadOnly(scope string, f *diskfs.FS) error {
+	s.log.Error("a session's file system went read-only (its image could not be written: the data directory's disk full, "+
+		"or an I/O error); its image is dropped and the session's files are restored from its last saved snapshot", "scope", scope)
+	// Forgotten first: a copy still remembered would be taken, empty,
+	// for the session's files, and saved over its snapshot.
+	if s.dropped != nil {
+		if err := s.dropped(scope); err != nil {
+			return fmt.Errorf("its file system went read-only, and the worker could not forget its copy: %w", err)
+		}
+	}
+	if err := f.Unmount(); err != nil {
+		return err
+	}
+	image := filepath.Join(s.images, scope+".img")
+	// Its loop device goes with the unmount, asynchronously: the image
+	// is removed all the same (the device holds it open until then).
+	if err := os.Remove(image); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
 }
 
 // plainDir says whether dir is a directory with files that is not a mount

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/oklog/ulid/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/codexec/codexec/broker"
 	"github.com/codexec/codexec/wire"
@@ -473,5 +474,75 @@ print('written')`
 	}
 	if du := DiskUsage(sessionWork(b, over)); du > 20<<20 {
 		t.Errorf("the workspace restored over an older copy takes %d KiB, over its 20 MiB limit", du>>10)
+	}
+}
+
+// A session whose file system the kernel made read-only (its image could
+// not be written back: the data directory's disk was full) gets a new one
+// at its next call once the disk has room, with its files restored from
+// their last saved snapshot. Every later call of the session used to fail
+// ("set the disk limit: ... read-only file system"), even once the disk had
+// room again.
+func TestReadOnlySessionFSIsMadeAgain(t *testing.T) {
+	needSessionFS(t)
+	fx := newLifecycleFixture(t)
+	data := t.TempDir()
+	if err := unix.Mount("tmpfs", data, "tmpfs", 0, "size=160m"); err != nil {
+		t.Skipf("no tmpfs for the data directory: %v", err)
+	}
+	t.Cleanup(func() { _ = unix.Unmount(data, unix.MNT_DETACH) })
+	w, err := New(Config{
+		ID: "full", DataDir: data, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"), ExecMode: ExecSpawn,
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	if w.sessionFS == nil {
+		t.Fatal("the worker has no session file systems where diskfs works")
+	}
+	const scope = "readonly-scope"
+	if res := runDiskJob(t, fx, scope, "open('keep.txt', 'w').write('kept')", 20); res.Status != wire.StatusOK {
+		t.Fatalf("first job: %s: %s %s", res.Status, res.Message, res.Stderr)
+	}
+	// The data directory's disk fills up; a job writes 5 MB, answered ok
+	// from the page cache, which cannot be written back to the image.
+	unix.Sync()
+	var st unix.Statfs_t
+	if err := unix.Statfs(data, &st); err != nil {
+		t.Fatal(err)
+	}
+	filler := filepath.Join(data, "filler")
+	if err := os.WriteFile(filler, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	f, err := os.OpenFile(filler, os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Fallocate(int(f.Fd()), 0, 0, int64(st.Bavail)*st.Bsize-64<<10); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if res := runDiskJob(t, fx, scope, "open('big', 'wb').write(b'y' * 5_000_000)", 20); res.Status != wire.StatusOK {
+		t.Fatalf("job writing 5 MB: %s: %s %s", res.Status, res.Message, res.Stderr)
+	}
+	unix.Sync()
+	dir := filepath.Join(w.sessionsRoot(), scope)
+	if err := os.WriteFile(filepath.Join(dir, diskfs.Work, "probe"), nil, 0o600); !errors.Is(err, unix.EROFS) {
+		t.Skipf("the file system did not go read-only when its image could not be written: write %v", err)
+	}
+	if err := os.Remove(filler); err != nil {
+		t.Fatal(err)
+	}
+	res := runDiskJob(t, fx, scope, "import os; print(open('keep.txt').read(), os.path.getsize('big')); open('more.txt', 'w').write('more')", 20)
+	if res.Status != wire.StatusOK || res.Stdout != "kept 5000000\n" {
+		t.Fatalf("job after the file system went read-only: %s: %s %q %s", res.Status, res.Message, res.Stdout, res.Stderr)
 	}
 }

@@ -149,6 +149,20 @@ func (w *Worker) copyIsNewest(ctx context.Context, scope string, local localWork
 	return err == nil && stored
 }
 
+// forgetCopy records that this worker holds no copy of scope's files (its
+// session file system was dropped): the next job restores the recorded
+// snapshot, and a job while the record cannot be read is refused rather
+// than run on an empty directory.
+// It removes the worker's record of its copy, which needs no free block of
+// a disk that may be full.
+func (w *Worker) forgetCopy(scope string) error {
+	defer w.workspaces.lock(scope)()
+	if err := os.Remove(w.localWorkspacePath(scope)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // snapshotName is the object holding the snapshot of scope taken after
 // job snapshot.
 func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + snapshot }

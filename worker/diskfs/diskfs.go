@@ -408,6 +408,23 @@ func (f *FS) Avail() (int64, error) {
 	return avail, err
 }
 
+// ReadOnly says whether the file system can no longer be written: mounted
+// read-only, or made read-only by ext4 itself after an error (its journal
+// aborted; newer kernels keep the mount "rw" and mark it emergency_ro, which
+// statfs does not show), found by opening the ballast for writing.
+func (f *FS) ReadOnly() bool {
+	var st unix.Statfs_t
+	if unix.Statfs(f.dir, &st) == nil && st.Flags&unix.ST_RDONLY != 0 {
+		return true
+	}
+	b, err := os.OpenFile(filepath.Join(f.dir, ballastName), os.O_RDWR|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return errors.Is(err, unix.EROFS)
+	}
+	_ = b.Close()
+	return false
+}
+
 // Unmount unmounts the file system; its loop device goes with it. A file
 // system still in use (EBUSY) is detached, and goes when its last user
 // does.
