@@ -110,3 +110,44 @@ func (b *Broker) HasWorkspace(ctx context.Context, name string) (bool, error) {
 	}
 	return !info.Deleted, nil
 }
+
+// LinkWorkspace makes link (an object of the workspaces store that is a
+// link) name the stored snapshot target, replacing what it named before: a
+// session's newest snapshot, found by a name that does not change, for when
+// the state store has lost the session's record.
+func (b *Broker) LinkWorkspace(ctx context.Context, link, target string) error {
+	store, err := b.workspaces(ctx)
+	if err != nil {
+		return err
+	}
+	info, err := store.GetInfo(ctx, target)
+	if err == nil {
+		_, err = store.AddLink(ctx, link, info)
+	}
+	if err != nil {
+		return fmt.Errorf("broker: link workspace %s to %s: %w", link, target, err)
+	}
+	return nil
+}
+
+// LinkedWorkspace returns the name of the snapshot that link names, and
+// whether that snapshot is stored; a missing link is no error.
+func (b *Broker) LinkedWorkspace(ctx context.Context, link string) (string, bool, error) {
+	store, err := b.workspaces(ctx)
+	if err != nil {
+		return "", false, err
+	}
+	info, err := store.GetInfo(ctx, link)
+	if errors.Is(err, jetstream.ErrObjectNotFound) {
+		return "", false, nil
+	}
+	if err != nil {
+		return "", false, fmt.Errorf("broker: workspace link %s: %w", link, err)
+	}
+	if info.Deleted || info.Opts == nil || info.Opts.Link == nil || info.Opts.Link.Bucket != WorkspacesBucket {
+		return "", false, nil
+	}
+	name := info.Opts.Link.Name
+	stored, err := b.HasWorkspace(ctx, name)
+	return name, stored, err
+}

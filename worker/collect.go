@@ -241,7 +241,10 @@ func (w *Worker) removeScope(ctx context.Context, scope string, n wire.Collected
 			return err
 		}
 	}
-	return nil
+	if w.cfg.LocalWorkspaces {
+		return nil
+	}
+	return w.broker.DeleteWorkspace(ctx, latestName(scope))
 }
 
 // scopePath is root/scope+suffix, for a valid scope only, and only when

@@ -163,6 +163,25 @@ func (w *Worker) forgetCopy(scope string) error {
 	return nil
 }
 
+// latestName is the link of the workspaces store that names scope's newest
+// stored snapshot (broker.LinkWorkspace), written after each save: what
+// finds the session's files when the state store has lost its record.
+func latestName(scope string) string { return "latest-" + scope }
+
+// latestSnapshot returns the id of scope's newest stored snapshot as its
+// link names it; "" when there is none.
+func (w *Worker) latestSnapshot(ctx context.Context, scope string) (string, error) {
+	name, stored, err := w.broker.LinkedWorkspace(ctx, latestName(scope))
+	if err != nil || !stored {
+		return "", err
+	}
+	id, ok := strings.CutPrefix(name, snapshotName(scope, ""))
+	if !ok || !wire.ValidSnapshot(id) {
+		return "", nil
+	}
+	return id, nil
+}
+
 // snapshotName is the object holding the snapshot of scope taken after
 // job snapshot.
 func snapshotName(scope, snapshot string) string { return "ws-" + scope + "-" + snapshot }
@@ -197,6 +216,19 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 		log.Warn("workspace record unreadable; the job runs on this worker's copy, the newest it knows", "err", err)
 		j.away = true
 		return j, nil
+	}
+	if rec.Snapshot == "" {
+		// No record: a new session, or one whose record the state store
+		// lost (restarted empty, or from an older copy). Run on whatever
+		// copy this worker has, an empty directory where it has none, the
+		// job would answer ok without the session's files and save that
+		// as the session's; its newest snapshot is restored instead.
+		if id, err := w.latestSnapshot(ctx, scope); err != nil {
+			log.Warn("look for the session's newest snapshot", "err", err)
+		} else if id != "" {
+			log.Warn("the session's record is missing from the state store but its files are stored: restoring them", "snapshot", id)
+			rec = wire.Workspace{V: wire.Version, Snapshot: id, Stored: true}
+		}
 	}
 	j.rec, j.known = rec, true
 	if holder := rec.Worker == w.cfg.ID && rec.Snapshot == j.local.Snapshot; holder != j.local.Holder {
@@ -341,6 +373,11 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		t0 := time.Now()
 		rec.Snapshot = jobID
 		rec.Stored = !tooLarge && w.putSnapshot(ctx, j, jobID, cwd, log)
+		if rec.Stored {
+			if err := w.broker.LinkWorkspace(ctx, latestName(j.scope), snapshotName(j.scope, jobID)); err != nil {
+				log.Warn("link the session's newest snapshot", "err", err)
+			}
+		}
 		rec.SavedAt = time.Now().UTC()
 		j.local = localWorkspace{Snapshot: jobID, Manifest: m}
 		log.Info("workspace saved", "snapshot", jobID, "stored", rec.Stored, "ms", time.Since(t0).Milliseconds())

@@ -379,3 +379,48 @@ func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
 		t.Errorf("the file written while the store was away is not in the saved snapshot: %v", err)
 	}
 }
+
+// A session whose record the state store lost (Redis restarted empty, or
+// from an older copy) keeps its files: the worker that runs its next job,
+// finding no record, restores the session's newest snapshot. It used to run
+// the job on its own copy, an empty directory, answer ok, and save that as
+// the session's files (a fault run: Redis emptied after three appends to a
+// session's file, the next call found none of them).
+func TestWorkspaceKeptWhenItsRecordIsLost(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	a := &Worker{cfg: Config{ID: "lost-a", DataDir: t.TempDir()}, broker: br, store: st}
+	b := &Worker{cfg: Config{ID: "lost-b", DataDir: t.TempDir()}, broker: br, store: st}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	const scope = "lost-record-scope"
+	cwdA, cwdB := t.TempDir(), t.TempDir()
+	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 1<<20, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cwdA, "log"), []byte("line0\nline1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.saveWorkspace(ctx, j, ulid.Make().String(), cwdA, log)
+	if err := st.Delete(ctx, a.cfg.Keys.Workspace(scope)); err != nil {
+		t.Fatal(err)
+	}
+	j, err = b.restoreWorkspace(ctx, scope, cwdB, os.Getuid(), nil, 1<<20, wire.NoHolder, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if data, err := os.ReadFile(filepath.Join(cwdB, "log")); err != nil || string(data) != "line0\nline1\n" {
+		t.Fatalf("the session's file on the next worker, with its record lost: %q %v", data, err)
+	}
+	b.saveWorkspace(ctx, j, ulid.Make().String(), cwdB, log)
+	if rec, err := b.readWorkspace(ctx, scope); err != nil || rec.Worker != "lost-b" || !rec.Stored {
+		t.Errorf("record after the next job: %+v %v, want lost-b's, stored", rec, err)
+	}
+}
