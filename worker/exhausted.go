@@ -54,11 +54,23 @@ func (w *Worker) exhausted(e *broker.ExhaustedJob) {
 	job := e.Job
 	log := jobLogger(w.log, job, e.Deliveries)
 	wctx, wcancel := context.WithTimeout(ctx, exhaustedWait)
-	over := w.lastAttemptOver(wctx, job.ID)
+	over, held, claimed := w.lastAttemptOver(wctx, job.ID)
 	wcancel()
 	if !over {
 		log.Warn("job's deliveries ran out while an attempt still runs (or its holder cannot be told); its result will be the job's")
 		return
+	}
+	if claimed {
+		// The claim is taken over before the failure is stored: a holder
+		// judged dead that was only stopped, resumed, then fails to
+		// confirm its claim and keeps neither its files nor its result,
+		// so the job reported failed leaves nothing behind; a holder that
+		// confirmed first makes this fail, and its result is the job's.
+		mine := broker.Claim{Worker: w.cfg.ID, Instance: w.instance(), Attempt: e.Deliveries, At: time.Now().UTC()}
+		if _, err := w.broker.TakeOverClaim(ctx, job.ID, mine, held.Revision); err != nil {
+			log.Warn("job's deliveries ran out, but its claim could not be taken over; its holder's result, if any, will be the job's", "err", err)
+			return
+		}
 	}
 	res := w.result(job, e.Deliveries, wire.StatusInternal, fmt.Sprintf(
 		"the job's deliveries ran out (%d, the most a job gets) and no attempt finished: each worker that took it stopped or died first; it is not tried again",
@@ -76,15 +88,15 @@ func (w *Worker) exhausted(e *broker.ExhaustedJob) {
 // lastAttemptOver reports whether no attempt of job runs: it has no claim,
 // or its claim's holder is dead, or alive without listing the job for two
 // renewals (the rules of awaitClaim). It reports false when the holder
-// runs the job, or when ctx ends before that can be told.
-func (w *Worker) lastAttemptOver(ctx context.Context, job string) bool {
-	var held broker.HeldClaim
+// runs the job, or when ctx ends before that can be told. held is the
+// claim it judged, when claimed.
+func (w *Worker) lastAttemptOver(ctx context.Context, job string) (over bool, held broker.HeldClaim, claimed bool) {
 	var firstBeat uint64
 	seen := false
 	for {
 		cur, found, err := w.broker.GetClaim(ctx, job)
 		if err == nil && !found {
-			return true
+			return true, held, false
 		}
 		if err == nil {
 			if cur.Revision != held.Revision {
@@ -93,17 +105,17 @@ func (w *Worker) lastAttemptOver(ctx context.Context, job string) bool {
 			state, beat := w.holder(ctx, held, job)
 			switch {
 			case state == holderRunning:
-				return false
+				return false, held, true
 			case state == holderDead:
-				return true
+				return true, held, true
 			case state == holderAlive && !seen:
 				firstBeat, seen = beat, true
 			case state == holderAlive && beat >= firstBeat+2:
-				return true
+				return true, held, true
 			}
 		}
 		if !sleepCtx(ctx, claimPoll) {
-			return false
+			return false, held, held.Revision != 0
 		}
 	}
 }

@@ -2,6 +2,7 @@ package worker
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"path/filepath"
 	"strings"
@@ -152,5 +153,29 @@ func TestExhaustedJobStillRunningKeepsItsResult(t *testing.T) {
 	res, err := ef.b.GetResult(ctx, ef.job.ID)
 	if err != nil || res.WorkerID != "x" || res.Status != wire.StatusOK {
 		t.Errorf("result %+v %v, want x's", res, err)
+	}
+}
+
+// A job stored as failed because its deliveries ran out, its holder judged
+// dead, has its claim taken over first: a holder that was only stopped
+// (SIGSTOP), resumed, then fails to confirm its claim, and keeps neither
+// its files nor its result. Its claim used to be left as it was: the
+// resumed holder saved the session's files of a job its caller had been
+// told failed and would not be tried again.
+func TestExhaustedJobClaimTakenFromStoppedHolder(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ef := newExhaustedFixture(t)
+	ef.start(t, ctx)
+	xs, found, err := ef.b.GetClaim(ctx, ef.job.ID)
+	if err != nil || !found {
+		t.Fatalf("x's claim: found=%v err=%v", found, err)
+	}
+	res, err := ef.b.WaitResult(ctx, ef.job.ID)
+	if err != nil || res.Status != wire.StatusInternal {
+		t.Fatalf("result %+v %v, want the failure", res, err)
+	}
+	if _, err := ef.b.ConfirmClaim(ctx, ef.job.ID, xs); !errors.Is(err, broker.ErrClaimChanged) {
+		t.Errorf("x, resumed, confirmed its claim (err %v) of a job stored as failed: it would save its files", err)
 	}
 }
