@@ -108,10 +108,20 @@ func forgetInitialized(next http.Handler) http.Handler {
 // not let clients end sessions; the official SDKs take it as such. What
 // this frontend's transport held for the id (its GET stream's channel) is
 // still dropped, as before.
+//
+// A method the transport does not use (PUT, PATCH, OPTIONS, ...) is
+// answered 405 too, where mcp-go answered 404, as if /mcp did not exist.
 func sessionsOutliveDelete(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method != http.MethodDelete {
+		switch r.Method {
+		case http.MethodGet, http.MethodHead, http.MethodPost:
 			next.ServeHTTP(w, r)
+			return
+		case http.MethodDelete:
+		default:
+			w.Header().Set("Allow", "GET, POST")
+			writeRPCError(w, http.StatusMethodNotAllowed, mcp.INVALID_REQUEST,
+				"method "+r.Method+" is not used by MCP's Streamable HTTP transport: send requests with POST, and open a stream with GET")
 			return
 		}
 		if r.Header.Get(server.HeaderKeySessionID) != "" {

@@ -235,4 +235,17 @@ func TestHTTPDeleteOfASessionIsRefusedAndTheSessionLives(t *testing.T) {
 	if res, _ := callTool[FileResult](t, c, "read_code_file", map[string]any{"file_path": "mine.py"}); res.IsError || textOf(res) != "kept" {
 		t.Errorf("after the DELETE, the session's file: %s", textOf(res))
 	}
+	// Methods the transport does not use: 405, not the 404 of a path
+	// that is not there.
+	for _, m := range []string{http.MethodPut, http.MethodPatch, http.MethodOptions} {
+		req, _ := http.NewRequest(m, fx.url, strings.NewReader("{}"))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != "GET, POST" {
+			t.Errorf("%s: %d, Allow %q, want 405 and GET, POST", m, resp.StatusCode, resp.Header.Get("Allow"))
+		}
+	}
 }
