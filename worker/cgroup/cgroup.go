@@ -228,19 +228,7 @@ func (g *Group) Held() int64 {
 	}
 	// One read of memory.stat for both: each read flushes the kernel's
 	// per-CPU counters, and this runs after every job.
-	b, err := g.kept.read(g.l.mem, "memory.stat")
-	if err != nil {
-		return 0
-	}
-	var held int64
-	for line := range strings.Lines(string(b)) {
-		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok && (k == anon || k == "shmem") {
-			if n, err := strconv.ParseInt(v, 10, 64); err == nil {
-				held += n
-			}
-		}
-	}
+	held, _ := readKeyWith(g.kept.read, g.l.mem, "memory.stat", anon, "shmem")
 	return held
 }
 
@@ -589,21 +577,27 @@ func readIntWith(read func(dir, file string) ([]byte, error), dir, file string) 
 	return n
 }
 
-// readKeyWith reads, through read, the value of key in a file of
-// "key value" lines.
-func readKeyWith(read func(dir, file string) ([]byte, error), dir, file, key string) (int64, bool) {
+// readKeyWith reads, through read, the value of a key in a file of
+// "key value" lines; given several keys, the sum of those found. It
+// reports whether any was found.
+func readKeyWith(read func(dir, file string) ([]byte, error), dir, file string, keys ...string) (int64, bool) {
 	b, err := read(dir, file)
 	if err != nil {
 		return 0, false
 	}
+	var sum int64
+	found := false
 	for line := range strings.Lines(string(b)) {
 		k, v, ok := strings.Cut(strings.TrimSpace(line), " ")
-		if ok && k == key {
+		if ok && slices.Contains(keys, k) {
 			n, err := strconv.ParseInt(v, 10, 64)
-			return n, err == nil
+			if err != nil {
+				return 0, false
+			}
+			sum, found = sum+n, true
 		}
 	}
-	return 0, false
+	return sum, found
 }
 
 // checkToken accepts 1 to 64 of A-Z a-z 0-9 . _ -, but not "." or "..":
