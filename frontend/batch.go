@@ -457,21 +457,37 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 		used += size
 		return r
 	}
-	// A job named more than once is read once.
+	// A job named more than once is read once. Jobs are read a few at a
+	// time (batchReads, shared by every call), and each takes its place in
+	// the answer in the order asked: a job waits for the one asked before
+	// it, holding its read slot, so that the first jobs asked are the ones
+	// answered whatever order their reads end in, and a call holds at most
+	// maxBatchReads results not yet fitted.
 	first := make(map[string]int, len(ids))
+	prev := make(chan struct{})
+	close(prev)
+	ended := false
 	for i, jid := range ids {
 		if _, seen := first[jid]; seen {
 			continue
 		}
 		first[jid] = i
-		wg.Go(func() {
+		if !ended {
 			select {
 			case f.batchReads <- struct{}{}:
 			case <-ctx.Done():
-				out[i] = BatchJobResult{JobID: jid, ExitCode: -1, Status: string(wire.StatusInternal), Message: "not read: the call ended; ask again"}
-				return
+				ended = true
 			}
+		}
+		if ended {
+			out[i] = BatchJobResult{JobID: jid, ExitCode: -1, Status: string(wire.StatusInternal), Message: "not read: the call ended; ask again"}
+			continue
+		}
+		before, done := prev, make(chan struct{})
+		prev = done
+		wg.Go(func() {
 			defer func() { <-f.batchReads }()
+			defer close(done)
 			// Once the answer is full, the jobs left are not read: each
 			// finished one would be answered to ask again, and reading
 			// them cost a frontend seconds and its connection to NATS
@@ -480,11 +496,14 @@ func (f *Frontend) getJobResults(ctx context.Context, req mcp.CallToolRequest, s
 			skip := full || used >= budget
 			mu.Unlock()
 			if skip {
+				<-before
 				out[i] = BatchJobResult{JobID: jid, ExitCode: -1, Status: string(statusRunning),
 					Message: fmt.Sprintf("not read: this answer is full (at most %d bytes of output in one answer); ask for it again", budget)}
 				return
 			}
-			out[i] = fit(f.batchJobResult(ctx, bscope, jid))
+			r := f.batchJobResult(ctx, bscope, jid)
+			<-before
+			out[i] = fit(r)
 		})
 	}
 	wg.Wait()

@@ -156,6 +156,41 @@ func TestBatchResultsBounded(t *testing.T) {
 	}
 }
 
+// The jobs asked for first are the ones an answer carries whole, whatever
+// order their reads end in: a first job larger than the others, read
+// last, was answered "ask for it again" beside the smaller ones after it,
+// and a client asking for its jobs in order saw it skipped.
+func TestBatchResultsAnsweredInTheOrderAsked(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	const id = "ordered-results-0001"
+	scope := batchScope(t.Context(), true, id)
+	ids := []any{}
+	for i := range 4 {
+		size := 1 << 20 // 6 MiB as JSON
+		if i == 0 {
+			size = 2 << 20 // 12 MiB as JSON: with any other, past what one answer carries
+		}
+		jid := batchJobID(scope, int64(i), 0)
+		if _, err := jb.b.PutResult(t.Context(), &wire.Result{JobID: jid, Scope: scope, Status: wire.StatusOK,
+			Stdout: strings.Repeat("\x01", size), BatchRow: int64(i)}); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, jid)
+	}
+	for try := range 5 {
+		res, br := callTool[BatchResult](t, jb.c, "get_job_results", map[string]any{"batch_id": id, "job_ids": ids})
+		if res.IsError || len(br.Jobs) != len(ids) {
+			t.Fatalf("get_job_results: %s", textOf(res))
+		}
+		for i, j := range br.Jobs {
+			if whole := j.Status == "ok"; whole != (i == 0) || (!whole && !strings.Contains(j.Message, "ask for it again")) {
+				t.Errorf("try %d, job %d of 4: %s %q (%d bytes of stdout); want only the first answered whole", try, i, j.Status, j.Message, len(j.Stdout))
+			}
+		}
+	}
+}
+
 // A job named many times in one get_job_results call is read once: 256
 // copies of one id were 256 reads of its result, 28 s of the frontend's
 // CPU for a result of 1 MiB per stream. Counted here as the requests the
