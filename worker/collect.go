@@ -221,6 +221,9 @@ func (w *Worker) removeScope(ctx context.Context, scope string, n wire.Collected
 	if mounts, err := diskfs.MountsUnder(dir); err != nil || len(mounts) > 0 {
 		return errors.Join(err, fmt.Errorf("%s has file systems mounted below it: %v", dir, mounts))
 	}
+	if scripts, err := scopePath(w.cfg.ScriptsDir, scope, ""); err == nil {
+		w.scripts.forget(scripts)
+	}
 	for _, p := range []struct{ root, suffix string }{
 		{w.sessionsRoot(), ""}, {w.cfg.ScriptsDir, ""},
 		{filepath.Join(w.cfg.DataDir, "disks"), ".img"},

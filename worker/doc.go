@@ -44,4 +44,6 @@
 //	scripts/<scope>/<id>_<name>.py   the script of each running job (ScriptsDir; the
 //	                          directory 0500, owned by the session's uid, read-only in the sandbox),
 //	                          removed when the job is over, before its result is stored
+//	scripts/<scope>/.free-<id>       the emptied file of an ended job's script, which the
+//	                          session's next job renames to its own (at most 8 per session)
 package worker

@@ -46,6 +46,7 @@ type Worker struct {
 	venvDir    string
 	childExtra map[string]string // variables set in every job's environment
 	exec       runner.Executor   // how jobs run, chosen at Start: spawn, fresh or pool
+	scripts    scriptFiles       // the jobs' scripts, their files reused within a session
 	pool       *runner.Pool      // warm interpreters; nil in spawn mode
 	cache      *envcache.Cache   // built environments
 	caps       envspec.Capabilities
@@ -640,7 +641,7 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 		return w.restoreFailure(job, attempt, set.Disk, err)
 	}
 	script := filepath.Join(scripts, job.ID+"_"+wire.CleanFilename(job.Filename))
-	if err := writeNew(script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
+	if err := w.scripts.write(scripts, script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
 		return w.result(job, attempt, wire.StatusInternal, "save script: "+err.Error())
 	}
 	// The script is the job's copy of its code for as long as the job runs
@@ -649,8 +650,9 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	// and a redelivered job writes it again. Kept, every job's code stayed
 	// on the worker's disk for ever (six 16 MiB calls, 96 MiB
 	// under scripts/). Removed before the result is stored, so a result
-	// never names a script that is still there.
-	defer removeScript(script, log)
+	// never names a script that is still there; its file is emptied and
+	// kept for the session's next job (scriptFiles).
+	defer w.scripts.release(script, job.ID, log)
 
 	timeout := time.Duration(job.TimeoutMS) * time.Millisecond
 	if timeout <= 0 || timeout > w.cfg.MaxTimeout {
