@@ -2,11 +2,13 @@ package worker
 
 import (
 	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 )
@@ -146,32 +148,41 @@ func TestScriptFilesReusedWithinTheirSession(t *testing.T) {
 }
 
 // What a job's script costs the worker: a new file per job against the
-// session's last one reused (scriptFiles), in the worker's data directory.
+// session's last one reused (scriptFiles), in the worker's data directory,
+// one job at a time and eight at once (b.SetParallelism with GOMAXPROCS 1).
 func BenchmarkScriptFile(b *testing.B) {
 	log := slog.New(slog.DiscardHandler)
-	for _, reuse := range []bool{false, true} {
-		name := "new"
-		if reuse {
-			name = "reused"
-		}
-		b.Run(name, func(b *testing.B) {
-			dir := b.TempDir()
-			var s scriptFiles
-			for i := 0; b.Loop(); i++ {
-				id := "J" + strings.Repeat("0", 8) + string(rune('a'+i%26)) + string(rune('a'+i/26%26)) + string(rune('a'+i/676%26))
-				p := filepath.Join(dir, id+"_main.py")
-				if reuse {
-					if err := s.write(dir, p, "print(1)\n"); err != nil {
-						b.Fatal(err)
-					}
-					s.release(p, id, log)
-				} else {
-					if err := writeNew(p, "print(1)\n"); err != nil {
-						b.Fatal(err)
-					}
-					removeScript(p, log)
-				}
+	for _, par := range []int{1, 8} {
+		for _, reuse := range []bool{false, true} {
+			name := fmt.Sprintf("new/jobs=%d", par)
+			if reuse {
+				name = fmt.Sprintf("reused/jobs=%d", par)
 			}
-		})
+			b.Run(name, func(b *testing.B) {
+				dir := b.TempDir()
+				var s scriptFiles
+				var n atomic.Int64
+				b.SetParallelism(par)
+				b.RunParallel(func(pb *testing.PB) {
+					for pb.Next() {
+						id := fmt.Sprintf("J%012d", n.Add(1))
+						p := filepath.Join(dir, id+"_main.py")
+						if reuse {
+							if err := s.write(dir, p, "print(1)\n"); err != nil {
+								b.Error(err)
+								return
+							}
+							s.release(p, id, log)
+						} else {
+							if err := writeNew(p, "print(1)\n"); err != nil {
+								b.Error(err)
+								return
+							}
+							removeScript(p, log)
+						}
+					}
+				})
+			})
+		}
 	}
 }
