@@ -128,6 +128,44 @@ func TestJWTUnknownKeyRefetchRateLimited(t *testing.T) {
 	}
 }
 
+// A request with two Authorization headers is refused, whichever comes
+// first: it used to be authenticated as the first, valid one, whatever the
+// second said (a proxy in front may have checked or set that one).
+func TestTwoAuthorizationHeadersRefused(t *testing.T) {
+	a, lineA, _ := NewToken("acme", "alice")
+	b, lineB, _ := NewToken("other", "bob")
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeFile(t, path, lineA+"\n"+lineB+"\n", time.Now().Add(-time.Hour))
+	tok, err := LoadTokens(path, time.Hour, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	is := authtest.NewIssuer(t)
+	j := newJWT(t, is)
+	jwtA := is.Sign(t, "k1", nil)
+	for name, c := range map[string]struct {
+		a     Authenticator
+		first string
+	}{
+		"tokens, two valid":       {tok, a + "|" + b},
+		"tokens, valid then junk": {tok, a + "|junk"},
+		"tokens, same twice":      {tok, a + "|" + a},
+		"jwt, valid then junk":    {j, jwtA + "|junk"},
+	} {
+		r := httptest.NewRequest("POST", "http://127.0.0.1/mcp", nil)
+		for _, v := range strings.Split(c.first, "|") {
+			r.Header.Add("Authorization", "Bearer "+v)
+		}
+		if id, err := c.a.Authenticate(r); err == nil {
+			t.Errorf("%s: accepted as %+v", name, id)
+		}
+	}
+	// One header still passes.
+	if _, err := tok.Authenticate(bearerReq(a)); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func writeFile(t *testing.T, path, content string, mod time.Time) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

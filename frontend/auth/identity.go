@@ -25,7 +25,16 @@ type Authenticator interface {
 var ErrNoToken = errors.New("auth: no bearer token")
 
 // bearerToken returns the token of an "Authorization: Bearer TOKEN" header.
+//
+// A request with more than one Authorization header is refused: it is
+// malformed (RFC 6750 section 3.1: "uses more than one method for including
+// an access token"), and taking one of them would authenticate the request
+// as whichever header a client put first, while a proxy in front that
+// checked or added another saw a different caller.
 func bearerToken(r *http.Request) (string, error) {
+	if len(r.Header.Values("Authorization")) > 1 {
+		return "", errors.New("auth: more than one Authorization header")
+	}
 	h := r.Header.Get("Authorization")
 	if h == "" {
 		return "", ErrNoToken
