@@ -317,7 +317,20 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 		var p struct {
 			Cursor string `json:"cursor"`
 		}
-		_ = json.Unmarshal(m.Params, &p)
+		if len(m.Params) > 0 && string(m.Params) != "null" {
+			if err := json.Unmarshal(m.Params, &p); err != nil {
+				work = func() (any, *rpcError) {
+					return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "tasks/list: params must be an object with a string cursor"}
+				}
+				break
+			}
+		}
+		if !validTaskCursor(p.Cursor) {
+			work = func() (any, *rpcError) {
+				return nil, &rpcError{Code: mcp.INVALID_PARAMS, Message: "tasks/list: invalid cursor: pass the nextCursor of an earlier tasks/list, or none for the first page"}
+			}
+			break
+		}
 		work = func() (any, *rpcError) { return r.listTasks(ctx, scope, p.Cursor) }
 	case string(mcp.MethodResourcesRead):
 		var p struct {
@@ -790,6 +803,19 @@ func (r *taskRouter) cancelTask(ctx context.Context, scope, id string) (any, *rp
 	}
 	s.cancelled, s.updated = true, time.Now()
 	return mcp.NewCancelTaskResult(s.task()), nil
+}
+
+// validTaskCursor says whether cursor is one listTasks can have returned as
+// nextCursor (a task id, a ULID as it is written), or none. Any other string
+// used to be taken as a position in the list, so that a made-up cursor gave
+// a page that silently skipped tasks, or every task from the first, where
+// the protocol asks for error -32602.
+func validTaskCursor(cursor string) bool {
+	if cursor == "" {
+		return true
+	}
+	id, err := ulid.ParseStrict(cursor)
+	return err == nil && id.String() == cursor
 }
 
 func (r *taskRouter) listTasks(ctx context.Context, scope, cursor string) (any, *rpcError) {

@@ -325,3 +325,34 @@ func TestCancelledTaskLastUpdatedIsTheCancel(t *testing.T) {
 			got.Status, got.LastUpdatedAt, task.CreatedAt, cancelled.LastUpdatedAt)
 	}
 }
+
+// tasks/list refuses a cursor it cannot have returned with -32602, as the
+// protocol asks: any string used to be taken as a position, so "bogus"
+// listed nothing and "0" listed everything, silently.
+func TestTasksListRefusesBogusCursor(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	a := httpSession(t, url)
+	first := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(1)"}))
+	second := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(2)"}))
+	ctx := t.Context()
+	list := func(cursor string) (*mcp.ListTasksResult, error) {
+		req := mcp.ListTasksRequest{}
+		req.Params.Cursor = mcp.Cursor(cursor)
+		return a.ListTasks(ctx, req)
+	}
+	for _, cursor := range []string{"bogus", "0", "\x00", strings.ToLower(first.TaskId), first.TaskId + "x", strings.Repeat("Z", 26)} {
+		if got, err := list(cursor); err == nil {
+			t.Errorf("cursor %q: answered %+v, want an error", cursor, got)
+		} else if !strings.Contains(err.Error(), "cursor") {
+			t.Errorf("cursor %q: %v", cursor, err)
+		}
+	}
+	// The cursor of a real page still pages.
+	got, err := list(first.TaskId)
+	if err != nil || len(got.Tasks) != 1 || got.Tasks[0].TaskId != second.TaskId {
+		t.Fatalf("after the first task: %+v %v", got, err)
+	}
+}
