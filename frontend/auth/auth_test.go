@@ -66,6 +66,7 @@ func TestJWTRefusesBadTokens(t *testing.T) {
 		"hmac":            hmac,
 		"garbage":         "not.a.jwt",
 		"tampered claims": tamper(is.Sign(t, "k1", nil)),
+		"crit extension":  is.SignHeader(t, "k1", map[string]any{"crit": []string{"exp-policy"}, "exp-policy": "lax"}, nil),
 	} {
 		if id, err := j.Authenticate(bearerReq(token)); err == nil {
 			t.Errorf("%s: accepted as %+v", name, id)

@@ -131,8 +131,15 @@ func (j *JWT) Authenticate(r *http.Request) (Identity, error) {
 		return Identity{}, err
 	}
 	claims := jwt.MapClaims{}
-	if _, err := j.parser.ParseWithClaims(raw, claims, j.keys.KeyfuncCtx(r.Context())); err != nil {
+	tok, err := j.parser.ParseWithClaims(raw, claims, j.keys.KeyfuncCtx(r.Context()))
+	if err != nil {
 		return Identity{}, fmt.Errorf("auth: %w", err)
+	}
+	// RFC 7515 section 4.1.11: a token whose "crit" header names extensions
+	// the recipient does not understand must be refused. codexec
+	// understands none, and the library does not look at the header.
+	if _, ok := tok.Header["crit"]; ok {
+		return Identity{}, errors.New(`auth: token with a "crit" header, whose extensions are not understood`)
 	}
 	sub, _ := claims["sub"].(string)
 	if sub == "" {

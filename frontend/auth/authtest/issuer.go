@@ -95,6 +95,12 @@ func (is *Issuer) Fetches() int {
 // removes a claim.
 func (is *Issuer) Sign(t testing.TB, kid string, over jwt.MapClaims) string {
 	t.Helper()
+	return is.SignHeader(t, kid, nil, over)
+}
+
+// SignHeader is Sign with these parameters added to the token's header.
+func (is *Issuer) SignHeader(t testing.TB, kid string, header map[string]any, over jwt.MapClaims) string {
+	t.Helper()
 	is.mu.Lock()
 	k := is.keys[kid]
 	is.mu.Unlock()
@@ -114,6 +120,9 @@ func (is *Issuer) Sign(t testing.TB, kid string, over jwt.MapClaims) string {
 		}
 	}
 	tok := jwt.NewWithClaims(jwt.SigningMethodES256, claims)
+	for h, v := range header {
+		tok.Header[h] = v
+	}
 	tok.Header["kid"] = kid
 	s, err := tok.SignedString(k)
 	if err != nil {
