@@ -152,6 +152,32 @@ func jobRevoked(jctx context.Context) bool {
 	return errors.Is(context.Cause(jctx), errJobRevoked)
 }
 
+// revokedNow says whether job's identity is revoked, and since when, for a
+// job that was cancelled: a frontend cancels the jobs its calls wait for of
+// a revoked identity as soon as it reads the revocation, which may be before
+// this worker's own read, so a revocation the last read did not hold is
+// looked for in the store. Its result then says why, rather than that its
+// caller cancelled it.
+func (w *Worker) revokedNow(ctx context.Context, job *wire.Job) (string, bool) {
+	if job.Tenant == "" {
+		return "", false
+	}
+	rw := &w.revocations
+	rw.mu.Lock()
+	at, ok := rw.revoked.Match(job.Tenant, job.Principal)
+	rw.mu.Unlock()
+	if ok {
+		return at, true
+	}
+	rctx, cancel := context.WithTimeout(ctx, revokedPoll)
+	defer cancel()
+	all, err := w.store.HGetAll(rctx, w.cfg.Keys.Revoked())
+	if err != nil {
+		return "", false
+	}
+	return statestore.Revocations(all).Match(job.Tenant, job.Principal)
+}
+
 // revokedMessage says whose credentials were revoked.
 func revokedMessage(tenant, principal string) string {
 	return fmt.Sprintf("the credentials of tenant %q, principal %q were revoked by the operator", tenant, principal)

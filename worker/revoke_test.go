@@ -270,3 +270,63 @@ func TestRevokedTenantsContextsEnd(t *testing.T) {
 		t.Errorf("the other tenant's context: %+v, want its variables kept", r.Result)
 	}
 }
+
+// A frontend cancels the jobs its calls wait for of a revoked identity,
+// which may be before this worker's own read of the revocations: the
+// result of such a job says the credentials were revoked, not that its
+// caller cancelled it (it said so, and a revoked caller was told it had
+// cancelled its own call).
+func TestJobCancelledForARevocationSaysRevoked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	fx := newLifecycleFixture(t)
+	startRevokeWorker(ctx, t, fx, st, "revoke-cancelled")
+	marker := "codexec-revoke-cancel-" + ulid.Make().String()
+	job := revokeJob("acme", "bob", "revoke-cancel", fmt.Sprintf("import subprocess, sys, time\n"+
+		"print('started', flush=True)\n"+
+		"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\ntime.sleep(600)\n", marker))
+	if err := fx.broker.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(ctx, t, marker, true)
+	// What a frontend does: it reads the revocation, then cancels the job.
+	if err := st.HSet(ctx, revokeKeys.Revoked(), statestore.RevokedField("acme", "bob"), []byte("2026-12-04T23:00:00Z")); err != nil {
+		t.Fatal(err)
+	}
+	if err := fx.broker.CancelJob(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.broker.WaitResult(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != wire.StatusCancelled || !strings.Contains(res.Message, "revoked by the operator") {
+		t.Errorf("result %s %q, want cancelled, saying the credentials were revoked", res.Status, res.Message)
+	}
+	waitProcs(ctx, t, marker, false)
+
+	// A job cancelled by its caller, of an identity nobody revoked, says so.
+	marker = "codexec-revoke-cancel-own-" + ulid.Make().String()
+	own := revokeJob("acme", "alice", "revoke-cancel-own", fmt.Sprintf("import subprocess, sys, time\n"+
+		"print('started', flush=True)\n"+
+		"subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\ntime.sleep(600)\n", marker))
+	if err := fx.broker.PublishJob(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(ctx, t, marker, true)
+	if err := fx.broker.CancelJob(ctx, own.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res, err = fx.broker.WaitResult(ctx, own.ID); err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != wire.StatusCancelled || !strings.Contains(res.Message, "cancelled by its caller") {
+		t.Errorf("own cancel: %s %q", res.Status, res.Message)
+	}
+	waitProcs(ctx, t, marker, false)
+}

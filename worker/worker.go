@@ -474,8 +474,13 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 	jctx = withClaim(jctx, claim)
 	var res *wire.Result
 	if cancelled {
-		log.Info("job cancelled before it started; not running it")
-		res = w.cancelledResult(job, d.Attempt)
+		if at, ok := w.revokedNow(ctx, job); ok {
+			log.Info("job of a revoked identity cancelled before it started; not running it", "revoked", at)
+			res = w.revokedResult(job, d.Attempt, at)
+		} else {
+			log.Info("job cancelled before it started; not running it")
+			res = w.cancelledResult(job, d.Attempt)
+		}
 	} else if revoked {
 		log.Info("job of a revoked identity; not running it", "revoked", revokedAt)
 		res = w.revokedResult(job, d.Attempt, revokedAt)
@@ -487,7 +492,12 @@ func (w *Worker) handle(ctx context.Context, d *broker.Delivery) {
 		running()
 		w.load.Add(-1)
 		if jobCancelled(jctx) {
-			markCancelled(res)
+			if _, ok := w.revokedNow(ctx, job); ok {
+				log.Info("job of a revoked identity cancelled")
+				markRevoked(res, job)
+			} else {
+				markCancelled(res)
+			}
 		} else if jobRevoked(jctx) {
 			log.Info("job of a revoked identity stopped")
 			markRevoked(res, job)
