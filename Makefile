@@ -15,7 +15,7 @@ build: ## Build bin/codexec.
 run: ## Run codexec on its embedded defaults (MCP on stdio).
 	$(GO) run ./cmd/codexec dev
 
-deps: ## Install what the tests need (redis-server, python3-venv, bin/nats-server).
+deps: ## Install what the tests need (redis-server, bubblewrap, python3-venv, uv, bin/nats-server).
 	./.ci/install-deps
 
 test: deps vet ## Install what the tests need, then run every test under -race.
