@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -142,5 +143,52 @@ func TestCancelledJobNeverRuns(t *testing.T) {
 	}
 	if res.Status != wire.StatusCancelled || res.Stdout != "" {
 		t.Errorf("result %+v, want cancelled without running", res)
+	}
+}
+
+// A cancelled job's attempt is confirmed like any other before its files
+// are saved: the confirmation ran under the job's own context, which the
+// cancel had ended, so it failed at once ("confirm claim failed" logged for
+// every cancelled job) and the files were saved unconfirmed, even by an
+// attempt another worker had taken over.
+func TestCancelledJobsClaimConfirmed(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	fx := newLifecycleFixture(t)
+	logs := &lockedBuffer{}
+	w, err := New(Config{
+		ID: "cancel-confirm", DataDir: fx.dataDir, ExecMode: ExecSpawn, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.NewTextHandler(logs, nil)),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	marker := "codexec-cancel-confirm-" + ulid.Make().String()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "cancel-confirm",
+		Code:     fmt.Sprintf("import subprocess, sys, time\nsubprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)', %q])\ntime.sleep(600)\n", marker),
+		Filename: "main.py", TimeoutMS: 110000, Deadline: time.Now().Add(time.Minute).UTC(),
+	}
+	if err := fx.broker.PublishJob(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(ctx, t, marker, true)
+	if err := fx.broker.CancelJob(ctx, job.ID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := fx.broker.WaitResult(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != wire.StatusCancelled {
+		t.Errorf("result %s %q, want cancelled", res.Status, res.Message)
+	}
+	waitProcs(ctx, t, marker, false)
+	if strings.Contains(logs.String(), "confirm claim failed") {
+		t.Errorf("the cancelled job's claim was not confirmed:\n%s", logs.String())
 	}
 }

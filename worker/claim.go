@@ -166,6 +166,10 @@ type jobClaim struct {
 	// confirmed: confirm ran (once per attempt); superseded: it found the
 	// claim taken over by another attempt.
 	confirmed, superseded bool
+	// life is the handler's context, which a cancel or a revocation of
+	// the job does not end: confirmClaim runs under it, since the attempt
+	// of a cancelled job saves its files and stores its result too.
+	life context.Context
 }
 
 type claimKey struct{}
@@ -190,6 +194,9 @@ func (w *Worker) confirmClaim(ctx context.Context, log *slog.Logger) bool {
 	}
 	if c.confirmed {
 		return !c.superseded
+	}
+	if c.life != nil {
+		ctx = c.life // not the job's context, which a cancel ends
 	}
 	delay := 200 * time.Millisecond
 	for warned := false; ; warned = true {
@@ -248,7 +255,7 @@ func (w *Worker) claimJob(ctx context.Context, d *broker.Delivery, log *slog.Log
 		}
 		held, won, err := w.broker.ClaimJob(ctx, job, w.myClaim(d))
 		if err == nil && won {
-			return &jobClaim{w: w, job: job, held: held}, true
+			return &jobClaim{w: w, job: job, held: held, life: ctx}, true
 		}
 		w.leaveJob(job)
 		if err == nil {
@@ -347,7 +354,7 @@ func (w *Worker) takeOver(ctx context.Context, d *broker.Delivery, held broker.H
 	}
 	mine, err := w.broker.TakeOverClaim(ctx, job, w.myClaim(d), held.Revision)
 	if err == nil {
-		return &jobClaim{w: w, job: job, held: mine}, true
+		return &jobClaim{w: w, job: job, held: mine, life: ctx}, true
 	}
 	w.leaveJob(job)
 	if errors.Is(err, broker.ErrClaimChanged) {
