@@ -1,6 +1,8 @@
 package telemetry
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"strings"
 	"sync"
 )
@@ -57,10 +59,21 @@ const maxLabelBytes = 64
 
 // clean makes v a valid label value: UTF-8 (the client refuses anything
 // else) of at most maxLabelBytes bytes.
+//
+// A value that had to be changed gets a digest of the original appended, so
+// that it stays apart from every other: cut to its first 64 bytes, a tenant
+// name was the label of every tenant whose name began with those bytes, and
+// the tenant named by them alone read all their series
+// (MetricsHandlerForTenant).
 func clean(v string) string {
-	v = strings.ToValidUTF8(v, "?")
-	if len(v) > maxLabelBytes {
-		v = strings.ToValidUTF8(v[:maxLabelBytes], "")
+	c := strings.ToValidUTF8(v, "?")
+	if c == v && len(c) <= maxLabelBytes {
+		return c
 	}
-	return v
+	sum := sha256.Sum256([]byte(v))
+	suffix := "~" + hex.EncodeToString(sum[:6])
+	if len(c) > maxLabelBytes-len(suffix) {
+		c = strings.ToValidUTF8(c[:maxLabelBytes-len(suffix)], "")
+	}
+	return c + suffix
 }

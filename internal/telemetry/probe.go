@@ -193,15 +193,21 @@ func (p *Probe) MetricsHandler() http.Handler {
 // samples of tenant itself are served (not even those of the tenants
 // counted as "other"). It is what a caller of one tenant may read: the
 // series of the others would tell it their names and how much they run.
+//
+// The tenant's series are those labelled as CallFinished labels them
+// (clean), and a tenant named "other" reads none: that label is every
+// tenant's past the first MaxTenants.
 func (p *Probe) MetricsHandlerForTenant(tenant string) http.Handler {
 	all := prometheus.Gatherers{Registry, p.reg}
+	label := clean(tenant)
+	mine := label != Other
 	own := prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
 		families, err := all.Gather()
 		out := families[:0]
 		for _, mf := range families {
 			kept := mf.Metric[:0]
 			for _, m := range mf.Metric {
-				if t := tenantOf(m); t == nil || *t == tenant {
+				if t := tenantOf(m); t == nil || (mine && *t == label) {
 					kept = append(kept, m)
 				}
 			}

@@ -113,3 +113,38 @@ func TestQueueDepthReadOncePerSecond(t *testing.T) {
 		t.Errorf("20 scrapes read the queue %d times, want once (twice if a second passed)", n)
 	}
 }
+
+// A caller reads its own tenant's series only: not those of a tenant whose
+// name begins with its own (labels were cut to 64 bytes, so a tenant named
+// by another's first 64 bytes read that one's series), nor, when it is
+// named "other", those of every tenant past the first MaxTenants.
+func TestMetricsForTenantKeepsOthersApart(t *testing.T) {
+	p := NewProbe(nil)
+	prefix := strings.Repeat("t", maxLabelBytes)
+	long := prefix + "-second-tenant"
+	tenantJobs.WithLabelValues(clean(long)).Add(7)
+	tenantJobs.WithLabelValues(Other).Add(5)
+	read := func(tenant string) []string {
+		rec := httptest.NewRecorder()
+		p.MetricsHandlerForTenant(tenant).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+		var seen []string
+		for _, line := range strings.Split(rec.Body.String(), "\n") {
+			if strings.HasPrefix(line, "codexec_tenant_jobs_total{") {
+				seen = append(seen, line)
+			}
+		}
+		return seen
+	}
+	if got := read(prefix); len(got) != 0 {
+		t.Errorf("tenant %q reads %v, another tenant's", prefix, got)
+	}
+	if got := read(Other); len(got) != 0 {
+		t.Errorf("tenant %q reads %v, the series of the tenants past the first %d", Other, got, MaxTenants)
+	}
+	if got := read(long); len(got) != 1 || !strings.HasSuffix(got[0], " 7") {
+		t.Errorf("tenant %q reads %v, want its own series", long, got)
+	}
+	if a, b := clean(prefix+"a"), clean(prefix+"b"); a == b || len(a) > maxLabelBytes {
+		t.Errorf("two long values: %q and %q", a, b)
+	}
+}
