@@ -56,7 +56,7 @@ func callerKey(r *http.Request) string {
 	if id, ok := auth.FromContext(r.Context()); ok {
 		return identityPart(id)
 	}
-	if a := r.Header.Get("Authorization"); a != "" {
+	if a := authorizationHeader(r); a != "" {
 		return "header\x00" + digest(a)
 	}
 	return ""

@@ -86,4 +86,15 @@ func TestScopeFrom(t *testing.T) {
 	if a != a2 || a == b || !wire.ValidScope(a) || !wire.ValidScope(b) {
 		t.Fatalf("principal scopes: a=%q a2=%q b=%q", a, a2, b)
 	}
+	// A request with two Authorization headers is not taken for the caller
+	// of its first: behind a proxy that adds its header after the client's,
+	// the client would choose any caller's scope by sending one first.
+	both := req("Bearer a")
+	both.Header.Add("Authorization", "Bearer proxy-set-b")
+	if s := scopeFrom(httpContext(context.Background(), both), false); s == a || s == b || !wire.ValidScope(s) {
+		t.Fatalf("two headers: scope %q, a=%q b=%q", s, a, b)
+	}
+	if callerKey(both) == callerKey(req("Bearer a")) {
+		t.Fatal("two headers: the caller of the first")
+	}
 }

@@ -40,10 +40,23 @@ func httpContext(ctx context.Context, r *http.Request) context.Context {
 	if id, ok := auth.FromContext(r.Context()); ok {
 		return context.WithValue(ctx, identityKey{}, identityPart(id))
 	}
-	if a := strings.TrimSpace(r.Header.Get("Authorization")); a != "" {
+	if a := authorizationHeader(r); a != "" {
 		return context.WithValue(ctx, principalKey{}, "p-"+digest(a))
 	}
 	return ctx
+}
+
+// authorizationHeader is what names an unauthenticated caller: its
+// Authorization header, which a proxy in front may set, or all of them,
+// one a line, when there are several. Only the first was taken, so where
+// a proxy adds its header after the client's, the client chose its scope
+// by sending one of its own first.
+func authorizationHeader(r *http.Request) string {
+	vs := r.Header.Values("Authorization")
+	if len(vs) > 1 {
+		return strings.Join(vs, "\n")
+	}
+	return strings.TrimSpace(r.Header.Get("Authorization"))
 }
 
 // identityPart is an Identity as a part of a scope's hashed input, each
