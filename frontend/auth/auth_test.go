@@ -167,6 +167,30 @@ func TestTwoAuthorizationHeadersRefused(t *testing.T) {
 	}
 }
 
+// A token on two lines naming different identities makes the file
+// invalid (the tokens loaded before stay): it was the last line's identity,
+// silently. The same line twice is harmless.
+func TestTokensFileRefusesOneTokenForTwoIdentities(t *testing.T) {
+	a, lineA, _ := NewToken("acme", "alice")
+	hash := strings.Fields(lineA)[0]
+	path := filepath.Join(t.TempDir(), "tokens")
+	writeFile(t, path, lineA+"\n"+lineA+"\n", time.Now().Add(-time.Hour))
+	tok, err := LoadTokens(path, time.Nanosecond, quiet)
+	if err != nil {
+		t.Fatalf("the same line twice: %v", err)
+	}
+	if _, err := LoadTokens(path, time.Nanosecond, quiet); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, path, lineA+"\n"+hash+" globex mallory\n", time.Now())
+	if _, err := LoadTokens(path, time.Nanosecond, quiet); err == nil {
+		t.Error("a file giving one token to two identities loaded")
+	}
+	if id, err := tok.Authenticate(bearerReq(a)); err != nil || id != (Identity{"acme", "alice"}) {
+		t.Errorf("after the file gave alice's token to another tenant: %+v, %v", id, err)
+	}
+}
+
 func writeFile(t *testing.T, path, content string, mod time.Time) {
 	t.Helper()
 	if err := os.WriteFile(path, []byte(content), 0o600); err != nil {

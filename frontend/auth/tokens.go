@@ -152,6 +152,10 @@ func (t *Tokens) reloadIfChanged() {
 // parseTokenFile reads the lines of a token file.
 func parseTokenFile(data []byte) ([]tokenEntry, error) {
 	var entries []tokenEntry
+	// A token on two lines that name different identities is refused: it
+	// was taken for the last line's, so a line copied for another tenant
+	// and left with the old hash moved that token there, silently.
+	lines := map[[sha256.Size]byte]int{}
 	sc := bufio.NewScanner(bytes.NewReader(data))
 	for n := 1; sc.Scan(); n++ {
 		line := strings.TrimSpace(sc.Text())
@@ -162,6 +166,13 @@ func parseTokenFile(data []byte) ([]tokenEntry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("line %d: %w", n, err)
 		}
+		if first, ok := lines[e.hash]; ok {
+			if entries[first].id != e.id {
+				return nil, fmt.Errorf("line %d: the token of an earlier line, for another tenant or principal", n)
+			}
+			continue
+		}
+		lines[e.hash] = len(entries)
 		entries = append(entries, e)
 	}
 	return entries, sc.Err()
