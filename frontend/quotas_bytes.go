@@ -57,7 +57,8 @@ func codeBytesRefused(ctx context.Context, err error) error {
 	}
 	return quotaExceeded(quota.CodeFileBytes, callerTenant(ctx),
 		fmt.Sprintf("its code files take %d bytes and this write adds %d (the limit is %d)", qe.Used, qe.Adding, qe.Limit),
-		"free space with delete_code_file, in this or another of its workspaces, or by removing a workspace")
+		"free space with delete_code_file, in this or another of its workspaces; no tool removes a workspace: "+
+			"an unused one is collected after the operator's --workspace-ttl, or at once by the operator's codexec admin gc")
 }
 
 // admitWorkdirBytes refuses job, when it can write its working directory,
@@ -77,7 +78,8 @@ func (f *Frontend) admitWorkdirBytes(ctx context.Context, job *wire.Job) error {
 	}
 	return quotaExceeded(quota.WorkingDirBytes, job.Tenant,
 		fmt.Sprintf("its working directories take %d bytes, as measured after their latest jobs (the limit is %d)", used, limit),
-		"free space: empty files with upload_file (content \"\"), or remove a workspace; reading files still works")
+		"free space: empty files with upload_file (content \"\"); no tool removes a workspace: an unused one is "+
+			"collected after the operator's --workspace-ttl, or at once by the operator's codexec admin gc; reading files still works")
 }
 
 // admitResultBytes refuses a job of a tenant whose jobs' results, within

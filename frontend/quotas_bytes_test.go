@@ -68,6 +68,11 @@ func TestQuotaCodeFileBytesAcrossFrontends(t *testing.T) {
 		if won < 0 {
 			t.Fatalf("round %d: neither write landed: %q", round, texts)
 		}
+		// The refusal names only what can be done: no tool removes a
+		// workspace (it said "or by removing a workspace").
+		if refusal := texts[1-won]; strings.Contains(refusal, "by removing a workspace") || !strings.Contains(refusal, "codexec admin gc") {
+			t.Fatalf("round %d: the refusal says %q", round, refusal)
+		}
 		requireCodeBytes(t, fx[0].f, "acme", 600)
 		lost := alice[1-won]
 		if _, l := callTool[ListResult](t, lost, "list_code_files", nil); len(l.Files) != 0 {
