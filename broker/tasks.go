@@ -37,6 +37,11 @@ type TaskRecord struct {
 	// TTLMS is how long after its creation the task is kept, in
 	// milliseconds (the results' retention, or less when asked).
 	TTLMS int64 `json:"ttl_ms"`
+	// Deadline is when the task is over whatever happened: by then a live
+	// frontend has stored its outcome, and its job, if it was queued, has
+	// its result. A task with neither after it lost its frontend before
+	// its job was queued (zero: a record of an older version, no deadline).
+	Deadline time.Time `json:"deadline,omitzero"`
 }
 
 // ErrNoTask is returned, wrapped, when the scope has no task of that id

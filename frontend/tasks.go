@@ -513,7 +513,8 @@ func (r *taskRouter) createTask(ctx context.Context, scope string, p mcp.CallToo
 		ttl = min(ttl, *p.Task.TTL)
 	}
 	now := time.Now().UTC()
-	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: p.Name, CreatedAt: now, TTLMS: ttl}
+	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: p.Name, CreatedAt: now, TTLMS: ttl,
+		Deadline: now.Add(r.f.taskDeadline())}
 	if rerr := r.admitTask(ctx, rec.TaskID); rerr != nil {
 		return nil, rerr
 	}
@@ -763,7 +764,39 @@ func (f *Frontend) state(ctx context.Context, scope, id string) (*taskState, *rp
 	if s.updated, s.cancelled, err = f.broker.JobCancelledAt(ctx, id); err != nil {
 		return nil, storeError(err)
 	}
+	if orphaned(rec) {
+		s.outcome, s.updated = orphanOutcome(rec, s.cancelled), rec.Deadline
+	}
 	return s, nil
+}
+
+// taskDeadline is how long after its creation a task is over whatever
+// happened (broker.TaskRecord.Deadline): its job is queued within the
+// queue wait, may wait for its environment's build and must start by its
+// own deadline, then runs for at most its timeout, a build at most
+// InstallTimeout; a minute more for the stores.
+func (f *Frontend) taskDeadline() time.Duration {
+	return f.cfg.QueueWait + 2*(f.cfg.MaxTimeout+f.cfg.InstallTimeout) + time.Minute
+}
+
+// orphaned says whether rec's task is past its deadline: the caller found
+// neither an outcome nor its job's result, so the frontend that ran it
+// went away (killed, or stopped while the job still waited to be queued)
+// and nothing will ever answer for it. Such a task was "working" until it
+// expired, a day later, and tasks/result waited for it as long.
+func orphaned(rec *broker.TaskRecord) bool {
+	return !rec.Deadline.IsZero() && time.Now().After(rec.Deadline)
+}
+
+// orphanOutcome is the outcome of an orphaned task.
+func orphanOutcome(rec *broker.TaskRecord, cancelled bool) *taskOutcome {
+	st := mcp.TaskStatusFailed
+	if cancelled {
+		st = mcp.TaskStatusCancelled
+	}
+	return &taskOutcome{Status: st, Ended: rec.Deadline, Message: fmt.Sprintf(
+		"internal: the frontend running this task went away before it was over, and nothing answered for it by %s; "+
+			"its job may have run: check the session's state and call again", rec.Deadline.Format(time.RFC3339))}
 }
 
 // jobOutcome is the outcome of a task whose job is the task, from the
@@ -850,13 +883,15 @@ func (r *taskRouter) taskResult(ctx context.Context, scope, id string) (any, *rp
 		// (its frontend stopped): its result is the answer then.
 		var jobRes *wire.Result
 		settled := func(ctx context.Context) error {
-			if !taskTools[s.rec.Tool].jobIsTask {
-				return nil
+			if taskTools[s.rec.Tool].jobIsTask {
+				res, err := r.f.broker.GetResult(ctx, id)
+				if err == nil && res.Scope == scope {
+					jobRes = res
+					return errJobSettled
+				}
 			}
-			res, err := r.f.broker.GetResult(ctx, id)
-			if err == nil && res.Scope == scope {
-				jobRes = res
-				return errJobSettled
+			if orphaned(s.rec) {
+				return errTaskOrphaned
 			}
 			return nil
 		}
@@ -864,6 +899,9 @@ func (r *taskRouter) taskResult(ctx context.Context, scope, id string) (any, *rp
 		switch {
 		case errors.Is(err, errJobSettled):
 			o = jobOutcome(jobRes)
+		case errors.Is(err, errTaskOrphaned):
+			cancelled, _ := r.f.broker.JobCancelled(ctx, id)
+			o = orphanOutcome(s.rec, cancelled)
 		case err != nil:
 			return nil, &rpcError{Code: mcp.REQUEST_INTERRUPTED, Message: "waiting for the task's result: " + err.Error()}
 		default:
@@ -879,6 +917,10 @@ func (r *taskRouter) taskResult(ctx context.Context, scope, id string) (any, *rp
 // errJobSettled stops the wait for a task's outcome when its job's result
 // answers for it.
 var errJobSettled = errors.New("the task's job has a result")
+
+// errTaskOrphaned stops the wait for a task's outcome when the task is
+// past its deadline with none (orphaned).
+var errTaskOrphaned = errors.New("the task is past its deadline without an outcome")
 
 // renderOutcome is the tasks/result answer of an outcome; on stdio, a job
 // result too large for one message has its output cut (fitStdioResult), as

@@ -14,6 +14,9 @@ import (
 	"github.com/mark3labs/mcp-go/client"
 	"github.com/mark3labs/mcp-go/client/transport"
 	"github.com/mark3labs/mcp-go/mcp"
+	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
 )
 
 // These tests drive the task router over HTTP with no worker: the jobs of
@@ -354,5 +357,56 @@ func TestTasksListRefusesBogusCursor(t *testing.T) {
 	got, err := list(first.TaskId)
 	if err != nil || len(got.Tasks) != 1 || got.Tasks[0].TaskId != second.TaskId {
 		t.Fatalf("after the first task: %+v %v", got, err)
+	}
+}
+
+// A task whose frontend went away before its job was queued (killed, or
+// stopped while the job waited for its turn) has neither an outcome nor a
+// job result, ever: it read "working" until it expired a day later, and
+// tasks/result waited as long. Past its deadline it reads failed, saying
+// why, and tasks/result answers at once; a new task's record has a
+// deadline.
+func TestOrphanedTaskFailsAtItsDeadline(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	a := httpSession(t, url)
+	ctx := t.Context()
+	scope := scopeOf(ctx, false, a.GetSessionId())
+
+	live := createdTask(t, taskCall(t, a, "execute_code", map[string]any{"code": "print(1)"}))
+	rec, err := jb.b.GetTask(ctx, scope, live.TaskId)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if min := jb.f.cfg.QueueWait + 2*jb.f.cfg.MaxTimeout; rec.Deadline.Sub(rec.CreatedAt) < min {
+		t.Fatalf("a new task's deadline is %v after its creation, want at least %v", rec.Deadline.Sub(rec.CreatedAt), min)
+	}
+
+	// What a frontend killed right after answering leaves: the record.
+	created := time.Now().Add(-2 * time.Hour).UTC()
+	orphan := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: "execute_code",
+		CreatedAt: created, TTLMS: 86400000, Deadline: created.Add(time.Hour)}
+	if err := jb.b.PutTask(ctx, orphan); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: orphan.TaskID}})
+	if err != nil || got.Status != mcp.TaskStatusFailed || !strings.Contains(got.StatusMessage, "went away") {
+		t.Fatalf("tasks/get of the orphaned task: %+v %v", got, err)
+	}
+	wctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := a.TaskResult(wctx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: orphan.TaskID}}); err == nil || !strings.Contains(err.Error(), "went away") {
+		t.Fatalf("tasks/result of the orphaned task: %v", err)
+	}
+	list, err := a.ListTasks(ctx, mcp.ListTasksRequest{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, task := range list.Tasks {
+		if task.TaskId == orphan.TaskID && task.Status != mcp.TaskStatusFailed {
+			t.Fatalf("tasks/list shows the orphaned task %s", task.Status)
+		}
 	}
 }
