@@ -14,6 +14,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/codexec/codexec/internal/wheeltest"
 	"github.com/codexec/codexec/worker/sandbox"
 )
 
@@ -339,9 +340,11 @@ func TestLocalIndexPaths(t *testing.T) {
 	}
 }
 
-// TestConfinedSeededVenvCannotChangeItsSeed builds a venv from a seed (the
-// parent environment) with a package whose build writes, in place, a file
-// the child got from the seed: the child's copy changes, the seed's not.
+// TestConfinedSeededVenvCannotChangeItsSeed asks for a venv seeded from its
+// parent with a package whose build writes, in place, the child's path of a
+// file of the seed: a confined build takes no seed (see
+// TestConfinedSeededBuildRunsNoPackageCode), and the seed's file is not
+// changed.
 func TestConfinedSeededVenvCannotChangeItsSeed(t *testing.T) {
 	t.Parallel()
 	conf := setupConfiner(t)
@@ -373,11 +376,8 @@ func TestConfinedSeededVenvCannotChangeItsSeed(t *testing.T) {
 	if err := v.Create(context.Background(), child, req, nil); err != nil {
 		t.Fatal(err)
 	}
-	if got := rc.commands(); !slices.Equal(got, []string{filepath.Base(py) + " -m", "python -m"}) || !slices.Contains(rc.calls[0].argv, "--without-pip") {
-		t.Fatalf("confined commands = %v, want a seeded build (venv --without-pip, then pip)", rc.calls)
-	}
-	if got, _ := os.ReadFile(filepath.Join(child, rel)); string(got) != "written by a package build\n" {
-		t.Errorf("the hostile build did not write the child's own file (%q): the test proves nothing", got)
+	if got := rc.commands(); !slices.Equal(got, []string{filepath.Base(py) + " -m", "python -m"}) || slices.Contains(rc.calls[0].argv, "--without-pip") {
+		t.Fatalf("confined commands = %v, want a build without a seed (venv with pip, then pip)", rc.calls)
 	}
 	if after, err := os.ReadFile(seedFile); err != nil || string(after) != string(before) {
 		t.Errorf("the child's build changed its seed's %s: %q, %v", seedFile, after, err)
@@ -437,4 +437,54 @@ func TestWheelsOnlyByDefault(t *testing.T) {
 			t.Fatal("the package's build code ran")
 		}
 	})
+}
+
+// TestConfinedSeededBuildRunsNoPackageCode derives a venv from a parent that
+// holds a wheel with a .pth file (no source build needed to ship one) and
+// one that replaces pip's entry point. The child's install runs in the
+// install sandbox, which has the network and the shared package caches
+// writable: none of the parent's packages' code may run there, or any
+// session could plant files in the caches that other sessions' later
+// builds install, and reach the worker's loopback services.
+func TestConfinedSeededBuildRunsNoPackageCode(t *testing.T) {
+	t.Parallel()
+	conf := setupConfiner(t)
+	py := setupPython(t)
+	tmp := t.TempDir()
+	house := setupWheelhouse(t)
+	pipCache := filepath.Join(tmp, "pip-cache")
+	v := &Venv{PipCacheDir: pipCache}
+	byPth := filepath.Join(pipCache, "planted-by-pth")
+	byPip := filepath.Join(pipCache, "planted-by-pip")
+	wheeltest.Wheel{Dist: "pthbomb", Version: "1.0", Module: "pthbomb", TopLevel: true, Extra: [][2]string{
+		{"pthbomb_hook.pth", fmt.Sprintf("import os; os.path.isdir(%q) and open(%q, 'w').write('x')\n", pipCache, byPth)},
+		// pip's own package, overwritten: pip installs a wheel's files
+		// over another distribution's without a word.
+		{"pip/__main__.py", fmt.Sprintf("import os\nif os.path.isdir(%q): open(%q, 'w').write('x')\nfrom pip._internal.cli.main import main\nraise SystemExit(main())\n", pipCache, byPip)},
+	}}.Write(t, house)
+	parent, child := filepath.Join(tmp, "envs", "parent"), filepath.Join(tmp, "envs", "child")
+	if err := os.MkdirAll(filepath.Dir(parent), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	rc := &recordingConfiner{sb: conf.sb}
+	if err := v.Create(context.Background(), parent, CreateRequest{Interpreter: py, Packages: mustReqs(t, "pthbomb"), Index: wheelhouseIndex(house), Confine: rc.confine}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{byPth, byPip} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Fatalf("%s exists after the parent's build: the test proves nothing", p)
+		}
+	}
+	req := CreateRequest{Interpreter: py, Packages: mustReqs(t, "pthbomb", "alpha"), Index: wheelhouseIndex(house), Seed: parent, Confine: rc.confine}
+	if err := v.Create(context.Background(), child, req, nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{byPth, byPip} {
+		if _, err := os.Lstat(p); err == nil {
+			t.Errorf("the child's install ran its parent's package code: it wrote %s in the shared pip cache", p)
+		}
+	}
+	if got := runPython(t, v.Python(child), "import alpha, pthbomb; print(alpha.VALUE)"); got != "alpha 1.0" {
+		t.Errorf("the child imports alpha as %q", got)
+	}
 }

@@ -29,11 +29,9 @@ func seedable(dir string) bool {
 // already has (its pyvenv.cfg, bin/python, the activate scripts) is kept;
 // everything else is hard-linked, except the scripts in bin that name the
 // seed's interpreter, which are copied with the seed's path replaced by
-// dir's. Symbolic links into the seed are pointed into dir. With copy,
-// files are copied, not linked: the child's build then runs confined and
-// writes into dir, and a file linked from the seed would let it change
-// the seed's (another environment's) files in place.
-func copySeed(seed, dir string, copy bool) error {
+// dir's. Symbolic links into the seed are pointed into dir. Only builds
+// that are not confined are seeded (see Venv.Create).
+func copySeed(seed, dir string) error {
 	seedSP, dirSP := sitePackagesDirs(seed), sitePackagesDirs(dir)
 	if len(seedSP) != 1 || len(dirSP) != 1 {
 		return fmt.Errorf("seed %s and %s do not each have one site-packages", seed, dir)
@@ -88,9 +86,6 @@ func copySeed(seed, dir string, copy bool) error {
 			if bytes.HasPrefix(data, []byte("#!")) && bytes.Contains(data, oldPrefix) {
 				return os.WriteFile(target, bytes.ReplaceAll(data, oldPrefix, newPrefix), info.Mode().Perm())
 			}
-		}
-		if copy {
-			return copyFile(path, target, info.Mode().Perm())
 		}
 		return linkOrCopy(path, target, info.Mode().Perm())
 	})

@@ -394,18 +394,24 @@ func (v *Venv) env() []string {
 //
 // With req.Confine, both commands run confined: python -m venv reads the
 // base interpreter's installation and writes dir; pip reads that and the
-// local index directories and writes dir and PipCacheDir. The seed is
-// copied by this process, not by a confined command, and then with copies
-// instead of hard links: pip's build scripts may write into dir, and must
-// not reach the seed's files through it.
+// local index directories and writes dir and PipCacheDir. A confined build
+// ignores the Seed: its pip would be the seed's, run with the seed's
+// packages on its path, so their code would run in the install's sandbox.
 func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progress io.Writer) error {
 	cf, err := newInterpreterBuild("venv", dir, req)
 	if err != nil {
 		return err
 	}
 	defer cf.close()
+	// A confined build takes no seed: pip would run from the seed's copy,
+	// as the child's interpreter, and so run the code of every package the
+	// seed holds (its .pth files' import lines, sitecustomize, a wheel's
+	// files written over pip's own) in the install sandbox, which has the
+	// network and the package caches every session's builds share. A
+	// fresh venv's pip is the interpreter's own (ensurepip), and it runs
+	// before any package is installed.
 	seed := req.Seed
-	if seed != "" && !seedable(seed) {
+	if seed != "" && (cf != nil || !seedable(seed)) {
 		seed = ""
 	}
 	args := []string{req.Interpreter, "-m", "venv"}
@@ -418,7 +424,7 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 		return err
 	}
 	if seed != "" {
-		if err := copySeed(seed, dir, cf != nil); err != nil {
+		if err := copySeed(seed, dir); err != nil {
 			return &BuildError{Dir: dir, Args: []string{"copy", seed, dir}, Err: err}
 		}
 	}
