@@ -58,6 +58,13 @@ func sitePackagesDirs(dir string) []string {
 // names. It answers for distribution names and import names alike
 // (see envspec.Lookup) without running any package's import-time code. The result
 // is sorted by normalised name.
+//
+// What it reads comes from the packages, any of which may be hostile (a
+// wheel needs no build to carry a 100 MB top_level.txt that compresses to
+// 100 KB), and the worker reads it, for every session that asks, in its
+// own memory: every read is bounded (maxSitePackagesEntries,
+// maxDistributions, maxMetadataHeaderBytes, maxTopLevelBytes,
+// maxRecordBytes, maxImportNames), and what lies past a bound is left out.
 func Installed(dir string) ([]envspec.Dist, error) {
 	sps := sitePackagesDirs(dir)
 	if len(sps) == 0 {
@@ -65,25 +72,37 @@ func Installed(dir string) ([]envspec.Dist, error) {
 	}
 	var dists []envspec.Dist
 	for _, sp := range sps {
-		entries, err := os.ReadDir(sp)
+		f, err := os.Open(sp)
 		if err != nil {
 			return nil, fmt.Errorf("envcache: %w", err)
 		}
-		for _, e := range entries {
-			var d envspec.Dist
-			var ok bool
-			switch name := e.Name(); {
-			case strings.HasSuffix(name, ".dist-info") && e.IsDir():
-				d, ok = readDistInfo(filepath.Join(sp, name), "METADATA")
-			case strings.HasSuffix(name, ".egg-info") && e.IsDir():
-				d, ok = readDistInfo(filepath.Join(sp, name), "PKG-INFO")
-			case strings.HasSuffix(name, ".egg-info") && e.Type().IsRegular():
-				d, ok = readEggInfoFile(filepath.Join(sp, name))
+		for seen := 0; seen < maxSitePackagesEntries && len(dists) < maxDistributions; {
+			entries, err := f.ReadDir(256)
+			seen += len(entries)
+			for _, e := range entries {
+				var d envspec.Dist
+				var ok bool
+				switch name := e.Name(); {
+				case strings.HasSuffix(name, ".dist-info") && e.IsDir():
+					d, ok = readDistInfo(filepath.Join(sp, name), "METADATA")
+				case strings.HasSuffix(name, ".egg-info") && e.IsDir():
+					d, ok = readDistInfo(filepath.Join(sp, name), "PKG-INFO")
+				case strings.HasSuffix(name, ".egg-info") && e.Type().IsRegular():
+					d, ok = readEggInfoFile(filepath.Join(sp, name))
+				}
+				if ok && len(dists) < maxDistributions {
+					dists = append(dists, d)
+				}
 			}
-			if ok {
-				dists = append(dists, d)
+			if err != nil {
+				if errors.Is(err, io.EOF) {
+					break
+				}
+				f.Close()
+				return nil, fmt.Errorf("envcache: %w", err)
 			}
 		}
+		f.Close()
 	}
 	slices.SortFunc(dists, func(a, b envspec.Dist) int {
 		return cmp.Or(cmp.Compare(envspec.NormalizeName(a.Name), envspec.NormalizeName(b.Name)), cmp.Compare(a.Version, b.Version))
@@ -99,19 +118,56 @@ func readDistInfo(info, metadataFile string) (envspec.Dist, bool) {
 	if err != nil {
 		return envspec.Dist{}, false
 	}
-	name, version := readMetadataHeaders(f)
+	name, version := readMetadataHeaders(io.LimitReader(f, maxMetadataHeaderBytes))
 	f.Close()
 	if name == "" {
 		return envspec.Dist{}, false
 	}
 	d := envspec.Dist{Name: name, Version: version}
-	if data, err := os.ReadFile(filepath.Join(info, "top_level.txt")); err == nil {
+	if f, err := os.Open(filepath.Join(info, "top_level.txt")); err == nil {
+		data, _ := io.ReadAll(io.LimitReader(f, maxTopLevelBytes))
+		f.Close()
 		d.Imports = topLevelNames(string(data))
 	} else if f, err := os.Open(filepath.Join(info, "RECORD")); err == nil {
-		d.Imports = recordImports(f)
+		d.Imports = recordImports(io.LimitReader(f, maxRecordBytes))
 		f.Close()
 	}
 	return d, true
+}
+
+// Bounds on what Installed reads of an environment (see Installed). Real
+// distributions stay far below them: a top_level.txt names a few modules,
+// the RECORD of a large one (torch) is a few MB, a site-packages holds a
+// few thousand entries.
+const (
+	maxSitePackagesEntries = 1 << 16 // entries of a site-packages looked at
+	maxDistributions       = 4096    // distributions listed
+	maxMetadataHeaderBytes = 4 << 20 // of METADATA or PKG-INFO
+	maxTopLevelBytes       = 64 << 10
+	maxRecordBytes         = 32 << 20
+	maxImportNames         = 256 // import names of one distribution
+)
+
+// importNames collects the distinct import names of one distribution, at
+// most maxImportNames of them.
+type importNames map[string]struct{}
+
+func (n importNames) add(name string) {
+	if len(n) < maxImportNames {
+		n[name] = struct{}{}
+	}
+}
+
+func (n importNames) sorted() []string {
+	if len(n) == 0 {
+		return nil
+	}
+	out := make([]string, 0, len(n))
+	for name := range n {
+		out = append(out, name)
+	}
+	slices.Sort(out)
+	return out
 }
 
 // readEggInfoFile reads an .egg-info that is a single PKG-INFO file.
@@ -121,7 +177,7 @@ func readEggInfoFile(path string) (envspec.Dist, bool) {
 		return envspec.Dist{}, false
 	}
 	defer f.Close()
-	name, version := readMetadataHeaders(f)
+	name, version := readMetadataHeaders(io.LimitReader(f, maxMetadataHeaderBytes))
 	return envspec.Dist{Name: name, Version: version}, name != ""
 }
 
@@ -158,16 +214,15 @@ func readMetadataHeaders(r io.Reader) (name, version string) {
 
 // topLevelNames reads top_level.txt: one top-level name a line.
 func topLevelNames(data string) []string {
-	var out []string
+	out := importNames{}
 	for line := range strings.Lines(data) {
 		line = strings.TrimSpace(line)
 		line, _, _ = strings.Cut(line, "/") // some list a sub-package path
 		if identifierRe.MatchString(line) {
-			out = append(out, line)
+			out.add(line)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return out.sorted()
 }
 
 // recordImports derives import names from a RECORD (CSV of paths
@@ -177,7 +232,7 @@ func recordImports(r io.Reader) []string {
 	cr := csv.NewReader(r)
 	cr.FieldsPerRecord = -1
 	cr.ReuseRecord = true
-	var out []string
+	out := importNames{}
 	for {
 		rec, err := cr.Read()
 		if errors.Is(err, io.EOF) {
@@ -211,11 +266,10 @@ func recordImports(r io.Reader) []string {
 			continue // .pth files and the like
 		}
 		if identifierRe.MatchString(first) {
-			out = append(out, first)
+			out.add(first)
 		}
 	}
-	slices.Sort(out)
-	return slices.Compact(out)
+	return out.sorted()
 }
 
 // dirExists reports whether path is a directory.

@@ -3,10 +3,12 @@ package envcache
 import (
 	"context"
 	"errors"
+	"fmt"
 	"github.com/codexec/codexec/envspec"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -319,5 +321,61 @@ func TestBuildErrorHidesIndexCredentials(t *testing.T) {
 	}
 	if out := RedactURLs(be.Output); strings.Contains(out, "SECRET") {
 		t.Errorf("the installer's output, redacted, shows the credentials: %s", out)
+	}
+}
+
+// TestInstalledBoundsWhatPackagesMake lists an environment whose packages
+// were made to cost the worker (which lists environments for every session
+// that asks, in its own memory): a top_level.txt of millions of lines, a
+// RECORD of many modules, thousands of distributions. Installed reads a
+// bounded part of each. A 100 MB top_level.txt of "a" lines (100 KB as a
+// wheel) took 11.6 s and 3.5 GB of the worker per call before the bounds.
+func TestInstalledBoundsWhatPackagesMake(t *testing.T) {
+	// Not parallel: it measures what the process allocates.
+	dir := t.TempDir()
+	sp := filepath.Join(dir, "lib", "python3.12", "site-packages")
+	write := func(rel, content string) {
+		t.Helper()
+		p := filepath.Join(sp, rel)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("bomb-1.0.dist-info/METADATA", "Name: bomb\nVersion: 1.0\n\n")
+	write("bomb-1.0.dist-info/top_level.txt", strings.Repeat("a\n", 8<<20))
+	var names, record strings.Builder
+	for i := range 100_000 {
+		fmt.Fprintf(&names, "m%d\n", i)
+		fmt.Fprintf(&record, "r%d.py,,\n", i)
+	}
+	write("many-1.0.dist-info/METADATA", "Name: many\nVersion: 1.0\n\n")
+	write("many-1.0.dist-info/top_level.txt", names.String())
+	write("rec-1.0.dist-info/METADATA", "Name: rec\nVersion: 1.0\n\n")
+	write("rec-1.0.dist-info/RECORD", record.String())
+	for i := range maxDistributions + 100 {
+		write(fmt.Sprintf("d%d-1.0.dist-info/METADATA", i), fmt.Sprintf("Name: d%d\nVersion: 1.0\n\n", i))
+	}
+
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	dists, err := Installed(dir)
+	runtime.ReadMemStats(&after)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 64<<20 {
+		t.Errorf("listing the environment allocated %d MiB", got>>20)
+	}
+	if len(dists) > maxDistributions {
+		t.Errorf("%d distributions listed, more than %d", len(dists), maxDistributions)
+	}
+	for _, d := range dists {
+		if len(d.Imports) > maxImportNames {
+			t.Errorf("%s: %d import names, more than %d", d.Name, len(d.Imports), maxImportNames)
+		}
 	}
 }
