@@ -5,6 +5,7 @@ import (
 	"compress/gzip"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/codexec/codexec/envspec"
 	"os"
@@ -487,4 +488,37 @@ func TestConfinedSeededBuildRunsNoPackageCode(t *testing.T) {
 	if got := runPython(t, v.Python(child), "import alpha, pthbomb; print(alpha.VALUE)"); got != "alpha 1.0" {
 		t.Errorf("the child imports alpha as %q", got)
 	}
+}
+
+// TestBuildCannotFillTheDisk installs a wheel of 256 KB that holds a file
+// of 256 MiB of zeros, which uv and pip unpack twice (the package cache, then
+// the environment) with no limit of their own: the build is stopped once
+// it passes what the disk may give it (here 64 MiB, through diskFloor).
+func TestBuildCannotFillTheDisk(t *testing.T) {
+	// Not parallel: it sets diskFloor, and measures the disk.
+	conf := setupConfiner(t)
+	py := setupPython(t)
+	floor := diskFloor
+	diskFloor = func(avail, total uint64) uint64 { return avail - min(avail, 64<<20) }
+	t.Cleanup(func() { diskFloor = floor })
+	forEachBuilder(t, false, func(t *testing.T, name string, m Manager, tmp string) {
+		house := t.TempDir()
+		zeros := make([]byte, 1<<20)
+		var blob strings.Builder
+		for range 256 {
+			blob.Write(zeros)
+		}
+		wheeltest.Wheel{Dist: "zbomb", Version: "1.0", Module: "zbomb", TopLevel: true,
+			Extra: [][2]string{{"zbomb/blob.bin", blob.String()}}}.Write(t, house)
+		blob.Reset()
+		dir := filepath.Join(tmp, "envs", "env")
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rc := &recordingConfiner{sb: conf.sb}
+		err := m.Create(context.Background(), dir, CreateRequest{Interpreter: py, Packages: mustReqs(t, "zbomb"), Index: wheelhouseIndex(house), Confine: rc.confine}, nil)
+		if !errors.Is(err, ErrBuildFillsDisk) {
+			t.Errorf("a build that unpacked 512 MiB past the disk's floor ended with %v, want ErrBuildFillsDisk", err)
+		}
+	})
 }

@@ -150,3 +150,13 @@ func diskUsage(dir string) (int64, error) {
 	})
 	return total, err
 }
+
+// diskSpace returns the bytes available to unprivileged users and the size
+// of the file system holding path; ok is false when it cannot tell.
+func diskSpace(path string) (avail, total uint64, ok bool) {
+	var st unix.Statfs_t
+	if err := unix.Statfs(path, &st); err != nil {
+		return 0, 0, false
+	}
+	return uint64(st.Bavail) * uint64(st.Bsize), uint64(st.Blocks) * uint64(st.Bsize), true
+}

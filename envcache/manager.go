@@ -181,18 +181,84 @@ func runInstaller(ctx context.Context, dir string, cf *confinement, c installCmd
 	if progress != nil {
 		w = io.MultiWriter(out, progress)
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	runCtx, stop := context.WithCancelCause(ctx)
+	defer stop(nil)
+	cmd := exec.CommandContext(runCtx, argv[0], argv[1:]...)
 	cmd.Dir = filepath.Dir(dir)
 	cmd.Env = env
 	cmd.Stdout, cmd.Stderr = w, w
 	killGroupOnCancel(cmd)
-	if err := cmd.Run(); err != nil {
-		if ctxErr := ctx.Err(); ctxErr != nil {
+	if err := cmd.Start(); err != nil {
+		return out, &BuildError{Dir: dir, Args: args, Output: out.String(), Err: err}
+	}
+	guarded := make(chan struct{})
+	go func() {
+		defer close(guarded)
+		guardDisk(runCtx, stop, append([]string{filepath.Dir(dir)}, c.writable...))
+	}()
+	err = cmd.Wait()
+	stop(nil)
+	<-guarded
+	if err != nil {
+		if cause := context.Cause(runCtx); errors.Is(cause, ErrBuildFillsDisk) {
+			err = fmt.Errorf("%w (%v)", cause, err)
+		} else if ctxErr := ctx.Err(); ctxErr != nil {
 			err = fmt.Errorf("%w (%v)", ctxErr, err)
 		}
 		return out, &BuildError{Dir: dir, Args: args, Output: out.String(), Err: err}
 	}
 	return out, nil
+}
+
+// ErrBuildFillsDisk is the cause of a build stopped because it was about
+// to fill the disk of the environment or of a package cache.
+var ErrBuildFillsDisk = errors.New("envcache: the build was stopped: it was filling the worker's disk")
+
+// diskGuardEvery is how often guardDisk looks at the free space.
+var diskGuardEvery = 50 * time.Millisecond
+
+// diskFloor is the free space (of a file system of total bytes, avail of
+// them free when a build starts) below which the build is stopped: 5 % of
+// the file system and at least 1 GiB, or half of what was free where that
+// is less, so that a build on a nearly full disk may still use some.
+var diskFloor = func(avail, total uint64) uint64 {
+	return min(max(total/20, 1<<30), avail/2)
+}
+
+// guardDisk stops the build (stop with ErrBuildFillsDisk) when a file
+// system it writes (paths) has less free space than its diskFloor, until
+// ctx ends. A package is untrusted: a wheel of 1 MB may hold a file of
+// 1 GiB of zeros, and the installers unpack it twice (the package cache,
+// then the environment) without a limit of their own.
+func guardDisk(ctx context.Context, stop context.CancelCauseFunc, paths []string) {
+	type watched struct {
+		path  string
+		floor uint64
+	}
+	var ws []watched
+	for _, p := range paths {
+		if avail, total, ok := diskSpace(p); ok {
+			ws = append(ws, watched{p, diskFloor(avail, total)})
+		}
+	}
+	if len(ws) == 0 {
+		return
+	}
+	t := time.NewTicker(diskGuardEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		for _, w := range ws {
+			if avail, _, ok := diskSpace(w.path); ok && avail < w.floor {
+				stop(fmt.Errorf("%w: %s had %d bytes free, under the %d kept free", ErrBuildFillsDisk, w.path, avail, w.floor))
+				return
+			}
+		}
+	}
 }
 
 // runQuiet runs a short command (a --version, a list) and returns its
