@@ -13,6 +13,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"syscall"
 )
 
 // identifierRe matches a Python identifier in ASCII.
@@ -70,9 +71,21 @@ func Installed(dir string) ([]envspec.Dist, error) {
 	if len(sps) == 0 {
 		return nil, fmt.Errorf("envcache: %s has no lib/python*/site-packages", dir)
 	}
+	// Every file is opened through root: a link a package made (conda
+	// packages carry links, a source build writes what it likes) may
+	// point anywhere, and the worker reads as root.
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, fmt.Errorf("envcache: %w", err)
+	}
+	defer root.Close()
 	var dists []envspec.Dist
-	for _, sp := range sps {
-		f, err := os.Open(sp)
+	for _, abs := range sps {
+		sp, err := filepath.Rel(dir, abs)
+		if err != nil {
+			return nil, fmt.Errorf("envcache: %w", err)
+		}
+		f, err := root.Open(sp)
 		if err != nil {
 			return nil, fmt.Errorf("envcache: %w", err)
 		}
@@ -84,11 +97,11 @@ func Installed(dir string) ([]envspec.Dist, error) {
 				var ok bool
 				switch name := e.Name(); {
 				case strings.HasSuffix(name, ".dist-info") && e.IsDir():
-					d, ok = readDistInfo(filepath.Join(sp, name), "METADATA")
+					d, ok = readDistInfo(root, filepath.Join(sp, name), "METADATA")
 				case strings.HasSuffix(name, ".egg-info") && e.IsDir():
-					d, ok = readDistInfo(filepath.Join(sp, name), "PKG-INFO")
+					d, ok = readDistInfo(root, filepath.Join(sp, name), "PKG-INFO")
 				case strings.HasSuffix(name, ".egg-info") && e.Type().IsRegular():
-					d, ok = readEggInfoFile(filepath.Join(sp, name))
+					d, ok = readEggInfoFile(root, filepath.Join(sp, name))
 				}
 				if ok && len(dists) < maxDistributions {
 					dists = append(dists, d)
@@ -113,8 +126,8 @@ func Installed(dir string) ([]envspec.Dist, error) {
 // readDistInfo reads one .dist-info or .egg-info directory. A directory
 // without a readable name is skipped: it is the remains of something, not
 // a distribution.
-func readDistInfo(info, metadataFile string) (envspec.Dist, bool) {
-	f, err := os.Open(filepath.Join(info, metadataFile))
+func readDistInfo(root *os.Root, info, metadataFile string) (envspec.Dist, bool) {
+	f, err := openRegular(root, filepath.Join(info, metadataFile))
 	if err != nil {
 		return envspec.Dist{}, false
 	}
@@ -124,15 +137,30 @@ func readDistInfo(info, metadataFile string) (envspec.Dist, bool) {
 		return envspec.Dist{}, false
 	}
 	d := envspec.Dist{Name: name, Version: version}
-	if f, err := os.Open(filepath.Join(info, "top_level.txt")); err == nil {
+	if f, err := openRegular(root, filepath.Join(info, "top_level.txt")); err == nil {
 		data, _ := io.ReadAll(io.LimitReader(f, maxTopLevelBytes))
 		f.Close()
 		d.Imports = topLevelNames(string(data))
-	} else if f, err := os.Open(filepath.Join(info, "RECORD")); err == nil {
+	} else if f, err := openRegular(root, filepath.Join(info, "RECORD")); err == nil {
 		d.Imports = recordImports(io.LimitReader(f, maxRecordBytes))
 		f.Close()
 	}
 	return d, true
+}
+
+// openRegular opens the regular file name below root, never blocking (a
+// FIFO a package made in the place of a METADATA would hold the worker's
+// call forever) and refusing anything else.
+func openRegular(root *os.Root, name string) (*os.File, error) {
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return nil, err
+	}
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		f.Close()
+		return nil, fmt.Errorf("envcache: %s is not a regular file", name)
+	}
+	return f, nil
 }
 
 // Bounds on what Installed reads of an environment (see Installed). Real
@@ -171,8 +199,8 @@ func (n importNames) sorted() []string {
 }
 
 // readEggInfoFile reads an .egg-info that is a single PKG-INFO file.
-func readEggInfoFile(path string) (envspec.Dist, bool) {
-	f, err := os.Open(path)
+func readEggInfoFile(root *os.Root, path string) (envspec.Dist, bool) {
+	f, err := openRegular(root, path)
 	if err != nil {
 		return envspec.Dist{}, false
 	}

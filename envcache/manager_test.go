@@ -12,7 +12,9 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // requireTool skips a test when a tool it needs is missing, except in CI
@@ -377,5 +379,58 @@ func TestInstalledBoundsWhatPackagesMake(t *testing.T) {
 		if len(d.Imports) > maxImportNames {
 			t.Errorf("%s: %d import names, more than %d", d.Name, len(d.Imports), maxImportNames)
 		}
+	}
+}
+
+// TestInstalledStaysInItsEnvironment lists an environment whose packages
+// made links out of it and a FIFO (a conda package carries links, a source
+// build writes what it likes): the worker reads as root, and must read
+// nothing outside the environment nor wait on a FIFO.
+func TestInstalledStaysInItsEnvironment(t *testing.T) {
+	t.Parallel()
+	dir, outside := t.TempDir(), t.TempDir()
+	sp := filepath.Join(dir, "lib", "python3.12", "site-packages")
+	if err := os.MkdirAll(filepath.Join(sp, "fifo-1.0.dist-info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "METADATA"), []byte("Name: host-secret\nVersion: 1.0\n\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(outside, "top_level.txt"), []byte("hostsecret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(outside, filepath.Join(sp, "evil-1.0.dist-info")); err != nil {
+		t.Fatal(err)
+	}
+	// A directory of its own whose files are links out.
+	if err := os.Mkdir(filepath.Join(sp, "links-1.0.dist-info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"METADATA", "top_level.txt"} {
+		if err := os.Symlink(filepath.Join(outside, name), filepath.Join(sp, "links-1.0.dist-info", name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(outside, "METADATA"), filepath.Join(sp, "single-1.0.egg-info")); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(sp, "fifo-1.0.dist-info", "METADATA"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan []envspec.Dist, 1)
+	go func() {
+		dists, err := Installed(dir)
+		if err != nil {
+			t.Error(err)
+		}
+		done <- dists
+	}()
+	select {
+	case dists := <-done:
+		for _, d := range dists {
+			t.Errorf("listed %+v, read through a link out of the environment", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Installed still waits after 10 s (on the FIFO)")
 	}
 }
