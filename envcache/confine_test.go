@@ -522,3 +522,36 @@ func TestBuildCannotFillTheDisk(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildCannotTakeEveryInode installs a wheel of many empty files (a
+// wheel of 100 MB may hold a million, each an inode of the package cache
+// and one of the environment): the build is stopped once it passes the
+// inodes the file system may give it (here 2,000, through inodeFloor).
+func TestBuildCannotTakeEveryInode(t *testing.T) {
+	// Not parallel: it sets inodeFloor, and measures the file system.
+	conf := setupConfiner(t)
+	py := setupPython(t)
+	if _, _, _, files, ok := diskSpace(t.TempDir()); !ok || files == 0 {
+		t.Skip("the file system has no fixed number of inodes")
+	}
+	floor := inodeFloor
+	inodeFloor = func(free, total uint64) uint64 { return free - min(free, 2000) }
+	t.Cleanup(func() { inodeFloor = floor })
+	forEachBuilder(t, false, func(t *testing.T, name string, m Manager, tmp string) {
+		house := t.TempDir()
+		var extra [][2]string
+		for i := range 20_000 {
+			extra = append(extra, [2]string{fmt.Sprintf("ibomb/d%d/f%d.txt", i/1000, i), ""})
+		}
+		wheeltest.Wheel{Dist: "ibomb", Version: "1.0", Module: "ibomb", TopLevel: true, Extra: extra}.Write(t, house)
+		dir := filepath.Join(tmp, "envs", "env")
+		if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		rc := &recordingConfiner{sb: conf.sb}
+		err := m.Create(context.Background(), dir, CreateRequest{Interpreter: py, Packages: mustReqs(t, "ibomb"), Index: wheelhouseIndex(house), Confine: rc.confine}, nil)
+		if !errors.Is(err, ErrBuildFillsDisk) {
+			t.Errorf("a build that made 40,000 files past the file system's floor ended with %v, want ErrBuildFillsDisk", err)
+		}
+	})
+}

@@ -45,4 +45,4 @@ func diskUsage(dir string) (int64, error) {
 }
 
 // diskSpace cannot tell here.
-func diskSpace(string) (avail, total uint64, ok bool) { return 0, 0, false }
+func diskSpace(string) (avail, total, freeFiles, files uint64, ok bool) { return 0, 0, 0, 0, false }

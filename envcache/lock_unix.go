@@ -152,11 +152,12 @@ func diskUsage(dir string) (int64, error) {
 }
 
 // diskSpace returns the bytes available to unprivileged users and the size
-// of the file system holding path; ok is false when it cannot tell.
-func diskSpace(path string) (avail, total uint64, ok bool) {
+// of the file system holding path, and its free and total inodes (0 where
+// it has no fixed number); ok is false when it cannot tell.
+func diskSpace(path string) (avail, total, freeFiles, files uint64, ok bool) {
 	var st unix.Statfs_t
 	if err := unix.Statfs(path, &st); err != nil {
-		return 0, 0, false
+		return 0, 0, 0, 0, false
 	}
-	return uint64(st.Bavail) * uint64(st.Bsize), uint64(st.Blocks) * uint64(st.Bsize), true
+	return uint64(st.Bavail) * uint64(st.Bsize), uint64(st.Blocks) * uint64(st.Bsize), uint64(st.Ffree), uint64(st.Files), true
 }

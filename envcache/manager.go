@@ -225,20 +225,32 @@ var diskFloor = func(avail, total uint64) uint64 {
 	return min(max(total/20, 1<<30), avail/2)
 }
 
+// inodeFloor is the same for inodes: 5 % of the file system's and at
+// least 65,536, or half of those free when the build starts. A wheel of
+// 100 MB may hold a million empty files, each an inode of the cache and
+// one of the environment.
+var inodeFloor = func(free, total uint64) uint64 {
+	return min(max(total/20, 1<<16), free/2)
+}
+
 // guardDisk stops the build (stop with ErrBuildFillsDisk) when a file
-// system it writes (paths) has less free space than its diskFloor, until
-// ctx ends. A package is untrusted: a wheel of 1 MB may hold a file of
+// system it writes (paths) has less free space than its diskFloor, or
+// fewer free inodes than its inodeFloor, until ctx ends. A package is untrusted: a wheel of 1 MB may hold a file of
 // 1 GiB of zeros, and the installers unpack it twice (the package cache,
 // then the environment) without a limit of their own.
 func guardDisk(ctx context.Context, stop context.CancelCauseFunc, paths []string) {
 	type watched struct {
-		path  string
-		floor uint64
+		path             string
+		floor, filesLeft uint64
 	}
 	var ws []watched
 	for _, p := range paths {
-		if avail, total, ok := diskSpace(p); ok {
-			ws = append(ws, watched{p, diskFloor(avail, total)})
+		if avail, total, freeFiles, files, ok := diskSpace(p); ok {
+			w := watched{path: p, floor: diskFloor(avail, total)}
+			if files > 0 {
+				w.filesLeft = inodeFloor(freeFiles, files)
+			}
+			ws = append(ws, w)
 		}
 	}
 	if len(ws) == 0 {
@@ -253,8 +265,14 @@ func guardDisk(ctx context.Context, stop context.CancelCauseFunc, paths []string
 		case <-t.C:
 		}
 		for _, w := range ws {
-			if avail, _, ok := diskSpace(w.path); ok && avail < w.floor {
+			avail, _, freeFiles, _, ok := diskSpace(w.path)
+			switch {
+			case !ok:
+			case avail < w.floor:
 				stop(fmt.Errorf("%w: %s had %d bytes free, under the %d kept free", ErrBuildFillsDisk, w.path, avail, w.floor))
+				return
+			case freeFiles < w.filesLeft:
+				stop(fmt.Errorf("%w: %s had %d inodes free, under the %d kept free", ErrBuildFillsDisk, w.path, freeFiles, w.filesLeft))
 				return
 			}
 		}
