@@ -8,8 +8,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/codexec/codexec/worker/sandbox"
+	"golang.org/x/sys/unix"
 )
 
 // An environment's own start-up code (the import lines of its .pth files,
@@ -100,5 +102,63 @@ print(json.dumps({'pth': getattr(builtins, '_pth_uids', None), 'custom': getattr
 			t.Errorf("session %s, trusted: the .pth import line ran as %v, sitecustomize as %v, from_pth %q; want them run in the zygote only",
 				s.name, r.Pth, r.Custom, r.FromPth)
 		}
+	}
+}
+
+// TestSandboxedZygoteReadsBoundedPthFiles starts a zygote on an environment
+// whose packages brought a .pth larger than a .pth has any reason to be and
+// a FIFO named like one: the zygote reads .pth files as root, outside every
+// job's limits, and stat()s each line that is not an import (a .pth of 8 MB
+// of "x" lines, 8 KB as a wheel, cost 25 s of CPU at each start). It reads
+// 64 KiB of one, never waits on a FIFO, and a line past the bound names no
+// directory on the jobs' sys.path.
+func TestSandboxedZygoteReadsBoundedPthFiles(t *testing.T) {
+	l := newSandboxLayout(t)
+	env := filepath.Join(t.TempDir(), "env")
+	if out, err := exec.Command(l.python, "-m", "venv", "--without-pip", env).CombinedOutput(); err != nil {
+		t.Fatalf("venv: %v\n%s", err, out)
+	}
+	sitePackages, err := filepath.Glob(filepath.Join(env, "lib", "python3*", "site-packages"))
+	if err != nil || len(sitePackages) != 1 {
+		t.Fatalf("site-packages of %s: %v %v", env, sitePackages, err)
+	}
+	sp := sitePackages[0]
+	near, far := filepath.Join(env, "near"), filepath.Join(env, "far")
+	for _, d := range []string{near, far} {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := map[string]string{
+		filepath.Join(sp, "a_near.pth"): near + "\n",
+		filepath.Join(sp, "b_big.pth"):  strings.Repeat("# padding\n", 7000) + far + "\n",
+	}
+	for path, content := range files {
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := unix.Mkfifo(filepath.Join(sp, "c_fifo.pth"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cfg := *l.cfg
+	cfg.Mounts = append(slices.Clone(cfg.Mounts), sandbox.Mount{Path: env})
+	python := filepath.Join(env, "bin", "python")
+	z := startZygote(t, ZygoteConfig{Python: python, Env: ChildEnv(nil, "", "", nil, nil), Sandbox: &cfg, StartTimeout: 20 * time.Second})
+	spec := l.spec(t, "a", testUIDA, "import json, sys\nprint(json.dumps(sys.path))\n")
+	spec.Python = python
+	out := zrun(t, z, spec)
+	if out.ExitCode != 0 {
+		t.Fatalf("exit %d, stdout %q, stderr %q", out.ExitCode, out.Stdout, out.Stderr)
+	}
+	var path []string
+	if err := json.Unmarshal([]byte(strings.TrimSpace(string(out.Stdout))), &path); err != nil {
+		t.Fatalf("%q: %v", out.Stdout, err)
+	}
+	if !slices.Contains(path, near) {
+		t.Errorf("sys.path %v lacks %s, named by a small .pth", path, near)
+	}
+	if slices.Contains(path, far) {
+		t.Errorf("sys.path holds %s, named 70 KB into a .pth: the zygote read past its bound", far)
 	}
 }

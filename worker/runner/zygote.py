@@ -1698,6 +1698,15 @@ def _shutdown(d, exitcode):
 # usercustomize module to import.
 _SITE_LINES = []
 _SITE_CUSTOMIZE = [False, False]
+# What _keep_pth_imports reads of the .pth files, in bytes: of one file, and
+# of all together (what is left, a list so the function can spend it). A
+# package's .pth files are untrusted, and the zygote reads them as root,
+# outside every job's limits: each line that is not an import is a path
+# stat()ed, and a .pth of 8 MB of "x" lines (8 KB as a wheel) cost 25 s of
+# CPU at start-up (spares and one-shot zygotes pay it again). Real ones are
+# a few lines. What lies past the bounds is left out, for the jobs too.
+_PTH_FILE_BYTES = 64 << 10
+_PTH_BYTES_LEFT = [1 << 20]
 
 
 def _site_without_code():
@@ -1736,11 +1745,21 @@ def _keep_pth_imports(sitedir, name, known_paths):
     if reset:
         known_paths = site._init_pathinfo()
     fullname = os.path.join(sitedir, name)
+    room = min(_PTH_FILE_BYTES, _PTH_BYTES_LEFT[0])
+    if room <= 0:
+        return None if reset else known_paths
     try:
-        with open(fullname, 'rb') as f:
-            data = f.read()
+        # O_NONBLOCK: a FIFO in a .pth's place must not hold the zygote.
+        fd = os.open(fullname, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+        with open(fd, 'rb') as f:
+            if os.fstat(fd).st_mode & 0o170000 != 0o100000:  # not a regular file
+                return None if reset else known_paths
+            data = f.read(room)
+            if len(data) == room and f.read(1):
+                data = data[:data.rfind(b'\n') + 1]  # no line cut in two
     except OSError:
         return None if reset else known_paths
+    _PTH_BYTES_LEFT[0] -= len(data)
     try:
         text = data.decode('utf-8-sig')
     except UnicodeDecodeError:
