@@ -52,9 +52,11 @@
 // certificate paths, PIP_*, UV_*, CONDA_*, MAMBA_*): the worker's secrets
 // stay out of a build's reach, and pip's and conda's per-user
 // configuration files are named by PIP_CONFIG_FILE and CONDARC instead of
-// being found in HOME. Two things change with confinement: a venv built
-// from a seed gets copies of the seed's files, not hard links (the build
-// writes DIR, and must not reach the seed's files through it), and uv
+// being found in HOME. Two things change with confinement: a venv is
+// never built from a seed (pip, run from the seed's copy as the child's
+// interpreter, would run the seed's packages' .pth lines and any file a
+// wheel wrote over pip's own in the sandbox, which has the network and
+// the shared caches), and uv
 // copies from its cache instead of hard-linking (UV_LINK_MODE=copy unless
 // UV.LinkMode says otherwise), since a hard link across the sandbox's
 // separate mounts fails even on one file system.
@@ -103,8 +105,9 @@
 //
 // Derived environments are cheap to build: for uv, the child is a new
 // venv whose packages are hard-linked from uv's warm cache (tens of
-// milliseconds); for venv, a child whose parent is ready in the cache is
-// made without pip and seeded with a hard-linked copy of the parent (its
+// milliseconds); for venv, when builds are not confined, a child whose
+// parent is ready in the cache is made without pip and seeded with a
+// hard-linked copy of the parent (its
 // bin scripts rewritten to name the child), then pip installs the full set,
 // which only fetches what is new: about half a second instead of the
 // seconds of ensurepip and a full install. Hard links mean an environment

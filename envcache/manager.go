@@ -52,8 +52,8 @@ type CreateRequest struct {
 	Index IndexConfig
 	// Seed, when not empty, is a ready environment of the same manager
 	// and interpreter whose packages the new one may start from. venv
-	// copies it with hard links, or plain copies when confined (see
-	// Venv); uv and conda ignore it, since
+	// copies it with hard links, and only when not confined (see
+	// Venv.Create); uv and conda ignore it, since
 	// their own package caches already make a rebuild cheap.
 	Seed string
 	// Confine, when not nil, wraps every command of the build (the
