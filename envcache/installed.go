@@ -79,6 +79,7 @@ func Installed(dir string) ([]envspec.Dist, error) {
 		return nil, fmt.Errorf("envcache: %w", err)
 	}
 	defer root.Close()
+	budget := &readBudget{left: maxInstalledBytes}
 	var dists []envspec.Dist
 	for _, abs := range sps {
 		sp, err := filepath.Rel(dir, abs)
@@ -97,11 +98,11 @@ func Installed(dir string) ([]envspec.Dist, error) {
 				var ok bool
 				switch name := e.Name(); {
 				case strings.HasSuffix(name, ".dist-info") && e.IsDir():
-					d, ok = readDistInfo(root, filepath.Join(sp, name), "METADATA")
+					d, ok = readDistInfo(root, budget, filepath.Join(sp, name), "METADATA")
 				case strings.HasSuffix(name, ".egg-info") && e.IsDir():
-					d, ok = readDistInfo(root, filepath.Join(sp, name), "PKG-INFO")
+					d, ok = readDistInfo(root, budget, filepath.Join(sp, name), "PKG-INFO")
 				case strings.HasSuffix(name, ".egg-info") && e.Type().IsRegular():
-					d, ok = readEggInfoFile(root, filepath.Join(sp, name))
+					d, ok = readEggInfoFile(root, budget, filepath.Join(sp, name))
 				}
 				if ok && len(dists) < maxDistributions {
 					dists = append(dists, d)
@@ -126,23 +127,23 @@ func Installed(dir string) ([]envspec.Dist, error) {
 // readDistInfo reads one .dist-info or .egg-info directory. A directory
 // without a readable name is skipped: it is the remains of something, not
 // a distribution.
-func readDistInfo(root *os.Root, info, metadataFile string) (envspec.Dist, bool) {
+func readDistInfo(root *os.Root, budget *readBudget, info, metadataFile string) (envspec.Dist, bool) {
 	f, err := openRegular(root, filepath.Join(info, metadataFile))
 	if err != nil {
 		return envspec.Dist{}, false
 	}
-	name, version := readMetadataHeaders(io.LimitReader(f, maxMetadataHeaderBytes))
+	name, version := readMetadataHeaders(budget.limit(f, maxMetadataHeaderBytes))
 	f.Close()
 	if name == "" {
 		return envspec.Dist{}, false
 	}
 	d := envspec.Dist{Name: name, Version: version}
 	if f, err := openRegular(root, filepath.Join(info, "top_level.txt")); err == nil {
-		data, _ := io.ReadAll(io.LimitReader(f, maxTopLevelBytes))
+		data, _ := io.ReadAll(budget.limit(f, maxTopLevelBytes))
 		f.Close()
 		d.Imports = topLevelNames(string(data))
 	} else if f, err := openRegular(root, filepath.Join(info, "RECORD")); err == nil {
-		d.Imports = recordImports(io.LimitReader(f, maxRecordBytes))
+		d.Imports = recordImports(budget.limit(f, maxRecordBytes))
 		f.Close()
 	}
 	return d, true
@@ -174,14 +175,45 @@ const (
 	maxTopLevelBytes       = 64 << 10
 	maxRecordBytes         = 32 << 20
 	maxImportNames         = 256 // import names of one distribution
+	maxNameLen             = 256 // of a name, a version or an import name
+	// maxInstalledBytes is what one Installed call reads of all files
+	// together: the bounds above are per file, and an environment may
+	// hold thousands of files at those bounds.
+	maxInstalledBytes = 64 << 20
 )
+
+// readBudget is what is left of maxInstalledBytes.
+type readBudget struct{ left int64 }
+
+// limit returns r limited to max bytes and to what is left of b, which
+// what is read through it spends.
+func (b *readBudget) limit(r io.Reader, max int64) io.Reader {
+	return &budgetReader{r: io.LimitReader(r, max), b: b}
+}
+
+type budgetReader struct {
+	r io.Reader
+	b *readBudget
+}
+
+func (br *budgetReader) Read(p []byte) (int, error) {
+	if br.b.left <= 0 {
+		return 0, io.EOF
+	}
+	if int64(len(p)) > br.b.left {
+		p = p[:br.b.left]
+	}
+	n, err := br.r.Read(p)
+	br.b.left -= int64(n)
+	return n, err
+}
 
 // importNames collects the distinct import names of one distribution, at
 // most maxImportNames of them.
 type importNames map[string]struct{}
 
 func (n importNames) add(name string) {
-	if len(n) < maxImportNames {
+	if len(n) < maxImportNames && len(name) <= maxNameLen {
 		n[name] = struct{}{}
 	}
 }
@@ -199,13 +231,13 @@ func (n importNames) sorted() []string {
 }
 
 // readEggInfoFile reads an .egg-info that is a single PKG-INFO file.
-func readEggInfoFile(root *os.Root, path string) (envspec.Dist, bool) {
+func readEggInfoFile(root *os.Root, budget *readBudget, path string) (envspec.Dist, bool) {
 	f, err := openRegular(root, path)
 	if err != nil {
 		return envspec.Dist{}, false
 	}
 	defer f.Close()
-	name, version := readMetadataHeaders(io.LimitReader(f, maxMetadataHeaderBytes))
+	name, version := readMetadataHeaders(budget.limit(f, maxMetadataHeaderBytes))
 	return envspec.Dist{Name: name, Version: version}, name != ""
 }
 
@@ -225,12 +257,12 @@ func readMetadataHeaders(r io.Reader) (name, version string) {
 		}
 		switch strings.ToLower(strings.TrimSpace(key)) {
 		case "name":
-			if name == "" {
-				name = strings.TrimSpace(value)
+			if v := strings.TrimSpace(value); name == "" && len(v) <= maxNameLen {
+				name = v
 			}
 		case "version":
-			if version == "" {
-				version = strings.TrimSpace(value)
+			if v := strings.TrimSpace(value); version == "" && len(v) <= maxNameLen {
+				version = v
 			}
 		}
 		if name != "" && version != "" {

@@ -360,6 +360,10 @@ func TestInstalledBoundsWhatPackagesMake(t *testing.T) {
 	for i := range maxDistributions + 100 {
 		write(fmt.Sprintf("d%d-1.0.dist-info/METADATA", i), fmt.Sprintf("Name: d%d\nVersion: 1.0\n\n", i))
 	}
+	long := strings.Repeat("x", 1<<20)
+	write("longname-1.0.dist-info/METADATA", "Name: "+long+"\nVersion: 1.0\n\n")
+	write("longimport-1.0.dist-info/METADATA", "Name: longimport\nVersion: 1.0\n\n")
+	write("longimport-1.0.dist-info/top_level.txt", long[:60<<10]+"\n")
 
 	runtime.GC()
 	var before, after runtime.MemStats
@@ -379,6 +383,45 @@ func TestInstalledBoundsWhatPackagesMake(t *testing.T) {
 		if len(d.Imports) > maxImportNames {
 			t.Errorf("%s: %d import names, more than %d", d.Name, len(d.Imports), maxImportNames)
 		}
+		if len(d.Name) > maxNameLen || slices.ContainsFunc(d.Imports, func(s string) bool { return len(s) > maxNameLen }) {
+			t.Errorf("a distribution named in %d bytes, or with an import name longer than %d bytes, was listed", len(d.Name), maxNameLen)
+		}
+	}
+}
+
+// TestInstalledReadsABoundedTotal lists an environment of three
+// distributions whose RECORDs are each at the bound of one file: what one
+// listing reads of all files together is bounded too, so the last one read
+// names no import (or is left out).
+func TestInstalledReadsABoundedTotal(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	sp := filepath.Join(dir, "lib", "python3.12", "site-packages")
+	padding := strings.Repeat("__pycache__/x.pyc,,\n", maxRecordBytes/20+1)
+	for _, name := range []string{"one", "two", "three"} {
+		info := filepath.Join(sp, name+"-1.0.dist-info")
+		if err := os.MkdirAll(info, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(info, "METADATA"), []byte("Name: "+name+"\nVersion: 1.0\n\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(info, "RECORD"), []byte(name+"_mod.py,,\n"+padding), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dists, err := Installed(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	with := 0
+	for _, d := range dists {
+		if len(d.Imports) > 0 {
+			with++
+		}
+	}
+	if with != 2 {
+		t.Errorf("listed %v: want the imports of two distributions, the total read spent before the third's", dists)
 	}
 }
 
