@@ -555,3 +555,42 @@ func TestBuildCannotTakeEveryInode(t *testing.T) {
 		}
 	})
 }
+
+// TestBuildRefusesAPackageThatReplacesTheInterpreter installs wheels whose
+// data files land over pyvenv.cfg (its home then names a standard library
+// of the package's choosing, whose encodings module any start of the
+// interpreter imports, -S or not) and over bin/python (pip installs a
+// script of that name; uv refuses it): the worker starts an environment's
+// interpreter as root, for its zygote, so either would run a package's code
+// there. The build fails instead.
+func TestBuildRefusesAPackageThatReplacesTheInterpreter(t *testing.T) {
+	t.Parallel()
+	conf := setupConfiner(t)
+	py := setupPython(t)
+	house := setupWheelhouse(t)
+	wheeltest.Wheel{Dist: "cfgover", Version: "1.0", Module: "cfgover", TopLevel: true, Extra: [][2]string{
+		{"cfgover-1.0.data/data/pyvenv.cfg", "home = /nonexistent/evil/bin\ninclude-system-site-packages = false\n"},
+	}}.Write(t, house)
+	wheeltest.Wheel{Dist: "pyover", Version: "1.0", Module: "pyover", TopLevel: true, Extra: [][2]string{
+		{"pyover-1.0.data/scripts/python", "#!/bin/sh\necho replaced\n"},
+	}}.Write(t, house)
+	forEachBuilder(t, true, func(t *testing.T, name string, m Manager, tmp string) {
+		for _, pkg := range []string{"cfgover", "pyover"} {
+			dir := filepath.Join(tmp, "envs", pkg)
+			if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			rc := &recordingConfiner{sb: conf.sb}
+			err := m.Create(context.Background(), dir, CreateRequest{Interpreter: py, Packages: mustReqs(t, pkg, "alpha"), Index: wheelhouseIndex(house), Confine: rc.confine}, nil)
+			if name == envspec.ManagerUV && pkg == "pyover" {
+				if err == nil {
+					t.Errorf("%s: uv installed a script named python", pkg)
+				}
+				continue // uv refuses it itself
+			}
+			if !errors.Is(err, ErrInterpreterReplaced) {
+				t.Errorf("%s: the build ended with %v, want ErrInterpreterReplaced", pkg, err)
+			}
+		}
+	})
+}

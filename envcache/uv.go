@@ -176,7 +176,17 @@ func (u *UV) Create(ctx context.Context, dir string, req CreateRequest, progress
 	if _, err := ExistingVenv(dir); err != nil {
 		return &BuildError{Dir: dir, Args: args, Err: err}
 	}
-	return u.install(ctx, dir, cf, req.Interpreter, req.Packages, req.Index, progress)
+	skel, err := venvSkeleton(dir)
+	if err != nil {
+		return &BuildError{Dir: dir, Args: args, Err: err}
+	}
+	if err := u.install(ctx, dir, cf, req.Interpreter, req.Packages, req.Index, progress); err != nil {
+		return err
+	}
+	if err := checkSkeleton(dir, skel); err != nil {
+		return &BuildError{Dir: dir, Args: []string{"uv", "pip", "install"}, Err: err}
+	}
+	return nil
 }
 
 // install runs uv pip install --python dir/bin/python with idx's options

@@ -434,7 +434,17 @@ func (v *Venv) Create(ctx context.Context, dir string, req CreateRequest, progre
 	if len(req.Packages) == 0 {
 		return nil
 	}
-	return v.install(ctx, dir, cf, interpreterPaths(req.Interpreter), req.Packages, req.Index, progress)
+	skel, err := venvSkeleton(dir)
+	if err != nil {
+		return &BuildError{Dir: dir, Args: args, Err: err}
+	}
+	if err := v.install(ctx, dir, cf, interpreterPaths(req.Interpreter), req.Packages, req.Index, progress); err != nil {
+		return err
+	}
+	if err := checkSkeleton(dir, skel); err != nil {
+		return &BuildError{Dir: dir, Args: []string{"pip", "install"}, Err: err}
+	}
+	return nil
 }
 
 // install runs dir/bin/python -m pip install with idx's options and the
