@@ -31,3 +31,33 @@ func TestJobMountsNameNoOtherSession(t *testing.T) {
 		})
 	}
 }
+
+// TestJobSeesNoDiskCounters: every session has a loop device of its own,
+// and /proc/diskstats gave each device's reads and writes, the host's and
+// every other session's, as they happened; /proc/partitions listed them.
+// A job sees neither.
+func TestJobSeesNoDiskCounters(t *testing.T) {
+	needSessionFS(t)
+	fx := newLifecycleFixture(t)
+	for _, mode := range []string{ExecZygote, ExecSpawn} {
+		t.Run(mode, func(t *testing.T) {
+			startDiskWorker(t, fx, mode)
+			if res := runDiskJob(t, fx, "writer-"+mode, "open('f', 'wb').write(b'x' * (1 << 20))", 20); res.Status != wire.StatusOK {
+				t.Fatalf("the other session's job: %s: %s %s", res.Status, res.Message, res.Stderr)
+			}
+			res := runDiskJob(t, fx, "counter-"+mode, `
+for p in ('/proc/diskstats', '/proc/partitions'):
+    try:
+        print(p, repr(open(p).read()))
+    except OSError as e:
+        print(p, 'unreadable', e.errno)
+`, 20)
+			if res.Status != wire.StatusOK {
+				t.Fatalf("probe: %s: %s %s", res.Status, res.Message, res.Stderr)
+			}
+			if strings.Contains(res.Stdout, "loop") || !strings.Contains(res.Stdout, "/proc/diskstats") {
+				t.Errorf("a job reads the disks' counters:\n%s", res.Stdout)
+			}
+		})
+	}
+}

@@ -1489,8 +1489,20 @@ def _fork_job_process(report):
 
 def _own_proc():
     """A /proc of the job's PID namespace. hidepid: its init runs as root
-    (but without root, as the job's uid)."""
+    (but without root, as the job's uid). The host's block devices' counters
+    are covered (_MASKED_PROC)."""
     _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
+    for path in _MASKED_PROC:
+        _mount('/dev/null', path, None, _MS_BIND, None)
+        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC, None)
+
+
+# Files of /proc that tell of the whole host's block devices, covered with
+# /dev/null: every session's file system is a loop device of its own, and
+# /proc/diskstats gave each one's reads and writes as they happened, so one
+# session watched another's disk activity; /proc/partitions listed them.
+# As sandbox.MaskedProc (the worker's launchers do the same).
+_MASKED_PROC = ('/proc/diskstats', '/proc/partitions')
 
 
 def _enter_pid_namespace(report):

@@ -268,8 +268,21 @@ func systemArgs() []string {
 			args = append(args, "--ro-bind", "/dev/null", f)
 		}
 	}
-	return append(args, "--dev", "/dev", "--proc", "/proc", "--tmpfs", "/tmp")
+	args = append(args, "--dev", "/dev", "--proc", "/proc")
+	for _, f := range MaskedProc {
+		args = append(args, "--ro-bind", "/dev/null", f)
+	}
+	return append(args, "--tmpfs", "/tmp")
 }
+
+// MaskedProc are the files of a sandbox's /proc that tell of the whole
+// host's block devices, covered with /dev/null (empty to read): every
+// session's file system is a loop device of its own, and /proc/diskstats
+// gave each one's reads and writes as they happened, so that one session
+// watched another's disk activity (when it ran, how much it wrote);
+// /proc/partitions listed the devices. zygote.py covers the same in the
+// /proc each job mounts.
+var MaskedProc = []string{"/proc/diskstats", "/proc/partitions"}
 
 // dedupe drops mounts that another mount of the list already covers with
 // the same or more access, and keeps a stable order (parents first), so
