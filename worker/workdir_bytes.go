@@ -108,7 +108,9 @@ func (w *Worker) reportWorkdir(ctx context.Context, scope, tenant string, disk *
 	if disk == nil && !w.workdirs.walkDue(scope, now) {
 		return
 	}
-	r := workdirReport{tenant: tenant, bytes: disk.usage(cwd), at: now}
+	// What the files take on disk, or in the snapshot this worker stored
+	// of them when that is more (sparse files: a tar holds their holes).
+	r := workdirReport{tenant: tenant, bytes: max(disk.usage(cwd), w.loadLocalWorkspace(scope).Stored), at: now}
 	if disk == nil {
 		w.workdirs.walked(scope, now, time.Since(now))
 	}

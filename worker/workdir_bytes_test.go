@@ -105,3 +105,58 @@ func TestMeasuredWorkdirWalkedAtMostATenthOfTheTime(t *testing.T) {
 		t.Fatal("not due once ten times the walk has passed, or another scope held back")
 	}
 }
+
+// A sparse file takes almost no blocks, so the disk counted it as almost
+// nothing, but its snapshot (a tar, which holds every byte of its size)
+// took all of them in the workspaces store, and as many on the disk of
+// the worker that restores it: a tenant under working_dir_bytes held
+// sessions whose snapshots took up to each one's disk limit, counted by no
+// quota. The tally counts a stored snapshot's bytes when they are more.
+func TestWorkerReportsSnapshotBytesOfSparseFiles(t *testing.T) {
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	w, err := New(Config{
+		ID: "workdir-sparse", DataDir: fx.dataDir, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	tally := w.cfg.Keys.TenantWorkdirs(wire.TenantKey("acme"))
+	run := func(code string) {
+		t.Helper()
+		job := &wire.Job{
+			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "workdir-sparse", Tenant: "acme",
+			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+		}
+		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
+			t.Fatal(err)
+		}
+		if res, err := fx.broker.WaitResult(ctx, job.ID); err != nil || res.Status != wire.StatusOK {
+			t.Fatalf("%s: %v %+v", code, err, res)
+		}
+	}
+	recorded := func() int64 {
+		t.Helper()
+		v, err := fx.store.HGet(ctx, tally, "workdir-sparse")
+		if err != nil {
+			t.Fatal(err)
+		}
+		n, _ := strconv.ParseInt(string(v), 10, 64)
+		return n
+	}
+	const size = 48 << 20
+	run(fmt.Sprintf("with open('hole', 'wb') as f:\n    f.truncate(%d)", size))
+	if got := recorded(); got < size {
+		t.Fatalf("a sparse file of %d bytes, stored in the session's snapshot: recorded %d bytes", size, got)
+	}
+	run("import os\nos.remove('hole')")
+	if got := recorded(); got >= size {
+		t.Fatalf("after the sparse file's removal: recorded %d bytes", got)
+	}
+}

@@ -69,6 +69,11 @@ type localWorkspace struct {
 	// (or of the snapshot it changed since, while the record could not be
 	// read). Only a holder's copy is run on while the record cannot be read.
 	Holder bool `json:"holder,omitempty"`
+	// Stored is the size of the snapshot this worker stored of this copy
+	// (0 when it stored none): what the session's files take in the
+	// workspaces store, which a sparse file makes far more than what they
+	// take on disk (reportWorkdir counts the larger).
+	Stored int64 `json:"stored,omitempty"`
 }
 
 func (w *Worker) localWorkspacePath(scope string) string {
@@ -372,14 +377,17 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		saved = true
 		t0 := time.Now()
 		rec.Snapshot = jobID
-		rec.Stored = !tooLarge && w.putSnapshot(ctx, j, jobID, cwd, log)
+		var size int64
+		if !tooLarge {
+			rec.Stored, size = w.putSnapshot(ctx, j, jobID, cwd, log)
+		}
 		if rec.Stored {
 			if err := w.broker.LinkWorkspace(ctx, latestName(j.scope), snapshotName(j.scope, jobID)); err != nil {
 				log.Warn("link the session's newest snapshot", "err", err)
 			}
 		}
 		rec.SavedAt = time.Now().UTC()
-		j.local = localWorkspace{Snapshot: jobID, Manifest: m}
+		j.local = localWorkspace{Snapshot: jobID, Manifest: m, Stored: size}
 		log.Info("workspace saved", "snapshot", jobID, "stored", rec.Stored, "ms", time.Since(t0).Milliseconds())
 	}
 	if rec == j.rec {
@@ -448,7 +456,7 @@ func (w *Worker) rememberHolder(j *workspaceJob, holder bool, disk localWorkspac
 // that says so.
 func (w *Worker) keepAside(ctx context.Context, j *workspaceJob, cwd string, log *slog.Logger) string {
 	id := "unsaved-" + ulid.Make().String()
-	stored := w.putSnapshot(ctx, j, id, cwd, log)
+	stored, _ := w.putSnapshot(ctx, j, id, cwd, log)
 	log.Error("the session's files changed on two workers while the state store was away; this worker's copy is replaced by the recorded one",
 		"kept_as", snapshotName(j.scope, id), "stored", stored, "recorded", j.rec.Snapshot, "holder", j.rec.Worker)
 	if !stored {
@@ -503,12 +511,17 @@ func snapshotAging(rec wire.Workspace, local localWorkspace) bool {
 }
 
 // putSnapshot streams a tar of cwd, at most j.maxLen bytes of files, into
-// the object store, and reports whether it was stored.
-func (w *Worker) putSnapshot(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) bool {
+// the object store, and reports whether it was stored and its size. A tar
+// holds every byte of a sparse file's size, holes included, so that size
+// may be far more than what the directory takes on disk.
+func (w *Worker) putSnapshot(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) (bool, int64) {
 	pr, pw := io.Pipe()
 	packed := make(chan error, 1)
+	var size int64
 	go func() {
-		err := workspace.Pack(cwd, pw, j.maxLen)
+		cw := &countingWriter{w: pw}
+		err := workspace.Pack(cwd, cw, j.maxLen)
+		size = cw.n
 		pw.CloseWithError(err)
 		packed <- err
 	}()
@@ -520,7 +533,19 @@ func (w *Worker) putSnapshot(ctx context.Context, j *workspaceJob, jobID, cwd st
 	if err != nil {
 		log.Warn("workspace snapshot not stored: the session's files are on this worker only",
 			"err", fmt.Errorf("snapshot of %s: %w", cwd, err))
-		return false
+		return false, 0
 	}
-	return true
+	return true, size
+}
+
+// countingWriter counts the bytes written through it.
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
 }

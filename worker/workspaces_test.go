@@ -283,7 +283,7 @@ func BenchmarkWorkspaceSnapshot(b *testing.B) {
 			if _, err := workspace.Manifest(dir, 1<<30); err != nil {
 				b.Fatal(err)
 			}
-			if !w.putSnapshot(ctx, j, "s", dir, log) {
+			if stored, _ := w.putSnapshot(ctx, j, "s", dir, log); !stored {
 				b.Fatal("not stored")
 			}
 		}
