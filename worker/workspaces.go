@@ -410,7 +410,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 			// the store's retention removes it.
 			// It is the newest copy if the record still names this
 			// worker: then it is run on while the store is away.
-			j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: unrecordedManifest, Holder: j.rec.Worker == w.cfg.ID}
+			j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: unrecordedManifest, Holder: j.rec.Worker == w.cfg.ID, Stored: j.local.Stored}
 			if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 				log.Warn("remember the unrecorded workspace", "err", err)
 			}
@@ -489,7 +489,7 @@ func (w *Worker) keepWorkspace(j *workspaceJob, cwd string, log *slog.Logger) (n
 		}
 		return ""
 	}
-	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true}
+	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true, Stored: j.local.Stored}
 	if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 		log.Warn("remember the workspace kept while the store is away", "err", err)
 	}
