@@ -34,8 +34,9 @@ func TestJobMountsNameNoOtherSession(t *testing.T) {
 
 // TestJobSeesNoDiskCounters: every session has a loop device of its own,
 // and /proc/diskstats gave each device's reads and writes, the host's and
-// every other session's, as they happened; /proc/partitions listed them.
-// A job sees neither.
+// every other session's, as they happened; /proc/partitions listed them;
+// /proc/fs/ext4/loopN/mb_groups gave each one's free blocks. A job sees
+// none of them.
 func TestJobSeesNoDiskCounters(t *testing.T) {
 	needSessionFS(t)
 	fx := newLifecycleFixture(t)
@@ -46,11 +47,17 @@ func TestJobSeesNoDiskCounters(t *testing.T) {
 				t.Fatalf("the other session's job: %s: %s %s", res.Status, res.Message, res.Stderr)
 			}
 			res := runDiskJob(t, fx, "counter-"+mode, `
+import os
 for p in ('/proc/diskstats', '/proc/partitions'):
     try:
         print(p, repr(open(p).read()))
     except OSError as e:
         print(p, 'unreadable', e.errno)
+for d in ('/proc/fs', '/proc/fs/ext4', '/proc/fs/jbd2'):
+    try:
+        print(d, os.listdir(d))
+    except OSError as e:
+        print(d, 'unreadable', e.errno)
 `, 20)
 			if res.Status != wire.StatusOK {
 				t.Fatalf("probe: %s: %s %s", res.Status, res.Message, res.Stderr)

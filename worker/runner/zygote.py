@@ -1495,6 +1495,9 @@ def _own_proc():
     for path in _MASKED_PROC:
         _mount('/dev/null', path, None, _MS_BIND, None)
         _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC, None)
+    for path in _MASKED_PROC_DIRS:
+        if os.path.isdir(path):
+            _mount('tmpfs', path, 'tmpfs', _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0555,size=4k')
 
 
 # Files of /proc that tell of the whole host's block devices, covered with
@@ -1503,6 +1506,11 @@ def _own_proc():
 # session watched another's disk activity; /proc/partitions listed them.
 # As sandbox.MaskedProc (the worker's launchers do the same).
 _MASKED_PROC = ('/proc/diskstats', '/proc/partitions')
+# Directories of /proc covered with an empty, read-only tmpfs: /proc/fs has
+# one per mounted ext4 file system (every session's included), whose
+# mb_groups gave its free blocks, what another session's files take. As
+# sandbox.MaskedProcDirs.
+_MASKED_PROC_DIRS = ('/proc/fs',)
 
 
 def _enter_pid_namespace(report):

@@ -272,6 +272,9 @@ func systemArgs() []string {
 	for _, f := range MaskedProc {
 		args = append(args, "--ro-bind", "/dev/null", f)
 	}
+	for _, d := range MaskedProcDirs {
+		args = append(args, "--tmpfs", d)
+	}
 	return append(args, "--tmpfs", "/tmp")
 }
 
@@ -283,6 +286,14 @@ func systemArgs() []string {
 // /proc/partitions listed the devices. zygote.py covers the same in the
 // /proc each job mounts.
 var MaskedProc = []string{"/proc/diskstats", "/proc/partitions"}
+
+// MaskedProcDirs are the directories of a sandbox's /proc covered with an
+// empty tmpfs (root's, which a job cannot write): /proc/fs has a directory
+// per mounted ext4 file system, each session's loop device included, whose
+// mb_groups gave that file system's free blocks, group by group (what
+// another session's files take, as it changed), and jbd2's its journal's
+// transactions. zygote.py covers the same in the /proc each job mounts.
+var MaskedProcDirs = []string{"/proc/fs"}
 
 // dedupe drops mounts that another mount of the list already covers with
 // the same or more access, and keeps a stable order (parents first), so
