@@ -1492,12 +1492,18 @@ def _own_proc():
     (but without root, as the job's uid). The host's block devices' counters
     are covered (_MASKED_PROC)."""
     _mount('proc', '/proc', 'proc', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'hidepid=2')
-    for path in _MASKED_PROC:
-        _mount('/dev/null', path, None, _MS_BIND, None)
-        _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC, None)
-    for path in _MASKED_PROC_DIRS:
-        if os.path.isdir(path):
-            _mount('tmpfs', path, 'tmpfs', _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0555,size=4k')
+    try:
+        for path in _MASKED_PROC:
+            _mount('/dev/null', path, None, _MS_BIND, None)
+            _mount(None, path, None, _MS_REMOUNT | _MS_BIND | _MS_RDONLY | _MS_NOSUID | _MS_NOEXEC, None)
+        for path in _MASKED_PROC_DIRS:
+            if os.path.isdir(path):
+                _mount('tmpfs', path, 'tmpfs', _MS_RDONLY | _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0555,size=4k')
+    except OSError:
+        # A rootless sandbox's job holds a user namespace of its own, in
+        # which it could undo these mounts anyway; as root they must hold.
+        if not _ROOTLESS:
+            raise
 
 
 # Files of /proc that tell of the whole host's block devices, covered with
@@ -1511,6 +1517,7 @@ _MASKED_PROC = ('/proc/diskstats', '/proc/partitions')
 # mb_groups gave its free blocks, what another session's files take. As
 # sandbox.MaskedProcDirs.
 _MASKED_PROC_DIRS = ('/proc/fs',)
+_ROOTLESS = False  # the zygote's sandbox is rootless (set by _main)
 
 
 def _enter_pid_namespace(report):
@@ -1846,6 +1853,8 @@ def _main():
     if sys.path and sys.path[0] == '':
         del sys.path[0]
     sandbox = cfg.get('sandbox')
+    global _ROOTLESS
+    _ROOTLESS = bool(sandbox is not None and sandbox.get('rootless'))
     if sandbox is not None and sandbox.get('seccomp'):
         _prepare_seccomp(sandbox['seccomp'])
     if sandbox is not None and not sandbox.get('rootless'):
