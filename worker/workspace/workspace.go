@@ -29,6 +29,7 @@ import (
 	"os"
 	"path"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -372,9 +373,15 @@ func (u *unpacker) link(name, target string, perm fs.FileMode, mtime time.Time) 
 }
 
 // cleanName accepts a relative path without "..", as Pack writes them.
+// A name is bytes, as the file system has it, not text: fs.ValidPath,
+// which wants UTF-8, refused a file named in Latin-1, and with it every
+// restore of its session's snapshot. What keeps a name inside the root
+// is the os.Root every entry is made through; this refuses what Pack
+// never writes.
 func cleanName(name string) (string, error) {
 	clean := path.Clean(name)
-	if !fs.ValidPath(clean) || clean == "." {
+	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.HasPrefix(clean, "/") ||
+		strings.ContainsRune(clean, 0) {
 		return "", errors.New("not a relative path inside the workspace")
 	}
 	return clean, nil

@@ -429,3 +429,27 @@ func TestUnpackMakesEachDirectoryOnce(t *testing.T) {
 		t.Errorf("deepest file: %q", got)
 	}
 }
+
+// A file's name is bytes, not text: Python writes open(b'caf\xe9.txt')
+// and an old zip unpacks as much. Pack archived such names, and Unpack
+// refused them (fs.ValidPath wants UTF-8): every restore of the session's
+// snapshot failed, after clearing the directory, so its files never
+// reached another worker, and were lost with the one that held them.
+func TestPackUnpackNamesThatAreNotUTF8(t *testing.T) {
+	src := t.TempDir()
+	write(t, filepath.Join(src, "caf\xe9.txt"), "latin-1", 0o644)
+	write(t, filepath.Join(src, "d\xff\xfe", "inner"), "below", 0o600)
+	if err := os.Link(filepath.Join(src, "caf\xe9.txt"), filepath.Join(src, "second\x80")); err != nil {
+		t.Fatal(err)
+	}
+	dst := t.TempDir()
+	uid, gid := ids()
+	if err := Unpack(bytes.NewReader(pack(t, src, 1<<20)), dst, uid, gid, 1<<20); err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"caf\xe9.txt": "latin-1", "d\xff\xfe/inner": "below", "second\x80": "latin-1"} {
+		if got := read(t, filepath.Join(dst, name)); got != want {
+			t.Errorf("%q = %q, want %q", name, got, want)
+		}
+	}
+}
