@@ -577,6 +577,12 @@ func (tg *secTarget) ours(procs map[int]*hostProc, p *hostProc) bool {
 			// once): its sandboxed processes use the same uid range.
 			return false
 		}
+		if filepath.Base(a.argv0) == "codexec" {
+			// A codexec server that is not the target's, on the same
+			// host (a developer's own, a cluster of another run): its
+			// jobs' uids come from a register of its own, and overlap.
+			return false
+		}
 	}
 	return p.start >= tg.started
 }
