@@ -153,6 +153,24 @@ func (b *Broker) ConfirmClaim(ctx context.Context, jobID string, held HeldClaim)
 		return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, err)
 	}
 	newRev, err := b.claims.Update(ctx, jobID, data, held.Revision)
+	if isWrongRevision(err) {
+		// A try of this very confirmation that timed out (NATS away, or
+		// restarting) may have been written all the same, and the claim
+		// moved on from held.Revision by it: the claim is still this
+		// attempt's own, unchanged. Any other write (a takeover, or a
+		// release and a new claim) stored another claim: another
+		// attempt's, or at least a new At. Taken for a takeover, the
+		// attempt dropped its files and result, and the next delivery ran
+		// the job again on the same worker, over the files the first
+		// attempt had left in the session's directory.
+		cur, found, gerr := b.GetClaim(ctx, jobID)
+		if gerr != nil {
+			return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, gerr)
+		}
+		if found && sameClaim(cur.Claim, held.Claim) {
+			return cur, nil
+		}
+	}
 	if isWrongRevision(err) || errors.Is(err, jetstream.ErrKeyNotFound) {
 		return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, ErrClaimChanged)
 	}
@@ -160,6 +178,12 @@ func (b *Broker) ConfirmClaim(ctx context.Context, jobID string, held HeldClaim)
 		return HeldClaim{}, fmt.Errorf("broker: confirm claim %s: %w", jobID, err)
 	}
 	return HeldClaim{Claim: held.Claim, Revision: newRev}, nil
+}
+
+// sameClaim reports whether a and b are one claim: the same holder's
+// instance, attempt and time of claiming.
+func sameClaim(a, b Claim) bool {
+	return a.Worker == b.Worker && a.Instance == b.Instance && a.Attempt == b.Attempt && a.At.Equal(b.At)
 }
 
 // ReleaseClaim deletes jobID's claim if it is still at revision rev, so that

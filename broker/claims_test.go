@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oklog/ulid/v2"
 
@@ -118,5 +119,53 @@ func BenchmarkClaimJob(b *testing.B) {
 		if _, won, err := br.ClaimJob(ctx, ulid.Make().String(), c); err != nil || !won {
 			b.Fatal(won, err)
 		}
+	}
+}
+
+// A confirmation retried after a try that timed out but was written (NATS
+// restarting) finds the claim moved on by its own write, and is confirmed:
+// taken for a takeover, the attempt dropped its files and result and the
+// job ran a second time on the same worker. A takeover still refuses it.
+func TestConfirmClaimRetryAfterItsOwnWrite(t *testing.T) {
+	t.Parallel()
+	tb := setup(t, broker.EmbeddedConfig{}, broker.Config{})
+	ctx := testCtx(t)
+	job := ulid.Make().String()
+	held, _, err := tb.b.ClaimJob(ctx, job, broker.Claim{Worker: "w1", Instance: "w1@a", Attempt: 1, At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The first try, written though its caller saw a timeout.
+	if _, err := tb.b.ConfirmClaim(ctx, job, held); err != nil {
+		t.Fatal(err)
+	}
+	// The retry, with the revision the attempt still knows.
+	got, err := tb.b.ConfirmClaim(ctx, job, held)
+	if err != nil {
+		t.Fatalf("retried confirmation of the claim's own holder: %v, want it confirmed", err)
+	}
+	cur, _, err := tb.b.GetClaim(ctx, job)
+	if err != nil || got.Revision != cur.Revision || got.Instance != "w1@a" {
+		t.Fatalf("confirmed %+v, stored %+v (%v)", got, cur, err)
+	}
+
+	// Taken over by another attempt: the old holder's confirmation fails.
+	if _, err := tb.b.TakeOverClaim(ctx, job, broker.Claim{Worker: "w2", Instance: "w2@a", Attempt: 2, At: time.Now().UTC()}, cur.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.b.ConfirmClaim(ctx, job, held); !errors.Is(err, broker.ErrClaimChanged) {
+		t.Fatalf("confirmation after a takeover: %v, want ErrClaimChanged", err)
+	}
+	// Taken over by a later attempt of the same worker instance: fails too.
+	job2 := ulid.Make().String()
+	h1, _, err := tb.b.ClaimJob(ctx, job2, broker.Claim{Worker: "w1", Instance: "w1@a", Attempt: 1, At: time.Now().UTC()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.b.TakeOverClaim(ctx, job2, broker.Claim{Worker: "w1", Instance: "w1@a", Attempt: 2, At: time.Now().UTC()}, h1.Revision); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tb.b.ConfirmClaim(ctx, job2, h1); !errors.Is(err, broker.ErrClaimChanged) {
+		t.Fatalf("confirmation after a later attempt's takeover: %v, want ErrClaimChanged", err)
 	}
 }
