@@ -85,6 +85,16 @@ func (w *Worker) endScope(scope string) {
 	}
 }
 
+// inUse is how many jobs and contexts use scope now.
+func (u *scopeUses) inUse(scope string) int {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if su := u.use[scope]; su != nil {
+		return su.running
+	}
+	return 0
+}
+
 // releaseSession ends a job's (or context's) use of its session's
 // directories, which sessionDirs began.
 func (w *Worker) releaseSession(scope string, disk *sessionDisk) {
@@ -224,6 +234,7 @@ func (w *Worker) removeScope(ctx context.Context, scope string, n wire.Collected
 	if scripts, err := scopePath(w.cfg.ScriptsDir, scope, ""); err == nil {
 		w.scripts.forget(scripts)
 	}
+	w.checkedCopies.Delete(scope)
 	for _, p := range []struct{ root, suffix string }{
 		{w.sessionsRoot(), ""}, {w.cfg.ScriptsDir, ""},
 		{filepath.Join(w.cfg.DataDir, "disks"), ".img"},

@@ -55,7 +55,10 @@ type Worker struct {
 	targeted   *broker.Consumer
 	batch      *broker.Consumer // batch jobs, in idle slots (batch.go)
 	workspaces scopeLocks       // one restore or snapshot of a session's directory at a time (workspaces.go)
-	uses       scopeUses        // the scopes jobs use, against collections (collect.go)
+	// checkedCopies are the scopes whose copy this process has checked
+	// against its last save, or restored (copyIntact).
+	checkedCopies sync.Map
+	uses          scopeUses // the scopes jobs use, against collections (collect.go)
 
 	// revocations are the operator's, against the jobs that run (revoke.go).
 	revocations revocationWatch

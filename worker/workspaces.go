@@ -245,7 +245,11 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 			log.Warn("remember the workspace's holder", "err", err)
 		}
 	}
-	if j.rec.Snapshot == "" || j.rec.Snapshot == j.local.Snapshot {
+	if j.rec.Snapshot == "" {
+		w.checkedCopies.Store(scope, struct{}{}) // nothing to check against: this run's jobs save what they change
+		return j, nil
+	}
+	if j.rec.Snapshot == j.local.Snapshot && w.copyIntact(j, cwd, log) {
 		return j, nil
 	}
 	if !j.rec.Stored {
@@ -293,8 +297,41 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 	if err := w.saveLocalWorkspace(scope, j.local); err != nil {
 		log.Warn("remember the restored workspace", "err", err)
 	}
+	w.checkedCopies.Store(scope, struct{}{})
 	log.Info("workspace restored", "snapshot", j.rec.Snapshot, "from", j.rec.Worker, "ms", time.Since(t0).Milliseconds())
 	return j, nil
+}
+
+// copyIntact reports whether this worker's copy of j's session, of the
+// recorded snapshot, still holds what that snapshot holds. It is checked
+// once in each run of the worker process, at the session's first job: an
+// attempt cut off by the worker's end (kill -9, a crash, a hard stop that
+// gave its job back) changed the copy and saved nothing, and its job,
+// delivered again to this worker once restarted, ran over those changes,
+// so that the files held the cut-off attempt's effects and the completed
+// one's (a line appended twice). On another worker the attempt's changes
+// were never seen: that worker restores the snapshot. A copy that
+// changed is restored from the recorded snapshot when it was stored; one
+// whose changes no snapshot holds (unrecordedManifest, made while the
+// state store was away) is kept. Within one run, every job of the session
+// goes through restoreWorkspace, and one that changed the copy saves it.
+func (w *Worker) copyIntact(j *workspaceJob, cwd string, log *slog.Logger) bool {
+	if _, ok := w.checkedCopies.Load(j.scope); ok || !j.rec.Stored || j.local.Manifest == unrecordedManifest {
+		return true
+	}
+	if w.uses.inUse(j.scope) > 1 {
+		// Another job or context of the session runs here, on this copy,
+		// and saves what it changes: the copy is not checked under it.
+		return true
+	}
+	m, err := workspace.Manifest(cwd, j.maxLen)
+	if err != nil || m == j.local.Manifest {
+		w.checkedCopies.Store(j.scope, struct{}{})
+		return true
+	}
+	log.Warn("this worker's copy of the session changed after its last save, by an attempt that did not finish "+
+		"before this worker process ended; the recorded snapshot is restored over it", "snapshot", j.rec.Snapshot)
+	return false
 }
 
 // readWorkspace reads scope's record: the zero record when there is none.

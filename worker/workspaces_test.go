@@ -424,3 +424,81 @@ func TestWorkspaceKeptWhenItsRecordIsLost(t *testing.T) {
 		t.Errorf("record after the next job: %+v %v, want lost-b's, stored", rec, err)
 	}
 }
+
+// A copy changed after its last save by an attempt that the worker's end
+// cut off (kill -9 between the job's write and its save) is restored from
+// the recorded snapshot by the restarted worker before the job, delivered
+// again, runs on it: the session's files hold the effects of one attempt.
+// Until 2026-12-04 the restarted worker ran the job over the cut-off
+// attempt's changes (a line appended twice). A worker that ran on does
+// not check its copy again.
+func TestRestartedWorkerRestoresACopyChangedSinceItsSave(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	cfg := Config{ID: "restart-a", DataDir: t.TempDir()}
+	a := &Worker{cfg: cfg, broker: br, store: st}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	const scope = "restarted-copy-scope"
+	cwd := t.TempDir()
+	logFile := filepath.Join(cwd, "log")
+	j, err := a.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(logFile, []byte("line0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+	appendLine := func(line string) {
+		f, err := os.OpenFile(logFile, os.O_APPEND|os.O_WRONLY, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	read := func() string {
+		data, err := os.ReadFile(logFile)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+
+	// The same process's next job runs on its copy as it is.
+	if _, err := a.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log); err != nil {
+		t.Fatal(err)
+	}
+	// An attempt appends, then the worker is killed before it saves.
+	appendLine("line1 of an attempt cut off\n")
+
+	restarted := &Worker{cfg: cfg, broker: br, store: st}
+	j, err = restarted.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "line0\n" {
+		t.Fatalf("the restarted worker's copy before the job runs again: %q, want the saved %q", got, "line0\n")
+	}
+	appendLine("line1\n")
+	restarted.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+
+	// Checked once: an unsaved change of this very process (a job of the
+	// session still running here, in a real worker) is not restored over.
+	appendLine("line2 unsaved\n")
+	if _, err := restarted.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := read(), "line0\nline1\nline2 unsaved\n"; got != want {
+		t.Fatalf("the running worker's copy: %q, want %q", got, want)
+	}
+}
