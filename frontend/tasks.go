@@ -628,6 +628,9 @@ func (f *Frontend) outcomeOf(res *mcp.CallToolResult, err error, cancelled bool)
 		if o.Status != mcp.TaskStatusCompleted {
 			o.Message = resultMessage(res)
 		}
+		if cancelled {
+			keepCancelled(&o)
+		}
 		o.Result, _ = json.Marshal(res)
 		if len(o.Result) > f.outcomeLimit() {
 			// Too large for one message: the job's stored result
@@ -756,6 +759,11 @@ func (f *Frontend) state(ctx context.Context, scope, id string) (*taskState, *rp
 	if taskTools[rec.Tool].jobIsTask {
 		if res, err := f.broker.GetResult(ctx, id); err == nil && res.Scope == scope {
 			s.outcome, s.updated = jobOutcome(res), res.FinishedAt
+			if s.outcome.Status != mcp.TaskStatusCancelled {
+				if _, marked, err := f.broker.JobCancelledAt(ctx, id); err == nil && marked {
+					keepCancelled(s.outcome)
+				}
+			}
 			return s, nil
 		}
 	}
@@ -797,6 +805,26 @@ func orphanOutcome(rec *broker.TaskRecord, cancelled bool) *taskOutcome {
 	return &taskOutcome{Status: st, Ended: rec.Deadline, Message: fmt.Sprintf(
 		"internal: the frontend running this task went away before it was over, and nothing answered for it by %s; "+
 			"its job may have run: check the session's state and call again", rec.Deadline.Format(time.RFC3339))}
+}
+
+// keepCancelled makes o, the outcome of a task marked cancelled, cancelled
+// whatever its tool did: tasks/cancel answered "cancelled" (it marks only a
+// task that is not over), and a cancelled task stays cancelled, as the
+// revision says of every terminal status. A job that finished before the
+// cancel reached it (its worker stopped, or the job just ending) keeps its
+// result, which tasks/result returns, and the statusMessage says so. Until
+// 2026-12-04 such a task went from cancelled, in the cancel's answer and
+// tasks/get, to completed once its job's result was stored.
+func keepCancelled(o *taskOutcome) {
+	if o.Status == mcp.TaskStatusCancelled {
+		return
+	}
+	what := "completed"
+	if o.Message != "" {
+		what = o.Message
+	}
+	o.Status = mcp.TaskStatusCancelled
+	o.Message = "cancelled, but its tool had finished before the cancel reached it (" + what + "); tasks/result returns its result"
 }
 
 // jobOutcome is the outcome of a task whose job is the task, from the

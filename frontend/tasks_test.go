@@ -17,6 +17,7 @@ import (
 	"github.com/oklog/ulid/v2"
 
 	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/wire"
 )
 
 // These tests drive the task router over HTTP with no worker: the jobs of
@@ -408,5 +409,58 @@ func TestOrphanedTaskFailsAtItsDeadline(t *testing.T) {
 		if task.TaskId == orphan.TaskID && task.Status != mcp.TaskStatusFailed {
 			t.Fatalf("tasks/list shows the orphaned task %s", task.Status)
 		}
+	}
+}
+
+// A task marked cancelled stays cancelled when its job's result says it
+// finished all the same (its worker was stopped when the cancel came, and
+// the job ended on resuming before the mark reached it): tasks/cancel
+// answered cancelled, and a terminal status does not change. It used to
+// read completed once the result was stored, in tasks/get and in the
+// outcome its frontend stored, after the cancel and tasks/get had said
+// cancelled.
+func TestCancelledTaskStaysCancelledWhenItsJobFinished(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	jb.liveWorker(t)
+	url := serveHTTP(t, jb.f)
+	a := httpSession(t, url)
+	ctx := t.Context()
+	scope := scopeOf(ctx, false, a.GetSessionId())
+
+	// A task whose frontend is gone (no outcome will be stored): its job's
+	// result answers for it.
+	now := time.Now().UTC()
+	rec := &broker.TaskRecord{TaskID: ulid.Make().String(), Scope: scope, Tool: "execute_code",
+		CreatedAt: now, TTLMS: 86400000, Deadline: now.Add(time.Hour)}
+	if err := jb.b.PutTask(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	cancelled, err := a.CancelTask(ctx, mcp.CancelTaskRequest{Params: mcp.CancelTaskParams{TaskId: rec.TaskID}})
+	if err != nil || cancelled.Status != mcp.TaskStatusCancelled {
+		t.Fatalf("tasks/cancel: %+v %v", cancelled, err)
+	}
+	if _, err := jb.b.PutResult(ctx, &wire.Result{V: wire.Version, JobID: rec.TaskID, Scope: scope, Status: wire.StatusOK,
+		Stdout: "done\n", WorkerID: "w", StartedAt: now, FinishedAt: time.Now().UTC()}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := a.GetTask(ctx, mcp.GetTaskRequest{Params: mcp.GetTaskParams{TaskId: rec.TaskID}})
+	if err != nil || got.Status != mcp.TaskStatusCancelled || !strings.Contains(got.StatusMessage, "had finished") {
+		t.Fatalf("tasks/get of the cancelled task whose job finished: %+v %v", got, err)
+	}
+	res, err := a.TaskResult(ctx, mcp.TaskResultRequest{Params: mcp.TaskResultParams{TaskId: rec.TaskID}})
+	if err != nil || res.IsError {
+		t.Fatalf("tasks/result: %+v %v, want the job's result", res, err)
+	}
+
+	// The outcome a live frontend stores for it says cancelled too.
+	tr := mcp.NewToolResultText("done")
+	tr.StructuredContent = map[string]any{"status": "ok"}
+	var o taskOutcome
+	if err := json.Unmarshal(jb.f.outcomeOf(tr, nil, true), &o); err != nil {
+		t.Fatal(err)
+	}
+	if o.Status != mcp.TaskStatusCancelled || len(o.Result) == 0 {
+		t.Errorf("outcome of a cancelled task whose tool finished: %s %q (result kept: %v)", o.Status, o.Message, len(o.Result) > 0)
 	}
 }
