@@ -67,11 +67,51 @@ func (f *Frontend) cancelAbandoned(ctx context.Context, job *wire.Job) bool {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelPatience)
 	defer cancel()
 	if err := f.broker.CancelJob(cctx, job.ID); err != nil {
-		f.log.Warn("cancel the job of a cancelled call", "job", job.ID, "err", err)
+		f.log.Warn("cancel the job of a cancelled call; trying again while the job may run", "job", job.ID, "err", err)
+		go f.cancelLater(job)
 		return false
 	}
 	f.log.Info("call cancelled; its job is cancelled", "job", job.ID, "cause", context.Cause(ctx))
 	return true
+}
+
+// cancelRetry is how often cancelLater tries to write a cancel mark again.
+const cancelRetry = time.Second
+
+// cancelLater writes the cancel mark of job, whose call was cancelled, that
+// cancelAbandoned could not write (NATS away): again every cancelRetry,
+// until it is written, the job has a result, the job can no longer run
+// (past its deadline to start, plus its timeout), or the frontend stops
+// hard. Until 2026-12-04 the first failure was the end of it: a call
+// cancelled while NATS was away for longer than cancelPatience left its
+// job queued or running, and the job ran to its end once NATS was back,
+// its effects done for a caller that had cancelled it.
+func (f *Frontend) cancelLater(job *wire.Job) {
+	until := job.Deadline.Add(time.Duration(job.TimeoutMS) * time.Millisecond)
+	if job.Deadline.IsZero() {
+		until = time.Now().Add(f.taskDeadline())
+	}
+	tick := time.NewTicker(cancelRetry)
+	defer tick.Stop()
+	for time.Now().Before(until) {
+		select {
+		case <-f.hard.Done():
+			return
+		case <-tick.C:
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), cancelPatience)
+		if _, err := f.broker.GetResult(ctx, job.ID); err == nil {
+			cancel()
+			return // over: nothing to cancel
+		}
+		err := f.broker.CancelJob(ctx, job.ID)
+		cancel()
+		if err == nil {
+			f.log.Info("call cancelled; its job is cancelled, NATS answering again", "job", job.ID)
+			return
+		}
+	}
+	f.log.Warn("the job of a cancelled call could not be cancelled before it could no longer run", "job", job.ID)
 }
 
 // cancelSettle bounds how long a cancelled task waits for its job's

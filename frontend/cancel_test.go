@@ -1,12 +1,20 @@
 package frontend
 
 import (
+	"context"
 	"errors"
+	"fmt"
+	"net"
+	"path/filepath"
 	"testing"
 	"time"
 
-	"github.com/codexec/codexec/wire"
 	"github.com/oklog/ulid/v2"
+
+	"github.com/codexec/codexec/broker"
+	"github.com/codexec/codexec/broker/brokertest"
+	"github.com/codexec/codexec/statestore"
+	"github.com/codexec/codexec/wire"
 )
 
 // CancelJob marks the scope's own job, says a finished job is done and
@@ -43,5 +51,51 @@ func TestCancelJobScoped(t *testing.T) {
 	}
 	if res, err := jb.b.GetResult(ctx, finished); err != nil || res.Stdout != "kept\n" {
 		t.Fatalf("the finished job's result: %+v %v", res, err)
+	}
+}
+
+// A call cancelled while NATS is away cancels its job once NATS is back:
+// the mark that could not be written is tried again while the job may
+// run. The first failure used to be the end of it, and the job ran to its
+// end for a caller that had cancelled it.
+func TestCancelWrittenOnceNATSIsBack(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	l.Close()
+	e := brokertest.StartNATSWith(t, broker.EmbeddedConfig{Port: port, StoreDir: dir})
+	b := brokertest.Open(t, e, broker.Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	f, err := New(Config{}, b, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	job := &wire.Job{ID: ulid.Make().String(), Scope: "scope-a", Deadline: time.Now().Add(time.Minute), TimeoutMS: 10000}
+	e.Shutdown()
+	call, cancel := context.WithCancel(context.Background())
+	cancel() // the caller sent notifications/cancelled
+	if f.cancelAbandoned(call, job) {
+		t.Fatal("cancelAbandoned wrote a mark while NATS was away")
+	}
+	brokertest.StartNATSWith(t, broker.EmbeddedConfig{Port: port, StoreDir: dir})
+	ctx, done := context.WithTimeout(t.Context(), 30*time.Second)
+	defer done()
+	for {
+		if marked, _ := b.JobCancelled(ctx, job.ID); marked {
+			return
+		}
+		if ctx.Err() != nil {
+			t.Fatal("the job of the call cancelled while NATS was away was never marked cancelled")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
