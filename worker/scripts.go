@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"sync"
 
 	"golang.org/x/sys/unix"
@@ -26,6 +27,9 @@ import (
 type scriptFiles struct {
 	mu   sync.Mutex
 	free map[string][]string // scripts directory -> its free files
+	// tidied are the scripts directories this run of the worker has
+	// tidied (tidy).
+	tidied map[string]bool
 }
 
 // maxFreeScripts is how many emptied scripts a session's directory keeps
@@ -38,6 +42,7 @@ const maxFreeScripts = 8
 // path exists (a redelivered job finds its own script) the error wraps
 // fs.ErrExist.
 func (s *scriptFiles) write(dir, path, content string) error {
+	s.tidy(dir)
 	for {
 		free := s.take(dir)
 		if free == "" {
@@ -92,7 +97,51 @@ func (s *scriptFiles) release(path, id string, log *slog.Logger) {
 func (s *scriptFiles) forget(dir string) {
 	s.mu.Lock()
 	delete(s.free, dir)
+	delete(s.tidied, dir)
 	s.mu.Unlock()
+}
+
+// tidy runs before the first job of dir's session in this run of the
+// worker. The job scripts and free files there are an earlier run's: the
+// scripts of the jobs it was running when it ended (kill -9, a crash),
+// each holding its job's code, and free files it no longer knew. Left, they
+// stayed until the session was collected, whether or not the jobs were run
+// again here (a redelivered job writes its script again). The free files
+// are kept for reuse (up to maxFreeScripts), the scripts removed.
+// Directories (codexec dev keeps the code files' copies in files/) and the
+// scripts of contexts (context_*) are left alone.
+func (s *scriptFiles) tidy(dir string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.tidied[dir] {
+		return
+	}
+	if s.tidied == nil {
+		s.tidied = map[string]bool{}
+	}
+	s.tidied[dir] = true
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if e.IsDir() || strings.HasPrefix(name, "context_") {
+			continue // codexec dev's files/, the code files' copies; a context's own
+		}
+		p := filepath.Join(dir, name)
+		if strings.HasPrefix(name, ".free-") && len(s.free[dir]) < maxFreeScripts {
+			if f, err := openOwnFile(p); err == nil {
+				f.Close()
+				if s.free == nil {
+					s.free = map[string][]string{}
+				}
+				s.free[dir] = append(s.free[dir], p)
+				continue
+			}
+		}
+		_ = os.Remove(p)
+	}
 }
 
 func (s *scriptFiles) take(dir string) string {

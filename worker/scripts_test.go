@@ -186,3 +186,42 @@ func BenchmarkScriptFile(b *testing.B) {
 		}
 	}
 }
+
+// What a worker killed while it ran a session's jobs left in the session's
+// scripts directory is tidied by its next run at the session's first job:
+// the scripts, each holding its job's code, are removed, and the free files
+// reused. They used to stay until the session was collected. A context's
+// script is left alone.
+func TestScriptFilesOfAnEarlierRunAreTidied(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	log := slog.New(slog.DiscardHandler)
+	var before scriptFiles
+	for _, id := range []string{"K1", "K2"} {
+		if err := before.write(dir, filepath.Join(dir, id+"_main.py"), "print('code of "+id+"')\n"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before.release(filepath.Join(dir, "K1_main.py"), "K1", log) // K1 ended; K2 ran when the worker was killed
+	ctxScript := filepath.Join(dir, "context_C1.py")
+	if err := os.WriteFile(ctxScript, []byte("# a context\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	var after scriptFiles // the worker's next run
+	next := filepath.Join(dir, "K3_main.py")
+	if err := after.write(dir, next, "print(3)\n"); err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	if got, want := strings.Join(names, " "), "K3_main.py context_C1.py"; got != want {
+		t.Fatalf("the scripts directory after the next run's first job: %s, want %s (the killed job's script gone, the free file reused)", got, want)
+	}
+}
