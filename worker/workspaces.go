@@ -136,15 +136,22 @@ func (e *filesUnreachable) Error() string {
 // wire.Job.KnownHolder: the copy must be the newest this worker knows of
 // (local.Holder), and the frontend must not know of another holder; or,
 // when the frontend knew the session to have no files anywhere, this
-// worker must have no copy either (a session's first call: nothing can be
-// lost, and what it writes here makes this worker its holder). A holder
+// worker must have no copy either, and no snapshot of the session be
+// stored (a session's first call: nothing can be lost, and what it writes
+// here makes this worker its holder). A holder
 // does not hear of another worker taking the session over while the store
 // was there; that worker's save deleted the snapshot the holder's copy is
 // of, so a copy whose snapshot is gone from the broker is not the newest.
 func (w *Worker) copyIsNewest(ctx context.Context, scope string, local localWorkspace, known string) bool {
 	switch {
 	case known == wire.NoHolder && local == localWorkspace{}:
-		return true
+		// The frontend read no record of the session, but the store may
+		// have lost it (restarted empty) while the session has files: a
+		// stored snapshot says so, and the job would run on an empty
+		// directory, its caller told what no file of the session holds,
+		// and what it wrote dropped once the record came back.
+		id, err := w.latestSnapshot(ctx, scope)
+		return err == nil && id == ""
 	case known != "" && known != wire.NoHolder && known != w.cfg.ID, !local.Holder:
 		return false
 	case local.Snapshot == "":

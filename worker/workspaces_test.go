@@ -502,3 +502,44 @@ func TestRestartedWorkerRestoresACopyChangedSinceItsSave(t *testing.T) {
 		t.Fatalf("the running worker's copy: %q, want %q", got, want)
 	}
 }
+
+// A session whose record the state store lost (restarted empty) and then
+// cannot give (unreachable again, or to this worker still) is not run on a
+// worker that holds no copy of it, whatever the frontend, which read no
+// record, says: its stored snapshot shows it has files. It ran on an empty
+// directory, its caller told a count of lines that no file of the session
+// held, and what it wrote was dropped.
+func TestNoCopyNotRunWhenTheSessionHasASnapshot(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Worker{cfg: Config{ID: "snap-a", DataDir: t.TempDir()}, broker: br, store: st}
+	b := &Worker{cfg: Config{ID: "snap-b", DataDir: t.TempDir()}, broker: br, store: st}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	const scope = "lost-and-away-scope"
+	cwdA, cwdB := t.TempDir(), t.TempDir()
+	j, err := a.restoreWorkspace(ctx, scope, cwdA, os.Getuid(), nil, 1<<20, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cwdA, "log"), []byte("line0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	a.saveWorkspace(ctx, j, ulid.Make().String(), cwdA, log)
+	_ = st.Close() // the state store unreachable
+
+	_, err = b.restoreWorkspace(ctx, scope, cwdB, os.Getuid(), nil, 1<<20, wire.NoHolder, log)
+	var fu *filesUnreachable
+	if !errors.As(err, &fu) {
+		t.Fatalf("a job of a session with a stored snapshot, on a worker with no copy, the record unreadable: %v, want it refused", err)
+	}
+	// A session with no snapshot anywhere still runs: its first call.
+	if _, err := b.restoreWorkspace(ctx, "new-session-scope", t.TempDir(), os.Getuid(), nil, 1<<20, wire.NoHolder, log); err != nil {
+		t.Fatalf("a new session's first job while the store is away: %v", err)
+	}
+}
