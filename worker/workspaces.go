@@ -74,6 +74,12 @@ type localWorkspace struct {
 	// workspaces store, which a sparse file makes far more than what they
 	// take on disk (reportWorkdir counts the larger).
 	Stored int64 `json:"stored,omitempty"`
+	// Unrecorded is the snapshot this worker stored of this copy, and
+	// linked as the session's newest, when the record could not be written
+	// to name it: the copy holds it, and whatever changed since. A record
+	// lost with the store is looked for through that link (latestSnapshot),
+	// which then names this snapshot, not the one the copy is of.
+	Unrecorded string `json:"unrecorded,omitempty"`
 }
 
 func (w *Worker) localWorkspacePath(scope string) string {
@@ -237,6 +243,13 @@ func (w *Worker) restoreWorkspace(ctx context.Context, scope, cwd string, uid in
 		// as the session's; its newest snapshot is restored instead.
 		if id, err := w.latestSnapshot(ctx, scope); err != nil {
 			log.Warn("look for the session's newest snapshot", "err", err)
+		} else if id != "" && id == j.local.Unrecorded {
+			// This worker's own snapshot, stored when the record could not
+			// be written: its copy holds it and what the session changed
+			// here since, while the store was away. Restoring it used to
+			// drop those changes (a call answered ok, its line gone).
+			log.Warn("the session's record is missing from the state store; its newest stored files are this worker's copy, run on as it is", "snapshot", id)
+			rec = wire.Workspace{V: wire.Version, Snapshot: j.local.Snapshot, Worker: w.cfg.ID, Stored: true}
 		} else if id != "" {
 			log.Warn("the session's record is missing from the state store but its files are stored: restoring them", "snapshot", id)
 			rec = wire.Workspace{V: wire.Version, Snapshot: id, Stored: true}
@@ -455,6 +468,9 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 			// It is the newest copy if the record still names this
 			// worker: then it is run on while the store is away.
 			j.local = localWorkspace{Snapshot: j.rec.Snapshot, Manifest: unrecordedManifest, Holder: j.rec.Worker == w.cfg.ID, Stored: j.local.Stored}
+			if rec.Stored {
+				j.local.Unrecorded = jobID
+			}
 			if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 				log.Warn("remember the unrecorded workspace", "err", err)
 			}
@@ -533,7 +549,7 @@ func (w *Worker) keepWorkspace(j *workspaceJob, cwd string, log *slog.Logger) (n
 		}
 		return ""
 	}
-	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true, Stored: j.local.Stored}
+	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true, Stored: j.local.Stored, Unrecorded: j.local.Unrecorded}
 	if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 		log.Warn("remember the workspace kept while the store is away", "err", err)
 	}

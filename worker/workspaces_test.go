@@ -543,3 +543,74 @@ func TestNoCopyNotRunWhenTheSessionHasASnapshot(t *testing.T) {
 		t.Fatalf("a new session's first job while the store is away: %v", err)
 	}
 }
+
+// A holder whose snapshot was stored (and linked as the session's newest)
+// but whose record could not be written, and whose session then changed
+// while the store was away, runs the session's next job on its copy when
+// the store comes back without the record (restarted empty): the link
+// names that snapshot, which the copy holds with what changed since. It
+// took the link for a newer snapshot of another worker and restored it,
+// dropping what the session wrote while the store was away (a call
+// answered ok, its line gone).
+func TestHolderKeepsItsChangesWhenTheRecordIsLost(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	open := func() statestore.Store {
+		st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	st := open()
+	a := &Worker{cfg: Config{ID: "holder-a", DataDir: t.TempDir()}, broker: br, store: st}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	const scope = "unrecorded-holder-scope"
+	cwd := t.TempDir()
+	logFile := filepath.Join(cwd, "log")
+	appendLine := func(line string) {
+		t.Helper()
+		f, err := os.OpenFile(logFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WriteString(line); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	run := func(line string) {
+		t.Helper()
+		j, err := a.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		appendLine(line)
+		a.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+	}
+	run("line0\n")
+	// The next job: its record is read, then the store goes away before
+	// the record naming its stored snapshot is written.
+	j, err := a.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	appendLine("line1\n")
+	_ = st.Close()
+	a.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+	// A job while the store is away, on the holder's copy.
+	run("line2\n")
+	// The store back, empty.
+	a.store = open()
+	run("line3\n")
+	data, err := os.ReadFile(logFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(data), "line0\nline1\nline2\nline3\n"; got != want {
+		t.Fatalf("the session's file after the store came back empty: %q, want %q", got, want)
+	}
+}
