@@ -394,7 +394,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		defer func() { note = strings.TrimSpace(j.note + "\n" + note) }()
 	}
 	if j != nil && j.away {
-		return w.keepWorkspace(j, cwd, log)
+		return w.keepWorkspace(ctx, j, jobID, cwd, log)
 	}
 	if j == nil || !j.known {
 		return
@@ -428,6 +428,7 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 	rec := j.rec
 	rec.V, rec.Worker = wire.Version, w.cfg.ID
 	saved := false
+	unrecorded := j.local.Unrecorded // stored while the record could not name it (keepWorkspace)
 	// A copy that is not of the recorded snapshot (that one was not stored,
 	// or is gone) is the session's files from now on, and is saved as such.
 	if m != j.local.Manifest || j.local.Snapshot != rec.Snapshot || snapshotAging(rec, j.local) {
@@ -480,6 +481,12 @@ func (w *Worker) saveWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd 
 		return
 	}
 	w.rememberHolder(j, true, disk, log)
+	if saved && unrecorded != "" && unrecorded != rec.Snapshot {
+		// Superseded by the one just recorded (and linked).
+		if err := w.broker.DeleteWorkspace(ctx, snapshotName(j.scope, unrecorded)); err != nil {
+			log.Warn("delete the snapshot stored while the store was away", "err", err)
+		}
+	}
 	// The previous snapshot goes once the record names another one, stored
 	// or not: nothing reads a snapshot the record does not name (a restore
 	// reads the recorded one, a collection deletes the recorded one), so
@@ -532,9 +539,15 @@ func (w *Worker) keepAside(ctx context.Context, j *workspaceJob, cwd string, log
 // job changed is remembered as a changed copy of the snapshot it was of,
 // and still the holder's, so that the session's next jobs here run on it
 // and the first one with the store back saves it (its manifest matches no
-// directory's). The note says, for the call's result, where the files are
-// until then.
-func (w *Worker) keepWorkspace(j *workspaceJob, cwd string, log *slog.Logger) (note string) {
+// directory's). The changed copy is also stored as a snapshot, linked as
+// the session's newest (latestName) and remembered as Unrecorded: should
+// the store come back without the session's record (restarted empty), the
+// worker the session's next job goes to restores it by that link. Kept on
+// this worker only, the changes were lost when that job went to another
+// worker, which restored the older snapshot the link named (a call
+// answered ok, its line gone). The note says, for the call's result,
+// where the files are until then.
+func (w *Worker) keepWorkspace(ctx context.Context, j *workspaceJob, jobID, cwd string, log *slog.Logger) (note string) {
 	defer w.workspaces.lock(j.scope)()
 	m, err := workspace.Manifest(cwd, j.maxLen)
 	if err == nil && m == j.local.Manifest {
@@ -549,7 +562,22 @@ func (w *Worker) keepWorkspace(j *workspaceJob, cwd string, log *slog.Logger) (n
 		}
 		return ""
 	}
-	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true, Stored: j.local.Stored, Unrecorded: j.local.Unrecorded}
+	unrecorded, stored := j.local.Unrecorded, j.local.Stored
+	ctx = context.WithoutCancel(ctx)
+	if err == nil {
+		if ok, size := w.putSnapshot(ctx, j, jobID, cwd, log); ok {
+			if lerr := w.broker.LinkWorkspace(ctx, latestName(j.scope), snapshotName(j.scope, jobID)); lerr != nil {
+				log.Warn("link the session's newest snapshot", "err", lerr)
+				_ = w.broker.DeleteWorkspace(ctx, snapshotName(j.scope, jobID))
+			} else {
+				if unrecorded != "" {
+					_ = w.broker.DeleteWorkspace(ctx, snapshotName(j.scope, unrecorded))
+				}
+				unrecorded, stored = jobID, max(stored, size)
+			}
+		}
+	}
+	j.local = localWorkspace{Snapshot: j.local.Snapshot, Manifest: unrecordedManifest, Holder: true, Stored: stored, Unrecorded: unrecorded}
 	if err := w.saveLocalWorkspace(j.scope, j.local); err != nil {
 		log.Warn("remember the workspace kept while the store is away", "err", err)
 	}

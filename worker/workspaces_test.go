@@ -614,3 +614,63 @@ func TestHolderKeepsItsChangesWhenTheRecordIsLost(t *testing.T) {
 		t.Fatalf("the session's file after the store came back empty: %q, want %q", got, want)
 	}
 }
+
+// What the holder's copy gained while the store was away reaches the worker
+// the session's next job goes to when the store comes back without the
+// session's record (restarted empty): the changed copy is stored, and
+// linked as the session's newest. Kept on the holder only, it was lost
+// when that job went to another worker, which restored the older snapshot
+// (a call answered ok, its line gone).
+func TestChangesWhileStoreAwayReachTheNextWorker(t *testing.T) {
+	e := brokertest.StartNATS(t)
+	br := brokertest.Open(t, e, broker.Config{})
+	open := func() statestore.Store {
+		st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = st.Close() })
+		return st
+	}
+	st := open()
+	a := &Worker{cfg: Config{ID: "away-a", DataDir: t.TempDir()}, broker: br, store: st}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	log := slog.New(slog.DiscardHandler)
+	const scope = "away-changes-scope"
+	cwdA := t.TempDir()
+	run := func(w *Worker, cwd, line string) {
+		t.Helper()
+		j, err := w.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(filepath.Join(cwd, "log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+		if err != nil {
+			t.Fatal(err)
+		}
+		f.WriteString(line)
+		f.Close()
+		w.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
+	}
+	run(a, cwdA, "line0\n")
+	_ = st.Close()          // the store away
+	run(a, cwdA, "line1\n") // on the holder's copy
+	empty := open()         // back, empty
+	b := &Worker{cfg: Config{ID: "away-b", DataDir: t.TempDir()}, broker: br, store: empty}
+	cwdB := t.TempDir()
+	run(b, cwdB, "line2\n")
+	data, err := os.ReadFile(filepath.Join(cwdB, "log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := string(data), "line0\nline1\nline2\n"; got != want {
+		t.Fatalf("the session's file on the next worker: %q, want %q", got, want)
+	}
+	// The holder, once the record names b's files, restores them.
+	a.store = empty
+	run(a, cwdA, "line3\n")
+	if data, err := os.ReadFile(filepath.Join(cwdA, "log")); err != nil || string(data) != "line0\nline1\nline2\nline3\n" {
+		t.Fatalf("the session's file back on the holder: %q %v", data, err)
+	}
+}
