@@ -92,6 +92,7 @@ type lockedWriter struct {
 	w     io.Writer
 	limit int
 	log   *slog.Logger
+	owed  *owedAnswers // nil: nothing counted
 }
 
 func (l *lockedWriter) Write(p []byte) (int, error) {
@@ -104,6 +105,9 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	if _, err := l.w.Write(msg); err != nil {
 		return 0, err
 	}
+	if l.owed != nil {
+		l.owed.wrote(msg)
+	}
 	return len(p), nil
 }
 
@@ -114,7 +118,8 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 // answered (or its context ended); ctx ending ends them.
 func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.Reader, out io.Writer) (pass io.Reader, locked io.Writer, wait func()) {
 	r := &taskRouter{f: f, srv: srv, stdio: true}
-	lw := &lockedWriter{w: out, limit: f.stdioMessageLimit(), log: f.log}
+	owed := newOwedAnswers(stdioMaxOwed)
+	lw := &lockedWriter{w: out, limit: f.stdioMessageLimit(), log: f.log, owed: owed}
 	pr, pw := io.Pipe()
 	var (
 		mu     sync.Mutex
@@ -139,6 +144,10 @@ func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.R
 		br := bufio.NewReaderSize(in, 64<<10)
 		for {
 			line, err := br.ReadBytes('\n')
+			if !owed.read(ctx, line) {
+				_ = pw.CloseWithError(ctx.Err())
+				return
+			}
 			if answer, ok := r.take(ctx, bytes.TrimSpace(line), StdioScope); ok {
 				if !start() {
 					return
