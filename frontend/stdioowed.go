@@ -1,11 +1,16 @@
 package frontend
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"sync"
+
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // stdioMaxOwed is how many requests read from stdio may wait for their
@@ -99,4 +104,37 @@ func (o *owedAnswers) answered(id json.RawMessage) {
 		delete(o.by, key)
 	}
 	<-o.slots
+}
+
+// readLine reads a line of br of at most max bytes. A longer one is read
+// to its end and dropped: line is nil and over is how long it was. Over
+// stdio nothing else bounds a request, and a line of 400 MiB (a client's
+// bug as likely as an attack) took a `codexec dev` to 2 GiB, copied and
+// decoded whole before its code was refused as too large.
+func readLine(br *bufio.Reader, max int64) (line []byte, over int64, err error) {
+	for {
+		var part []byte
+		part, err = br.ReadSlice('\n')
+		if over > 0 {
+			over += int64(len(part))
+		} else if int64(len(line))+int64(len(part)) > max {
+			over = int64(len(line)) + int64(len(part))
+			line = nil
+		} else {
+			line = append(line, part...)
+		}
+		if !errors.Is(err, bufio.ErrBufferFull) {
+			return line, over, err
+		}
+	}
+}
+
+// tooLongAnswer is the error that answers a request longer than max. Its
+// id is null: the request was not read.
+func tooLongAnswer(n, max int64) []byte {
+	b, _ := json.Marshal(map[string]any{"jsonrpc": "2.0", "id": nil, "error": map[string]any{
+		"code":    mcp.INVALID_REQUEST,
+		"message": fmt.Sprintf("a request of %d bytes is larger than the largest a request may be (%d bytes); it was dropped unread", n, max),
+	}})
+	return append(b, '\n')
 }

@@ -2,6 +2,7 @@ package frontend
 
 import (
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -45,5 +46,24 @@ func TestStdioUnreadAnswersStopTheReader(t *testing.T) {
 		if m["id"] != nil {
 			seen[string(m["id"])] = true
 		}
+	}
+}
+
+// A stdio line longer than the largest legal request is dropped unread,
+// answered with an error, and the next request is served: before, a line
+// of 400 MiB was held and decoded whole (2 GiB), and nothing bounded it.
+func TestStdioLineLongerThanARequestDropped(t *testing.T) {
+	t.Parallel()
+	c := serveStdio(t, Config{MaxRequestBytes: 1 << 20})
+	go func() {
+		_, _ = c.in.Write([]byte(`{"jsonrpc":"2.0","id":1,"method":"ping","params":{"pad":"` + strings.Repeat("a", 3<<20) + `"}}` + "\n"))
+		_, _ = c.in.Write([]byte(`{"jsonrpc":"2.0","id":2,"method":"ping"}` + "\n"))
+	}()
+	m := c.recv(t)
+	if string(m["id"]) != "null" || !strings.Contains(string(m["error"]), "larger than the largest") {
+		t.Fatalf("a line of 3 MiB with a limit of 1 MiB was answered %v", m)
+	}
+	if m = c.recv(t); string(m["id"]) != "2" || m["result"] == nil {
+		t.Fatalf("the ping after it was answered %v", m)
 	}
 }

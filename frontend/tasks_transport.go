@@ -143,7 +143,11 @@ func (f *Frontend) taskStdio(ctx context.Context, srv *server.MCPServer, in io.R
 	go func() {
 		br := bufio.NewReaderSize(in, 64<<10)
 		for {
-			line, err := br.ReadBytes('\n')
+			line, over, err := readLine(br, f.cfg.MaxRequestBytes)
+			if over > 0 {
+				f.log.Warn("stdio: a request larger than the largest legal one is dropped", "bytes", over, "limit", f.cfg.MaxRequestBytes)
+				_, _ = lw.Write(tooLongAnswer(over, f.cfg.MaxRequestBytes))
+			}
 			if !owed.read(ctx, line) {
 				_ = pw.CloseWithError(ctx.Err())
 				return
