@@ -3,10 +3,13 @@ package diskfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 )
 
 // template makes a template image in dir, its ballast set for limit.
@@ -128,4 +131,64 @@ func BenchmarkCloneAndMount(b *testing.B) {
 	dir := b.TempDir()
 	tmpl := template(b, dir, 2<<30)
 	benchNewImage(b, dir, func(image string) error { return Clone(tmpl, image) })
+}
+
+// A file system unmounted while another mount namespace holds a copy of
+// its mount (any sandbox made on the host meanwhile) is flushed first: the
+// template of a worker that started beside running sandboxes was cloned
+// without its last writes (its ballast), and its clones failed with EIO.
+func TestUnmountFlushesWhatAnotherNamespaceKeepsMounted(t *testing.T) {
+	const limit = 20 << 20
+	dir := t.TempDir()
+	tmpl := template(t, dir, limit)
+	image, mnt := filepath.Join(dir, "held.img"), filepath.Join(dir, "held")
+	if err := os.Mkdir(mnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Clone(tmpl, image); err != nil {
+		t.Fatal(err)
+	}
+	f, err := Mount(image, mnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.Work(), "written"), []byte("kept"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A process in a mount namespace of its own, made now: it holds the
+	// file system mounted after the unmount below.
+	holder := exec.Command("unshare", "--mount", "--propagation", "private", "sleep", "30")
+	if err := holder.Start(); err != nil {
+		t.Skipf("unshare: %v", err)
+	}
+	t.Cleanup(func() { _ = holder.Process.Kill(); _ = holder.Wait() })
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if ns, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/mnt", holder.Process.Pid)); err == nil {
+			if own, _ := os.Readlink("/proc/self/ns/mnt"); ns != own {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the holder never entered a mount namespace of its own")
+		}
+	}
+	if err := f.Unmount(); err != nil {
+		t.Fatal(err)
+	}
+	// What the image holds now, cloned and mounted again.
+	again, amnt := filepath.Join(dir, "again.img"), filepath.Join(dir, "again")
+	if err := os.Mkdir(amnt, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := Clone(image, again); err != nil {
+		t.Fatal(err)
+	}
+	g, err := Mount(again, amnt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = g.Unmount() })
+	if b, err := os.ReadFile(filepath.Join(g.Work(), "written")); err != nil || string(b) != "kept" {
+		t.Fatalf("a file written before the unmount: %q, %v", b, err)
+	}
 }

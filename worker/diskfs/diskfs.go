@@ -429,6 +429,16 @@ func (f *FS) ReadOnly() bool {
 // system still in use (EBUSY) is detached, and goes when its last user
 // does.
 func (f *FS) Unmount() error {
+	// Flushed first: a mount namespace made anywhere on the host while
+	// the file system was mounted (every sandbox makes one) holds a copy
+	// of the mount, which keeps the file system alive past this unmount,
+	// its last writes still in an uncommitted journal transaction until
+	// that namespace ends. A template unmounted so was cloned without
+	// them: its clones had no ballast and failed with EIO.
+	if d, err := os.Open(f.dir); err == nil {
+		_ = unix.Syncfs(int(d.Fd()))
+		d.Close()
+	}
 	err := unix.Unmount(f.dir, 0)
 	if errors.Is(err, unix.EBUSY) {
 		err = unix.Unmount(f.dir, unix.MNT_DETACH)
