@@ -280,6 +280,10 @@ func (b *Broker) Close() {
 	})
 }
 
+// Closed is closed once the broker's connection is closed, by Close or
+// under it: nothing the broker does succeeds after that.
+func (b *Broker) Closed() <-chan struct{} { return b.watchDone }
+
 // Conn returns the underlying NATS connection, for health checks and for
 // packages that publish plain NATS messages (progress, presence).
 func (b *Broker) Conn() *nats.Conn { return b.nc }

@@ -68,7 +68,11 @@ func (f *Frontend) cancelAbandoned(ctx context.Context, job *wire.Job) bool {
 	defer cancel()
 	if err := f.broker.CancelJob(cctx, job.ID); err != nil {
 		f.log.Warn("cancel the job of a cancelled call; trying again while the job may run", "job", job.ID, "err", err)
-		go f.cancelLater(job)
+		f.cancelsLater.Add(1)
+		go func() {
+			defer f.cancelsLater.Done()
+			f.cancelLater(job)
+		}()
 		return false
 	}
 	f.log.Info("call cancelled; its job is cancelled", "job", job.ID, "cause", context.Cause(ctx))
@@ -81,8 +85,8 @@ const cancelRetry = time.Second
 // cancelLater writes the cancel mark of job, whose call was cancelled, that
 // cancelAbandoned could not write (NATS away): again every cancelRetry,
 // until it is written, the job has a result, the job can no longer run
-// (past its deadline to start, plus its timeout), or the frontend stops
-// hard. Until 2026-12-04 the first failure was the end of it: a call
+// (past its deadline to start, plus its timeout), the frontend stops
+// hard, or its broker is closed (nothing it writes can succeed then). Until 2026-12-04 the first failure was the end of it: a call
 // cancelled while NATS was away for longer than cancelPatience left its
 // job queued or running, and the job ran to its end once NATS was back,
 // its effects done for a caller that had cancelled it.
@@ -96,6 +100,9 @@ func (f *Frontend) cancelLater(job *wire.Job) {
 	for time.Now().Before(until) {
 		select {
 		case <-f.hard.Done():
+			return
+		case <-f.broker.Closed():
+			f.log.Warn("the job of a cancelled call could not be cancelled: the frontend's NATS connection is closed", "job", job.ID)
 			return
 		case <-tick.C:
 		}

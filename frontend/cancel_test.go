@@ -99,3 +99,36 @@ func TestCancelWrittenOnceNATSIsBack(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A cancel mark tried again in the background stops once the frontend's
+// broker is closed. It used to try on until the job's deadline, a goroutine
+// spending a second's tick for minutes after its frontend was gone.
+func TestCancelLaterEndsWhenTheBrokerCloses(t *testing.T) {
+	t.Parallel()
+	e := brokertest.StartNATS(t)
+	b := brokertest.Open(t, e, broker.Config{})
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	f, err := New(Config{}, b, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := &wire.Job{ID: ulid.Make().String(), Scope: "scope-a", Deadline: time.Now().Add(time.Hour), TimeoutMS: 10000}
+	e.Shutdown()
+	call, cancel := context.WithCancel(context.Background())
+	cancel()
+	if f.cancelAbandoned(call, job) {
+		t.Fatal("cancelAbandoned wrote a mark while NATS was away")
+	}
+	b.Close()
+	done := make(chan struct{})
+	go func() { f.cancelsLater.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the background cancel still runs 20 s after its broker was closed")
+	}
+}

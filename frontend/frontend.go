@@ -211,6 +211,9 @@ type Frontend struct {
 	owners ownersNoted
 	// awaiting are the jobs this frontend's calls wait for (revoke.go).
 	awaiting awaited
+	// cancelsLater counts the cancel marks written again in the background
+	// (cancel.go).
+	cancelsLater sync.WaitGroup
 
 	// What the frontend last knew of the state store (memory.go), for
 	// when the store does not answer.
