@@ -81,6 +81,9 @@ func (c *Cache) fly(ctx context.Context, id string, fl *flight) {
 	close(fl.done)
 	c.mu.Unlock()
 
+	if built || err != nil {
+		c.pruneSoon()
+	}
 	if err != nil {
 		c.log.Warn("environment build failed", "env", id, "spec", fl.spec.String(), "err", firstLines(err.Error(), 1))
 		return
@@ -191,7 +194,13 @@ func (c *Cache) build(ctx context.Context, id string, n envspec.Spec, m Manager,
 	if out != nil {
 		fmt.Fprintf(out, "building %s (%s)\n", id, n.String())
 	}
-	if err := m.Create(ctx, dir, req, out); err != nil {
+	release, err := c.holdInstallerCaches(ctx)
+	if err != nil {
+		return fmt.Errorf("envcache: cannot build %s: %w", n.String(), err)
+	}
+	err = m.Create(ctx, dir, req, out)
+	release()
+	if err != nil {
 		if rerr := c.removeDir(dir); rerr != nil {
 			c.log.Warn("remove failed build", "env", id, "err", rerr)
 		}

@@ -59,6 +59,8 @@ type Cache struct {
 	ready      map[string]bool              // managers found available
 	trimming   bool
 	trimAgain  bool
+	pruning    bool      // PruneInstallerCaches runs in the background
+	lastPrune  time.Time // when pruneSoon last started one
 	background sync.WaitGroup
 
 	trimMu sync.Mutex // one Trim at a time

@@ -31,6 +31,11 @@ type Config struct {
 	// GiB); negative means no limit. Environments in use are never
 	// evicted, so the cache may stay above budget while they are.
 	BudgetBytes int64
+	// InstallerCacheBytes bounds pip's and uv's caches (under Dir for the
+	// default managers): after a build, when the files only they hold take
+	// more, they are emptied (Cache.PruneInstallerCaches). 0 means
+	// DefaultInstallerCacheBytes (5 GiB); negative means no limit.
+	InstallerCacheBytes int64
 	// FailureTTL is how long a failed build is remembered: Ensure for the
 	// same environment fails at once with the same error until then. 0
 	// means DefaultFailureTTL (2 minutes); negative means failures are not
@@ -61,6 +66,9 @@ type Config struct {
 func (c Config) WithDefaults() Config {
 	if c.BudgetBytes == 0 {
 		c.BudgetBytes = DefaultBudgetBytes
+	}
+	if c.InstallerCacheBytes == 0 {
+		c.InstallerCacheBytes = DefaultInstallerCacheBytes
 	}
 	if c.FailureTTL == 0 {
 		c.FailureTTL = DefaultFailureTTL

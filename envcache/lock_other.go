@@ -4,6 +4,7 @@ package envcache
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os/exec"
@@ -42,6 +43,15 @@ func diskUsage(dir string) (int64, error) {
 		return nil
 	})
 	return total, err
+}
+
+// ownBytes cannot tell links apart here: every file counts.
+func ownBytes(dir string) (int64, error) {
+	n, err := diskUsage(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	return n, err
 }
 
 // diskSpace cannot tell here.

@@ -151,6 +151,40 @@ func diskUsage(dir string) (int64, error) {
 	return total, err
 }
 
+// ownBytes returns the disk the regular files under dir take that are
+// linked nowhere else (one link): what removing dir frees. A missing dir
+// holds nothing.
+func ownBytes(dir string) (int64, error) {
+	var total int64
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		fi, err := d.Info()
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil
+			}
+			return err
+		}
+		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+			if st.Nlink == 1 {
+				total += int64(st.Blocks) * 512
+			}
+			return nil
+		}
+		total += fi.Size()
+		return nil
+	})
+	return total, err
+}
+
 // diskSpace returns the bytes available to unprivileged users and the size
 // of the file system holding path, and its free and total inodes (0 where
 // it has no fixed number); ok is false when it cannot tell.

@@ -91,6 +91,11 @@ type Config struct {
 	// may use; least recently used ones are evicted past it. 0 means
 	// envcache.DefaultBudgetBytes (20 GiB); negative, no limit.
 	EnvBudget int64
+	// InstallerCacheBudget bounds pip's and uv's caches (DataDir/envcache/
+	// pip-cache, uv-cache): past it, after a build, they are emptied (see
+	// envcache.Cache.PruneInstallerCaches). 0 means
+	// envcache.DefaultInstallerCacheBytes (5 GiB); negative, no limit.
+	InstallerCacheBudget int64
 	// Managers names the environment managers this worker offers (venv, uv,
 	// conda); those not available on the machine are left out. Default all
 	// three.

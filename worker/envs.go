@@ -50,7 +50,7 @@ func (w *Worker) openEnvCache(ctx context.Context) error {
 		confine = w.box.Installer()
 	}
 	c, err := envcache.New(envcache.Config{
-		Dir: dir, BudgetBytes: w.cfg.EnvBudget, Managers: managers,
+		Dir: dir, BudgetBytes: w.cfg.EnvBudget, InstallerCacheBytes: w.cfg.InstallerCacheBudget, Managers: managers,
 		DefaultPython: w.cfg.Python, Index: w.cfg.Index, AllowURLs: w.cfg.AllowURLRequirements,
 		Logger: w.log.With("part", "envcache"), Confine: confine,
 	})

@@ -149,6 +149,7 @@ type workerFlags struct {
 	contextMemory int64
 	// environments
 	envBudget    int64
+	cacheBudget  int64
 	managers     string
 	pythons      string
 	indexURL     string
@@ -196,6 +197,7 @@ func (wf *workerFlags) register(f *flagenv.Flags) {
 	f.Bytes(&wf.contextMemory, "context-memory", "CODEXEC_CONTEXT_MEMORY", 0, "most memory the contexts a worker holds may have as their memory limits together (one without a limit counts as all of it); past it the least recently used idle ones make room, and a context that cannot fit is refused (0: half the host's memory)")
 	f.Duration(&wf.contextIdle, "context-idle", "CODEXEC_CONTEXT_IDLE", worker.DefaultContextIdle, "end a context that ran nothing for this long (its next call is told)")
 	f.Bytes(&wf.envBudget, "env-budget", "CODEXEC_ENV_BUDGET", envcache.DefaultBudgetBytes, "disk the cache of built environments may use (least recently used evicted past it)")
+	f.Bytes(&wf.cacheBudget, "installer-cache-budget", "CODEXEC_INSTALLER_CACHE_BUDGET", envcache.DefaultInstallerCacheBytes, "disk pip's and uv's caches may hold beyond what the environments share with them (emptied after a build past it)")
 	f.String(&wf.managers, "managers", "CODEXEC_MANAGERS", "venv,uv,conda", "comma-separated environment managers offered (those missing on the machine are left out)")
 	f.String(&wf.pythons, "pythons", "CODEXEC_PYTHONS", "", "comma-separated Python versions offered for environments, e.g. 3.11,3.12 (default: those found among 3.8 to 3.14)")
 	f.String(&wf.indexURL, "index-url", "CODEXEC_INDEX_URL", "", "package index pip and uv install from (default PyPI)")
@@ -287,7 +289,7 @@ func (wf *workerFlags) config(dataDir, pool string, ff *frontendFlags, log *slog
 		EnvPassthrough: pass, Logger: log,
 		ExecMode: wf.execMode, Preload: preload, MaxZygotes: wf.maxZygotes, ZygoteIdle: wf.zygoteIdle,
 		MaxContexts: wf.maxContexts, ContextIdle: wf.contextIdle, ContextMemory: wf.contextMemory,
-		EnvBudget: wf.envBudget, Managers: commaList(wf.managers), Pythons: commaList(wf.pythons),
+		EnvBudget: wf.envBudget, InstallerCacheBudget: wf.cacheBudget, Managers: commaList(wf.managers), Pythons: commaList(wf.pythons),
 		Index: envcache.IndexConfig{
 			IndexURL: strings.TrimSpace(wf.indexURL), ExtraIndexURLs: commaList(wf.extraIndex),
 			FindLinks: commaList(wf.findLinks), NoIndex: wf.noIndex, SourceBuilds: wf.sourceBuilds,
