@@ -416,7 +416,8 @@ func (l layout) resetLimits(lim Limits) error {
 
 // counterFiles are the files usage reads, and pids.current (Tasks).
 func (l layout) counterFiles() []string {
-	files := []string{filepath.Join(l.pids, "pids.events"), filepath.Join(l.pids, "pids.current")}
+	// memory.stat for Held, after every job.
+	files := []string{filepath.Join(l.pids, "pids.events"), filepath.Join(l.pids, "pids.current"), filepath.Join(l.mem, "memory.stat")}
 	if l.version == 2 {
 		return append(files, filepath.Join(l.mem, "memory.events"), filepath.Join(l.mem, "memory.peak"))
 	}

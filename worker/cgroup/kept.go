@@ -3,13 +3,14 @@ package cgroup
 import (
 	"os"
 	"path/filepath"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
 )
 
-// keptFiles are a group's counter files (Usage's, and pids.current for
-// Tasks), opened once when the group is made and read again with one
+// keptFiles are a group's counter files (Usage's, pids.current for Tasks
+// and memory.stat for Held), opened once when the group is made and read again with one
 // pread from offset 0 each time: a cgroup file is made anew for a read
 // that starts at 0, so a kept descriptor reads what a fresh open would.
 // A pooled group's counters are read two or three times per job and
@@ -52,9 +53,13 @@ func (k keptFiles) read(dir, file string) ([]byte, error) {
 	if kf == nil {
 		return os.ReadFile(path)
 	}
-	// Every counter file is a few lines; one that fills the buffer is
-	// read whole by its path.
-	buf := make([]byte, 512)
+	// Every counter file is a few lines, memory.stat a few dozen (about
+	// 900 bytes on v1, 1,500 on v2); one that fills the buffer is read
+	// whole by its path. (Until 2026-12-05 memory.stat was not kept and
+	// the buffer was 512 bytes: each job's Held opened, read and closed it.)
+	bp := readBufs.Get().(*[4 << 10]byte)
+	defer readBufs.Put(bp)
+	buf := bp[:]
 	var n int
 	var rerr error
 	if err := kf.rc.Read(func(fd uintptr) bool {
@@ -69,8 +74,11 @@ func (k keptFiles) read(dir, file string) ([]byte, error) {
 	case n == len(buf):
 		return os.ReadFile(path)
 	}
-	return buf[:n], nil
+	return append([]byte(nil), buf[:n]...), nil
 }
+
+// readBufs are read's buffers: a counter file is read a few times per job.
+var readBufs = sync.Pool{New: func() any { return new([4 << 10]byte) }}
 
 // close closes the kept files (a read after it fails, as a read of a
 // removed group's file would); the map itself is left as it is, for

@@ -88,6 +88,9 @@ func TestGroupReadsCountersThroughKeptFiles(t *testing.T) {
 	if !slices.Contains(kept, filepath.Join(g.l.pids, "pids.current")) || !slices.Contains(kept, filepath.Join(g.l.pids, "pids.events")) {
 		t.Fatalf("open under the group: %v; want its pids.current and pids.events", kept)
 	}
+	if kept := openIn(t, g.l.mem); !slices.Contains(kept, filepath.Join(g.l.mem, "memory.stat")) {
+		t.Fatalf("open under the group's memory directory: %v; want its memory.stat", kept)
+	}
 	for i := range 2 {
 		if n, ok := g.Tasks(); !ok || n != 0 {
 			t.Fatalf("read %d: Tasks of an empty group = %d, %v", i, n, ok)
