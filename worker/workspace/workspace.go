@@ -7,8 +7,10 @@
 // entries and path length. Unpack replaces the contents of a directory
 // (never the directory itself: it may be a mount point) with an archive's,
 // and treats the archive as hostile, since a job wrote every file in it:
-// every entry is opened below the directory through an os.Root, so no
-// name, link or "..", absolute or not, reaches outside it; only
+// every entry is made by its last name in a descriptor of its directory,
+// each directory on the way opened by its name in its parent's, no link
+// followed, so no name, link or "..", absolute or not, reaches outside it
+// (and an entry costs a few system calls however deep it is); only
 // directories, regular files, symbolic links and hard links to files it
 // made are created, with permission bits only (no setuid, setgid or sticky
 // bit), owned by the uid and gid given; the files' bytes and the number of
@@ -212,7 +214,13 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	if err := clear(root); err != nil {
 		return fmt.Errorf("workspace: unpack: clear %s: %w", dir, err)
 	}
-	u := unpacker{root: root, uid: uid, gid: gid, left: maxBytes, entries: MaxEntries(maxBytes)}
+	top, err := root.Open(".")
+	if err != nil {
+		return fmt.Errorf("workspace: unpack: %w", err)
+	}
+	defer top.Close()
+	u := newUnpacker(top, uid, gid, maxBytes)
+	defer u.close()
 	if err := u.run(tar.NewReader(r)); err != nil {
 		return fmt.Errorf("workspace: unpack: %w", err)
 	}
@@ -263,25 +271,71 @@ func clear(root *os.Root) error {
 	}
 }
 
+// An unpacker makes an archive's entries below its top directory. Every
+// entry is made by its last name in a descriptor of its directory, that
+// name never followed if it is a link, and each directory on the way is
+// opened by its name in its parent's descriptor, O_NOFOLLOW: no name of the
+// archive, and no link the archive made, leads outside the top.
+//
+// The descriptors of the directories of the last entry's path are kept
+// (open, one per level, which MaxPath bounds, as a walk's are), and the
+// next entry's path is resolved from the deepest of them that it is below:
+// Pack writes a directory's entries right after it, so an entry costs a
+// few system calls whatever its depth. Resolved from the top, each entry
+// cost an open per level of its path, two or three times: a job that made
+// 1,000 names 1,500 directories deep (3 KiB paths, within MaxPath, in a
+// second through a descriptor of the deepest directory) left a snapshot
+// of 10 MB whose restore took the worker, as root and outside every job's
+// limits, 16 s of CPU; a snapshot of such names at the default disk
+// limit (2 GiB) nearly an hour.
 type unpacker struct {
-	root     *os.Root
+	top      int // the directory the archive is unpacked into
 	uid, gid int
 	left     int64
 	entries  int64
 	dirs     []dirMeta // applied last, deepest first, so that a read-only directory is filled first
-	// made holds the directories this restore made or found, so that
-	// each is made once: making every ancestor of every entry again cost
-	// a chain of d directories d³ steps of path resolution (a tree 600
-	// deep, which a job makes in milliseconds, took minutes to restore).
-	made map[string]struct{}
+	// open holds the directories of the path resolved last, from the
+	// top's child down: open[i] is below open[i-1].
+	open []openDir
+	// targets holds, for the files that hard links of the archive named,
+	// a descriptor of the directory each is in (at most maxLinked, as
+	// many as Pack names).
+	targets map[string]int
 	// mkdirs counts the directories this restore tried to make.
 	mkdirs int
+}
+
+type openDir struct {
+	name string // relative to the top
+	fd   int
 }
 
 type dirMeta struct {
 	name  string
 	mode  fs.FileMode
 	mtime time.Time
+}
+
+// newUnpacker unpacks into the directory top, which it uses, not owns.
+func newUnpacker(top *os.File, uid, gid int, maxBytes int64) *unpacker {
+	return &unpacker{top: int(top.Fd()), uid: uid, gid: gid, left: maxBytes, entries: MaxEntries(maxBytes)}
+}
+
+// close releases the descriptors the unpacker opened.
+func (u *unpacker) close() {
+	u.keep(0)
+	for _, fd := range u.targets {
+		unix.Close(fd)
+	}
+	u.targets = nil
+}
+
+// keep closes the open directories past the first n.
+func (u *unpacker) keep(n int) {
+	for _, d := range u.open[n:] {
+		unix.Close(d.fd)
+	}
+	u.open = u.open[:n]
 }
 
 func (u *unpacker) run(tr *tar.Reader) error {
@@ -302,15 +356,22 @@ func (u *unpacker) run(tr *tar.Reader) error {
 	}
 	for i := len(u.dirs) - 1; i >= 0; i-- {
 		d := u.dirs[i]
-		if err := u.root.Chmod(d.name, d.mode); err != nil {
+		fd, err := u.dir(d.name, false)
+		if err != nil {
 			return err
 		}
-		_ = u.root.Chtimes(d.name, d.mtime, d.mtime)
+		if err := unix.Fchmod(fd, uint32(d.mode)); err != nil {
+			return &fs.PathError{Op: "chmod", Path: d.name, Err: err}
+		}
+		parent, base, err := u.parent(d.name, false)
+		if err == nil {
+			_ = setTimes(parent, base, d.mtime)
+		}
 	}
 	return nil
 }
 
-// entry creates one archive entry below the root.
+// entry creates one archive entry below the top.
 func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 	name, err := cleanName(hdr.Name)
 	if err != nil {
@@ -319,7 +380,7 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 	perm := fs.FileMode(hdr.Mode).Perm() // setuid, setgid, sticky dropped
 	switch hdr.Typeflag {
 	case tar.TypeDir:
-		if err := u.mkdirAll(name); err != nil {
+		if _, err := u.dir(name, true); err != nil {
 			return err
 		}
 		u.dirs = append(u.dirs, dirMeta{name, perm, hdr.ModTime})
@@ -327,13 +388,14 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 	case tar.TypeReg:
 		return u.file(tr, name, hdr.Size, perm, hdr.ModTime)
 	case tar.TypeSymlink:
-		if err := u.mkdirAll(path.Dir(name)); err != nil {
+		dir, base, err := u.parent(name, true)
+		if err != nil {
 			return err
 		}
-		if err := u.root.Symlink(hdr.Linkname, name); err != nil {
-			return err
+		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
+			return &fs.PathError{Op: "symlink", Path: name, Err: err}
 		}
-		return u.root.Lchown(name, u.uid, u.gid)
+		return lchown(dir, base, u.uid, u.gid)
 	case tar.TypeLink:
 		return u.link(name, hdr.Linkname, perm, hdr.ModTime)
 	default:
@@ -350,34 +412,68 @@ func (u *unpacker) link(name, target string, perm fs.FileMode, mtime time.Time) 
 	if err != nil {
 		return fmt.Errorf("link to %s: %w", strconv.Quote(target), err)
 	}
-	info, err := u.root.Lstat(old)
+	odir, obase, done, err := u.target(old)
 	if err != nil {
 		return err
 	}
-	if !info.Mode().IsRegular() {
+	defer done()
+	var st unix.Stat_t
+	if err := unix.Fstatat(odir, obase, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "lstat", Path: old, Err: err}
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFREG {
 		return fmt.Errorf("link to %s, not a file", strconv.Quote(target))
 	}
-	if err := u.mkdirAll(path.Dir(name)); err != nil {
-		return err
-	}
-	err = u.root.Link(old, name)
-	if !errors.Is(err, syscall.EMLINK) {
-		return err
-	}
-	f, err := u.root.OpenFile(old, os.O_RDONLY|syscall.O_NOFOLLOW, 0)
+	dir, base, err := u.parent(name, true)
 	if err != nil {
 		return err
 	}
+	err = unix.Linkat(odir, obase, dir, base, 0)
+	if !errors.Is(err, syscall.EMLINK) {
+		if err != nil {
+			return &fs.PathError{Op: "link", Path: name, Err: err}
+		}
+		return nil
+	}
+	fd, err := unix.Openat(odir, obase, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: old, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), old)
 	defer f.Close()
-	return u.file(f, name, info.Size(), perm, mtime)
+	return u.file(f, name, st.Size, perm, mtime)
+}
+
+// target is a descriptor of the directory of old, the target of a hard
+// link, and old's last name; done releases it. The open directories stay
+// as they are (old is often elsewhere, the link's own directory next).
+// The descriptors of the first maxLinked targets' directories are kept
+// for the links that name them again.
+func (u *unpacker) target(old string) (dir int, base string, done func(), err error) {
+	base = path.Base(old)
+	if fd, ok := u.targets[old]; ok {
+		return fd, base, func() {}, nil
+	}
+	fd, err := u.lookup(path.Dir(old))
+	if err != nil {
+		return -1, "", nil, err
+	}
+	if len(u.targets) < maxLinked {
+		if u.targets == nil {
+			u.targets = map[string]int{}
+		}
+		u.targets[old] = fd
+		return fd, base, func() {}, nil
+	}
+	return fd, base, func() { unix.Close(fd) }, nil
 }
 
 // cleanName accepts a relative path without "..", as Pack writes them.
 // A name is bytes, as the file system has it, not text: fs.ValidPath,
 // which wants UTF-8, refused a file named in Latin-1, and with it every
-// restore of its session's snapshot. What keeps a name inside the root
-// is the os.Root every entry is made through; this refuses what Pack
-// never writes.
+// restore of its session's snapshot. What keeps a name inside the top is
+// that each of its parts is opened in its parent's descriptor, no link
+// followed; this refuses what Pack never writes.
 func cleanName(name string) (string, error) {
 	clean := path.Clean(name)
 	if clean == "." || clean == ".." || strings.HasPrefix(clean, "../") || strings.HasPrefix(clean, "/") ||
@@ -387,47 +483,135 @@ func cleanName(name string) (string, error) {
 	return clean, nil
 }
 
-func (u *unpacker) mkdirAll(name string) error {
+// parent is a descriptor of the directory of name (clean, relative) and
+// name's last part; the directories on the way are made when mk is set.
+// The descriptor is the unpacker's, good until its next resolution.
+func (u *unpacker) parent(name string, mk bool) (int, string, error) {
+	fd, err := u.dir(path.Dir(name), mk)
+	return fd, path.Base(name), err
+}
+
+// dir is a descriptor of the directory name (clean, relative; "." for the
+// top), made, with those on its way, when mk is set and it is missing. It
+// is resolved from the deepest open directory that name is at or below,
+// one part at a time, none of them a link, and the directories of its
+// path are then the open ones.
+func (u *unpacker) dir(name string, mk bool) (int, error) {
 	if name == "." {
-		return nil
+		return u.top, nil
 	}
-	if _, ok := u.made[name]; ok {
-		return nil
+	n := u.below(name)
+	u.keep(n)
+	fd, done := u.top, ""
+	if n > 0 {
+		fd, done = u.open[n-1].fd, u.open[n-1].name
 	}
-	if err := u.mkdirAll(path.Dir(name)); err != nil {
-		return err
+	if len(name) == len(done) {
+		return fd, nil
 	}
+	// Each part's path is a prefix of name, sharing its bytes.
+	for pos := len(done); pos < len(name); {
+		if name[pos] == '/' {
+			pos++
+		}
+		end := strings.IndexByte(name[pos:], '/')
+		if end < 0 {
+			end = len(name)
+		} else {
+			end += pos
+		}
+		part, full := name[pos:end], name[:end]
+		pos = end
+		if mk {
+			if err := u.mkdir(fd, part); err != nil {
+				return -1, &fs.PathError{Op: "mkdir", Path: full, Err: err}
+			}
+		}
+		cfd, err := openDirAt(fd, part, full)
+		if err != nil {
+			return -1, err
+		}
+		u.open = append(u.open, openDir{name: full, fd: cfd})
+		fd, done = cfd, full
+	}
+	return fd, nil
+}
+
+// lookup is a new descriptor of the existing directory name (clean,
+// relative), resolved as dir resolves it, leaving the open directories
+// as they are.
+func (u *unpacker) lookup(name string) (int, error) {
+	fd, done := u.top, ""
+	if name != "." {
+		if n := u.below(name); n > 0 {
+			fd, done = u.open[n-1].fd, u.open[n-1].name
+		}
+	}
+	fd, err := unix.Dup(fd)
+	if err != nil || name == "." || len(name) == len(done) {
+		return fd, err
+	}
+	for part := range strings.SplitSeq(name[len(done):], "/") {
+		if part == "" {
+			continue
+		}
+		cfd, err := openDirAt(fd, part, name)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = cfd
+	}
+	return fd, nil
+}
+
+// below is how many of the open directories name is at or below: they are
+// a chain, each below the one before, so the deepest that is a prefix of
+// name ending at a separator, and all before it.
+func (u *unpacker) below(name string) int {
+	n := len(u.open)
+	if n == 0 {
+		return 0
+	}
+	deepest := u.open[n-1].name
+	common := 0
+	for common < len(name) && common < len(deepest) && name[common] == deepest[common] {
+		common++
+	}
+	for ; n > 0; n-- {
+		p := u.open[n-1].name
+		if len(p) <= common && (len(p) == len(name) || name[len(p)] == '/') {
+			break
+		}
+	}
+	return n
+}
+
+// openDirAt opens the directory name in dir, not through a link; full is
+// its path, for errors.
+func openDirAt(dir int, name, full string) (int, error) {
+	fd, err := unix.Openat(dir, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if errors.Is(err, unix.ENOTDIR) || errors.Is(err, unix.ELOOP) {
+		return -1, fmt.Errorf("%s: exists and is not a directory", full)
+	}
+	if err != nil {
+		return -1, &fs.PathError{Op: "open", Path: full, Err: err}
+	}
+	return fd, nil
+}
+
+// mkdir makes the directory name in parent, the session's, unless
+// something is there already (dir then finds out what).
+func (u *unpacker) mkdir(parent int, name string) error {
 	u.mkdirs++
-	err := u.root.Mkdir(name, 0o700)
-	if errors.Is(err, fs.ErrExist) {
-		info, serr := u.root.Lstat(name)
-		if serr != nil {
-			return serr
-		}
-		if !info.IsDir() {
-			return fmt.Errorf("%s: exists and is not a directory", name)
-		}
-		u.remember(name)
+	err := unix.Mkdirat(parent, name, 0o700)
+	if errors.Is(err, unix.EEXIST) {
 		return nil
 	}
 	if err != nil {
 		return err
 	}
-	if err := u.root.Lchown(name, u.uid, u.gid); err != nil {
-		return err
-	}
-	u.remember(name)
-	return nil
-}
-
-// remember records that the directory name exists. Only this restore
-// writes below the root, and it never replaces a directory, so what it
-// made stays a directory.
-func (u *unpacker) remember(name string) {
-	if u.made == nil {
-		u.made = map[string]struct{}{}
-	}
-	u.made[name] = struct{}{}
+	return lchown(parent, name, u.uid, u.gid)
 }
 
 // file creates the regular file name (never through a link, never over
@@ -439,13 +623,15 @@ func (u *unpacker) file(tr io.Reader, name string, size int64, perm fs.FileMode,
 	if u.left -= size; u.left < 0 {
 		return ErrTooLarge
 	}
-	if err := u.mkdirAll(path.Dir(name)); err != nil {
-		return err
-	}
-	f, err := u.root.OpenFile(name, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW, 0o600)
+	dir, base, err := u.parent(name, true)
 	if err != nil {
 		return err
 	}
+	fd, err := unix.Openat(dir, base, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return &fs.PathError{Op: "open", Path: name, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), name)
 	err = u.fill(f, tr, size, perm)
 	if cerr := f.Close(); err == nil {
 		err = cerr
@@ -455,10 +641,13 @@ func (u *unpacker) file(tr io.Reader, name string, size int64, perm fs.FileMode,
 		// is not the archive's file: it goes, so that what a failed
 		// restore leaves is whole files only, and an empty one does not
 		// count a block against a limit that held.
-		_ = u.root.Remove(name)
+		_ = unix.Unlinkat(dir, base, 0)
 		return err
 	}
-	return u.root.Chtimes(name, mtime, mtime)
+	if err := setTimes(dir, base, mtime); err != nil {
+		return &fs.PathError{Op: "chtimes", Path: name, Err: err}
+	}
+	return nil
 }
 
 // fill writes size bytes from tr to f and gives it its owner and mode.
@@ -470,4 +659,19 @@ func (u *unpacker) fill(f *os.File, tr io.Reader, size int64, perm fs.FileMode) 
 		return err
 	}
 	return f.Chmod(perm)
+}
+
+// lchown gives name in dir, not followed, to uid and gid.
+func lchown(dir int, name string, uid, gid int) error {
+	if err := unix.Fchownat(dir, name, uid, gid, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+		return &fs.PathError{Op: "lchown", Path: name, Err: err}
+	}
+	return nil
+}
+
+// setTimes sets name's (in dir, not followed) access and modification
+// times to mtime.
+func setTimes(dir int, name string, mtime time.Time) error {
+	ts := unix.NsecToTimespec(mtime.UnixNano())
+	return unix.UtimesNanoAt(dir, name, []unix.Timespec{ts, ts}, unix.AT_SYMLINK_NOFOLLOW)
 }

@@ -412,13 +412,14 @@ func TestUnpackMakesEachDirectoryOnce(t *testing.T) {
 		entries = append(entries, entry{tar.Header{Name: p + "/x/y/g", Typeflag: tar.TypeReg}, "g"})
 	}
 	dir := t.TempDir()
-	root, err := os.OpenRoot(dir)
+	top, err := os.Open(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer root.Close()
+	defer top.Close()
 	uid, gid := ids()
-	u := unpacker{root: root, uid: uid, gid: gid, left: 1 << 20, entries: MaxEntries(1 << 20)}
+	u := newUnpacker(top, uid, gid, 1<<20)
+	defer u.close()
 	if err := u.run(tar.NewReader(bytes.NewReader(archive(t, entries...)))); err != nil {
 		t.Fatal(err)
 	}
