@@ -221,3 +221,38 @@ func TestUnpackCostDoesNotGrowWithDepth(t *testing.T) {
 		t.Errorf("the restore %d directories deep took %v, against %v for as many entries side by side", depth, deep, flat)
 	}
 }
+
+// A restore holds what one path takes, not what all the directories'
+// paths take: it held every directory's path until its end, to give each
+// its permissions then, 10.7 MB for 4,000 directories at the end of a
+// chain 1,000 deep, and a GiB of the worker's memory for the 250,000 of
+// paths of 4 KiB that a job may make under the default disk limit (a
+// block each, within the file system's inodes).
+func TestUnpackHoldsNoPathOfEveryDirectory(t *testing.T) {
+	const depth, dirs = 1000, 4000 // 8 MB of paths
+	src, dst := t.TempDir(), t.TempDir()
+	tree(t, src, depth, 0, 0, false)
+	bottom := filepath.Join(src, strings.Repeat("d/", depth))
+	for i := range dirs {
+		if err := os.Mkdir(filepath.Join(bottom, fmt.Sprintf("x%04d", i)), 0o750); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if err := Pack(src, &buf, 1<<30); err != nil {
+		t.Fatal(err)
+	}
+	uid, gid := ids()
+	const most = 4 << 20
+	if peak := memtest.PeakHeap(func() {
+		if err := Unpack(bytes.NewReader(buf.Bytes()), dst, uid, gid, 1<<30); err != nil {
+			t.Error(err)
+		}
+	}); peak > most {
+		t.Errorf("the restore held %d bytes, more than %d", peak, most)
+	}
+	fi, err := os.Stat(filepath.Join(dst, strings.Repeat("d/", depth)+"x3999"))
+	if err != nil || fi.Mode().Perm() != 0o750 {
+		t.Errorf("deepest directory: %v, %v; want mode 0750", fi, err)
+	}
+}

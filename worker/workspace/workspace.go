@@ -293,7 +293,6 @@ type unpacker struct {
 	uid, gid int
 	left     int64
 	entries  int64
-	dirs     []dirMeta // applied last, deepest first, so that a read-only directory is filled first
 	// open holds the directories of the path resolved last, from the
 	// top's child down: open[i] is below open[i-1].
 	open []openDir
@@ -308,10 +307,14 @@ type unpacker struct {
 type openDir struct {
 	name string // relative to the top
 	fd   int
+	// meta is the permissions and time of the directory's own entry,
+	// given when it is closed: Pack writes a directory's entries right
+	// after it, so they are all made by then (a read-only directory is
+	// filled first, and its time is not changed after).
+	meta *dirMeta
 }
 
 type dirMeta struct {
-	name  string
 	mode  fs.FileMode
 	mtime time.Time
 }
@@ -323,19 +326,33 @@ func newUnpacker(top *os.File, uid, gid int, maxBytes int64) *unpacker {
 
 // close releases the descriptors the unpacker opened.
 func (u *unpacker) close() {
-	u.keep(0)
+	_ = u.keep(0)
 	for _, fd := range u.targets {
 		unix.Close(fd)
 	}
 	u.targets = nil
 }
 
-// keep closes the open directories past the first n.
-func (u *unpacker) keep(n int) {
-	for _, d := range u.open[n:] {
+// keep closes the open directories past the first n, the deepest first,
+// giving each the permissions and time of its entry.
+func (u *unpacker) keep(n int) error {
+	var err error
+	for i := len(u.open) - 1; i >= n; i-- {
+		d := u.open[i]
+		if d.meta != nil {
+			if cerr := unix.Fchmod(d.fd, uint32(d.meta.mode)); cerr != nil && err == nil {
+				err = &fs.PathError{Op: "chmod", Path: d.name, Err: cerr}
+			}
+			parent := u.top
+			if i > 0 {
+				parent = u.open[i-1].fd
+			}
+			_ = setTimes(parent, path.Base(d.name), d.meta.mtime)
+		}
 		unix.Close(d.fd)
 	}
 	u.open = u.open[:n]
+	return err
 }
 
 func (u *unpacker) run(tr *tar.Reader) error {
@@ -354,21 +371,7 @@ func (u *unpacker) run(tr *tar.Reader) error {
 			return fmt.Errorf("%s: %w", strconv.Quote(hdr.Name), err)
 		}
 	}
-	for i := len(u.dirs) - 1; i >= 0; i-- {
-		d := u.dirs[i]
-		fd, err := u.dir(d.name, false)
-		if err != nil {
-			return err
-		}
-		if err := unix.Fchmod(fd, uint32(d.mode)); err != nil {
-			return &fs.PathError{Op: "chmod", Path: d.name, Err: err}
-		}
-		parent, base, err := u.parent(d.name, false)
-		if err == nil {
-			_ = setTimes(parent, base, d.mtime)
-		}
-	}
-	return nil
+	return u.keep(0)
 }
 
 // entry creates one archive entry below the top.
@@ -380,10 +383,14 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 	perm := fs.FileMode(hdr.Mode).Perm() // setuid, setgid, sticky dropped
 	switch hdr.Typeflag {
 	case tar.TypeDir:
+		// Its permissions and time are given when it is closed (keep),
+		// not at the end: every directory's path held until then would
+		// take the 250,000 directories with paths of 4 KiB that a job
+		// may make under the default disk limit a GiB of the worker.
 		if _, err := u.dir(name, true); err != nil {
 			return err
 		}
-		u.dirs = append(u.dirs, dirMeta{name, perm, hdr.ModTime})
+		u.open[len(u.open)-1].meta = &dirMeta{perm, hdr.ModTime}
 		return nil
 	case tar.TypeReg:
 		return u.file(tr, name, hdr.Size, perm, hdr.ModTime)
@@ -501,7 +508,9 @@ func (u *unpacker) dir(name string, mk bool) (int, error) {
 		return u.top, nil
 	}
 	n := u.below(name)
-	u.keep(n)
+	if err := u.keep(n); err != nil {
+		return -1, err
+	}
 	fd, done := u.top, ""
 	if n > 0 {
 		fd, done = u.open[n-1].fd, u.open[n-1].name
