@@ -8,7 +8,8 @@ import (
 )
 
 // Rlimits are the rlimits that enforce s in each process of a job:
-// RLIMIT_CORE 0 always (no core files); RLIMIT_RTPRIO and RLIMIT_NICE 0
+// RLIMIT_CORE 1 always (runner.NoCoreFiles: no core file, and no
+// core_pattern pipe program started for a crash); RLIMIT_RTPRIO and RLIMIT_NICE 0
 // always, whatever the worker inherited (a service or container started
 // with real-time priorities allowed would otherwise let a job's busy loop
 // under SCHED_FIFO take every CPU of the host from everything not real-time,
@@ -21,7 +22,7 @@ import (
 // the job's memory as a whole. Zero fields give no entry. Disk is not an
 // rlimit: the worker enforces it.
 func (s Set) Rlimits(cgroupMemory bool) []runner.Rlimit {
-	out := []runner.Rlimit{{Resource: unix.RLIMIT_CORE}, {Resource: unix.RLIMIT_RTPRIO}, {Resource: unix.RLIMIT_NICE}}
+	out := append(runner.NoCoreFiles(), runner.Rlimit{Resource: unix.RLIMIT_RTPRIO}, runner.Rlimit{Resource: unix.RLIMIT_NICE})
 	add := func(res int, v uint64) {
 		out = append(out, runner.Rlimit{Resource: res, Cur: v, Max: v})
 	}

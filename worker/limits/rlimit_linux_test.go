@@ -21,7 +21,7 @@ func TestRlimits(t *testing.T) {
 	s := Set{Memory: 1 << 30, CPU: 1500 * time.Millisecond, Procs: 64, FileSize: 1 << 20, Disk: 1 << 30, OpenFiles: 100}
 	rl := s.Rlimits(false)
 	want := map[int][2]uint64{
-		unix.RLIMIT_CORE:   {0, 0},
+		unix.RLIMIT_CORE:   {1, 1}, // 1: no core_pattern pipe program either (runner.NoCoreFiles)
 		unix.RLIMIT_RTPRIO: {0, 0},
 		unix.RLIMIT_NICE:   {0, 0},
 		unix.RLIMIT_CPU:    {2, 3},
@@ -49,11 +49,11 @@ func TestRlimits(t *testing.T) {
 	// the worker was started with: a busy loop under SCHED_FIFO would take
 	// the host's CPUs from everything not real-time, past any cgroup.
 	if rl := (Set{}).Rlimits(false); len(rl) != 3 {
-		t.Errorf("no limits: %+v, want RLIMIT_CORE, RLIMIT_RTPRIO and RLIMIT_NICE 0 only", rl)
+		t.Errorf("no limits: %+v, want RLIMIT_CORE 1, RLIMIT_RTPRIO and RLIMIT_NICE 0 only", rl)
 	}
-	for _, res := range []int{unix.RLIMIT_CORE, unix.RLIMIT_RTPRIO, unix.RLIMIT_NICE} {
-		if r, ok := find((Set{}).Rlimits(false), res); !ok || r.Cur != 0 || r.Max != 0 {
-			t.Errorf("no limits: resource %d %+v (found %v), want 0", res, r, ok)
+	for res, v := range map[int]uint64{unix.RLIMIT_CORE: 1, unix.RLIMIT_RTPRIO: 0, unix.RLIMIT_NICE: 0} {
+		if r, ok := find((Set{}).Rlimits(false), res); !ok || r.Cur != v || r.Max != v {
+			t.Errorf("no limits: resource %d %+v (found %v), want %d", res, r, ok, v)
 		}
 	}
 }

@@ -456,7 +456,8 @@ while True:
 	})
 }
 
-// Limits apply to the job whichever way it starts.
+// Limits apply to the job whichever way it starts. RLIMIT_CORE is 1 (no
+// core file, and no core_pattern pipe program started as root for a crash).
 func TestRlimits(t *testing.T) {
 	t.Parallel()
 	forEachExecutor(t, func(t *testing.T, ex Executor) {
@@ -464,7 +465,7 @@ func TestRlimits(t *testing.T) {
 		s := b.spec(t, "import resource\nprint(resource.getrlimit(resource.RLIMIT_FSIZE), resource.getrlimit(resource.RLIMIT_CORE)[1])\n"+
 			"with open('big', 'w') as f:\n    f.write('x' * 5000)\n")
 		s.Rlimits = append(NoCoreFiles(), Rlimit{Resource: unix.RLIMIT_FSIZE, Cur: 1000, Max: 2000})
-		if out := runWith(t, ex, s); string(out.Stdout) != "(1000, 2000) 0\n" || out.ExitCode != 1 || !bytes.Contains(out.Stderr, []byte("File too large")) {
+		if out := runWith(t, ex, s); string(out.Stdout) != "(1000, 2000) 1\n" || out.ExitCode != 1 || !bytes.Contains(out.Stderr, []byte("File too large")) {
 			t.Errorf("exit %d stdout %q stderr %q", out.ExitCode, out.Stdout, out.Stderr)
 		}
 		s.Rlimits = []Rlimit{{Resource: unix.RLIMIT_FSIZE, Cur: 2, Max: 1}}

@@ -26,6 +26,6 @@ func exitStatus(ps *os.ProcessState) (int, string) { return ps.ExitCode(), "" }
 
 func setRlimits(int, []Rlimit) error { return nil }
 
-// NoCoreFiles is the limit that keeps a crashing job from writing a core
-// file; none here, where jobs do not run.
+// NoCoreFiles is the limit that keeps a crashing job from dumping core;
+// none here, where jobs do not run.
 func NoCoreFiles() []Rlimit { return nil }
