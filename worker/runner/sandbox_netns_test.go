@@ -4,8 +4,11 @@ package runner
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -59,5 +62,48 @@ func TestSandboxedZygoteSharesANetworkNamespacePerSession(t *testing.T) {
 	}
 	if b == none || b == host || none == host {
 		t.Errorf("network namespaces shared: session b %s, no session %s, the worker %s", b, none, host)
+	}
+}
+
+// netnsHeld counts the network namespaces the process pid holds open.
+func netnsHeld(t *testing.T, pid int) int {
+	t.Helper()
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, e := range entries {
+		if target, err := os.Readlink(filepath.Join(dir, e.Name())); err == nil && strings.HasPrefix(target, "net:[") {
+			n++
+		}
+	}
+	return n
+}
+
+// Each session's network namespace costs the kernel about 150 KiB, charged
+// to no job's cgroup, and stays open a minute after the session's last job;
+// every HTTP session is a session, so a client that ran a call in each of
+// thousands of new sessions kept thousands open on each zygote. The zygote
+// keeps at most _NETNS_MAX, closing the one idle the longest, and a
+// session's next job after that gets a new one.
+func TestSandboxedZygoteKeepsBoundedNetworkNamespaces(t *testing.T) {
+	l := newSandboxLayout(t)
+	if l.cfg.Box.Network() {
+		t.Skip("this sandbox gives jobs the host's network")
+	}
+	const most = 128 // zygote.py's _NETNS_MAX
+	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Sandbox: l.cfg})
+	for i := range most + 12 {
+		s := l.spec(t, "a", testUIDA, "pass\n")
+		s.Confine.Session = fmt.Sprintf("session-%d", i)
+		if out := zrun(t, z, s); out.ExitCode != 0 {
+			t.Fatalf("session %d: exit %d\n%s", i, out.ExitCode, out.Stderr)
+		}
+	}
+	// Its own, to return to, and the sessions'.
+	if n := netnsHeld(t, z.Info().PID); n > most+1 {
+		t.Errorf("the zygote holds %d network namespaces open, more than %d sessions' and its own", n, most)
 	}
 }
