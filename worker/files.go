@@ -274,9 +274,17 @@ func allChangedFiles(cwd, sub string, since time.Time) []string {
 		}
 		f.Close()
 	}
+	if changedWalkOpened != nil {
+		changedWalkOpened(opens)
+	}
 	slices.Sort(out)
 	return out
 }
+
+// changedWalkOpened, when set (tests), is told how many names each walk of
+// allChangedFiles opened on its way to the directories it read (the last
+// one it counted but did not open included).
+var changedWalkOpened func(n int)
 
 // readDirChunk is how many entries a walk of a job's directory reads at
 // once.

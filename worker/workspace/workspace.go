@@ -221,11 +221,19 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	defer top.Close()
 	u := newUnpacker(top, uid, gid, maxBytes)
 	defer u.close()
-	if err := u.run(tar.NewReader(r)); err != nil {
+	err = u.run(tar.NewReader(r))
+	if unpackOpened != nil {
+		unpackOpened(u.opens)
+	}
+	if err != nil {
 		return fmt.Errorf("workspace: unpack: %w", err)
 	}
 	return nil
 }
+
+// unpackOpened, when set (tests), is told how many directories each
+// Unpack opened on its way to its entries.
+var unpackOpened func(n int)
 
 // Clear removes everything in dir, not dir itself (it may be a mount
 // point), without following links: what Unpack does first, for a caller
@@ -302,6 +310,8 @@ type unpacker struct {
 	targets map[string]int
 	// mkdirs counts the directories this restore tried to make.
 	mkdirs int
+	// opens counts the directories it opened on the way to its entries.
+	opens int
 }
 
 type openDir struct {
@@ -536,6 +546,7 @@ func (u *unpacker) dir(name string, mk bool) (int, error) {
 				return -1, &fs.PathError{Op: "mkdir", Path: full, Err: err}
 			}
 		}
+		u.opens++
 		cfd, err := openDirAt(fd, part, full)
 		if err != nil {
 			return -1, err
@@ -564,6 +575,7 @@ func (u *unpacker) lookup(name string) (int, error) {
 		if part == "" {
 			continue
 		}
+		u.opens++
 		cfd, err := openDirAt(fd, part, name)
 		unix.Close(fd)
 		if err != nil {
