@@ -209,10 +209,20 @@ def _describe(e):
 
 
 def _print_exception(e):
-    """The traceback as a script's, without this file's frames."""
+    """The traceback as a script's, without this file's frames: those
+    that ran the cell, before it, and the interrupt's handler (on_input),
+    after it, where a timeout's KeyboardInterrupt is raised."""
+    ours = (_THIS, '<codexec-zygote>')
     tb = e.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename in (_THIS, '<codexec-zygote>'):
+    while tb is not None and tb.tb_frame.f_code.co_filename in ours:
         tb = tb.tb_next
+    last, t = None, tb
+    while t is not None:
+        if t.tb_frame.f_code.co_filename not in ours:
+            last = t
+        t = t.tb_next
+    if last is not None:
+        last.tb_next = None
     e.__traceback__ = tb
     sys.last_type, sys.last_value, sys.last_traceback = type(e), e, tb
     if isinstance(e, SystemExit):

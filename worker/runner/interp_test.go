@@ -83,6 +83,12 @@ func TestInterpTimeout(t *testing.T) {
 		!strings.Contains(string(out.Stderr), "KeyboardInterrupt") {
 		t.Fatalf("sleep past the timeout: %+v", out)
 	}
+	// The traceback is the cell's: it ends in the cell's line, not in the
+	// context's own handler that raised the interrupt.
+	if tb := string(out.Stderr); !strings.Contains(tb, "time.sleep(60)") || strings.Contains(tb, "on_input") ||
+		strings.Contains(tb, "raise_signal") {
+		t.Errorf("the interrupted cell's traceback shows the context's own frames:\n%s", tb)
+	}
 	if out := cell(t, it, "n + 1", 0); string(out.Stdout) != "42\n" {
 		t.Fatalf("after the timeout: stdout %q", out.Stdout)
 	}
