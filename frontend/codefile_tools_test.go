@@ -376,6 +376,39 @@ func TestWrongTypedArgumentsAreRefused(t *testing.T) {
 	}
 }
 
+// A call's arguments that are not an object (a list, or the JSON object
+// sent as a string, as a bridge from function-calling APIs may pass it on)
+// are refused saying so: the tool read them as no arguments at all, and
+// said that 'code' was missing when it had been sent. An empty list, which
+// some JSON encoders write for an empty map, is no arguments.
+func TestArgumentsMustBeAnObject(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	for _, tc := range []struct {
+		args any
+		says string
+	}{
+		{[]any{"print(1)"}, "the arguments of execute_code must be a JSON object of name: value, not a list"},
+		{`{"code": "print(1)"}`, "not a string (JSON text of an object: send the object itself)"},
+		{float64(7), "not a number"},
+	} {
+		res, err := b.c.CallTool(t.Context(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "execute_code", Arguments: tc.args}})
+		if err != nil {
+			t.Fatalf("%v: %v", tc.args, err)
+		}
+		var out ExecResult
+		raw, _ := json.Marshal(res.StructuredContent)
+		_ = json.Unmarshal(raw, &out)
+		if !res.IsError || out.Status != "rejected" || !strings.Contains(out.Message, tc.says) || out.JobID != "" {
+			t.Errorf("execute_code with arguments %#v: isError=%v %+v; want rejected saying %q", tc.args, res.IsError, out, tc.says)
+		}
+	}
+	res, err := b.c.CallTool(t.Context(), mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "list_code_files", Arguments: []any{}}})
+	if err != nil || res.IsError {
+		t.Errorf("list_code_files with arguments []: %v %+v, want its answer", err, res)
+	}
+}
+
 // read_code_file reads a piece with offset and length: the pieces, read
 // on from offset+length until more is false, are the file byte for byte,
 // each whole characters; size and sha256 are the whole file's.

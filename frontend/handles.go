@@ -116,6 +116,9 @@ func (f *Frontend) useWorkspace(stdio bool, tool func(name string) *mcp.Tool) se
 // not take, or a bad handle.
 func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallToolRequest, t *mcp.Tool) context.Context {
 	var c workspaceChoice
+	if err := argumentsObject(req.Params.Name, req.Params.Arguments); err != nil {
+		return context.WithValue(ctx, workspaceCtxKey{}, workspaceChoice{err: err})
+	}
 	if t != nil {
 		if err := checkArguments(t, req.GetArguments()); err != nil {
 			return context.WithValue(ctx, workspaceCtxKey{}, workspaceChoice{err: err})
@@ -133,6 +136,26 @@ func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallTo
 		f.noteOwner(ctx, c.scope)
 	}
 	return context.WithValue(ctx, workspaceCtxKey{}, c)
+}
+
+// argumentsObject refuses a call's arguments that are not a JSON object:
+// mcp-go reads them as no arguments at all, and the tool would say that a
+// required one is missing when it was sent (as a list, or as the JSON text
+// of the object, as a bridge from a function-calling API may pass it on).
+// An empty list is no arguments: some JSON encoders (PHP's) write an empty
+// map so.
+func argumentsObject(tool string, v any) error {
+	switch a := v.(type) {
+	case nil, map[string]any:
+		return nil
+	case []any:
+		if len(a) == 0 {
+			return nil
+		}
+	case string:
+		return rejected("the arguments of %s must be a JSON object of name: value, not a string (JSON text of an object: send the object itself); nothing was done", tool)
+	}
+	return rejected("the arguments of %s must be a JSON object of name: value, not %s; nothing was done", tool, valueName(v))
 }
 
 // checkArguments refuses args that t does not take as they are: an
