@@ -284,14 +284,24 @@ func do(t *testing.T, method, url string, header map[string]string) (*http.Respo
 func TestPolicyChallengeAndMetadata(t *testing.T) {
 	is := authtest.NewIssuer(t)
 	srv := serve(t, Policy{Authenticator: newJWT(t, is), AuthorizationServers: []string{is.URL}, Loopback: true})
-	resp, _ := do(t, "POST", srv.URL+"/mcp", nil)
+	resp, body := do(t, "POST", srv.URL+"/mcp", nil)
 	want := `Bearer resource_metadata="` + srv.URL + `/.well-known/oauth-protected-resource/mcp"`
 	if resp.StatusCode != 401 || resp.Header.Get("WWW-Authenticate") != want {
 		t.Fatalf("no credentials: %d %q, want 401 %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"), want)
 	}
-	resp, _ = do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.Sign(t, "k1", jwt.MapClaims{"aud": "x"})})
+	// The body, which is what a client's error shows, tells a request
+	// without credentials from one whose token was refused: until
+	// 2026-12-05 both read "authentication required", and a caller with a
+	// mistyped token was told to send one.
+	if !strings.Contains(body, "authentication required") || !strings.Contains(body, "Authorization: Bearer") {
+		t.Errorf("no credentials: body %q, want it to say what to send", body)
+	}
+	resp, body = do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.Sign(t, "k1", jwt.MapClaims{"aud": "x"})})
 	if resp.StatusCode != 401 || !strings.Contains(resp.Header.Get("WWW-Authenticate"), `error="invalid_token"`) {
 		t.Fatalf("wrong audience: %d %q", resp.StatusCode, resp.Header.Get("WWW-Authenticate"))
+	}
+	if !strings.Contains(body, "the token sent was refused") {
+		t.Errorf("wrong audience: body %q, want it to say that the token was refused", body)
 	}
 	for _, path := range []string{"/.well-known/oauth-protected-resource/mcp", "/.well-known/oauth-protected-resource"} {
 		resp, body := do(t, "GET", srv.URL+path, nil)
@@ -306,7 +316,7 @@ func TestPolicyChallengeAndMetadata(t *testing.T) {
 			t.Fatalf("%s: %+v", path, doc)
 		}
 	}
-	resp, body := do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.Sign(t, "k1", nil)})
+	resp, body = do(t, "POST", srv.URL+"/mcp", map[string]string{"Authorization": "Bearer " + is.Sign(t, "k1", nil)})
 	if resp.StatusCode != 200 || body != "acme/alice" {
 		t.Fatalf("valid token: %d %q", resp.StatusCode, body)
 	}

@@ -112,12 +112,17 @@ func (p Policy) authenticate(next http.Handler, mcpPath string) http.Handler {
 		id, err := p.Authenticator.Authenticate(r)
 		if err != nil {
 			challenge := fmt.Sprintf(`Bearer resource_metadata="%s"`, p.baseURL(r)+metadataPath+mcpPath)
+			// The body is what a client's error shows its user: it tells
+			// a request without credentials from one whose token was
+			// refused (the log says why; the caller is not told).
+			msg := "codexec: authentication required: send the header Authorization: Bearer <token>"
 			if !errors.Is(err, ErrNoToken) {
 				challenge += `, error="invalid_token"`
+				msg = "codexec: the token sent was refused (not a token of this server, revoked, or expired): check the Authorization header your client sends"
 				p.Logger.Info("request refused: bad credentials", "err", err, "remote", r.RemoteAddr)
 			}
 			w.Header().Set("WWW-Authenticate", challenge)
-			http.Error(w, "codexec: authentication required", http.StatusUnauthorized)
+			http.Error(w, msg, http.StatusUnauthorized)
 			return
 		}
 		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), id)))
