@@ -269,20 +269,26 @@ const serverName = "codexec"
 
 const instructions = `codexec runs Python for you. execute_code runs a snippet in a fresh process
 and returns stdout, stderr and the exit status; isError is true exactly when the code failed
-(exception, non-zero exit, timeout, limit). Each session has its own working directory, which
-persists between calls, so files written by one call can be read by the next.
+(exception, non-zero exit, timeout, limit); every result names its job, and get_job_result
+fetches a job's result again (after a call that was cut off, say). Each session has its own
+working directory, which persists between calls, so files written by one call can be read by the
+next. Variables do not persist between execute_code calls; for that, create_context starts a live
+interpreter (a context), run_in_context runs code in it notebook-style, keeping its variables,
+and list_contexts, reset_context and close_context manage contexts.
 Figures (plt.show(), or left open) and display(obj) pictures come back as images; files a call
 wrote come back as resource links; upload_file puts a file there, resources/read of
 codexec://workspace/<path> reads one back. Output past its cap keeps its start and its end.
 For a script too large for one message, initialize_code_file starts it, append_to_code_file adds
 pieces, read_code_file reads it back and execute_code_file runs it. list_code_files lists the
-session's code files and its recent runs; read_code_file with a job_id shows the code a run ran.
+session's code files and its recent runs; read_code_file with a job_id shows the code a run ran;
+delete_code_file deletes a file.
 Packages: install_dependencies installs packages for this session (a new environment, built in
 seconds and cached; the session switches to it), check_installed_packages checks names or import
 names, configure_environment picks an existing environment or a Python version and package set,
 get_environment_config shows the current one.
 Workspaces: workspace_info returns this session's workspace handle; pass it as the argument
-workspace of any tool from a later session to reach the same files, runs and environment.`
+workspace of any tool from a later session to reach the same files, runs and environment;
+new_workspace makes an empty one.`
 
 // MCPServer builds the MCP server with every tool registered. stdio says
 // whether it will be served on stdio (one session) or over HTTP.
