@@ -271,7 +271,12 @@ func (f *Frontend) runInContext(ctx context.Context, req mcp.CallToolRequest, sc
 	if reply.Ended != "" {
 		f.forgetContext(ctx, scope, id)
 	}
-	return toolResult(reply.Result, ""), nil
+	// The call is no job of the results store: get_job_result and
+	// read_code_file know no id of it, so its result names none (the id
+	// the worker gave its answer is its own).
+	res := *reply.Result
+	res.JobID = ""
+	return toolResult(&res, ""), nil
 }
 
 // interruptContext asks the context's worker to stop the code it runs now.

@@ -8,6 +8,7 @@ import (
 
 	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // A context whose worker is gone (nobody serves its subject) is lost: the
@@ -44,5 +45,34 @@ func TestRunInContextLost(t *testing.T) {
 	bad, never := run("../c1"), run("c9")
 	if bad.Status != "rejected" || bad.Message != strings.Replace(never.Message, "c9", "../c1", 1) {
 		t.Fatalf("a bad name: %+v; an unknown one: %+v", bad, never)
+	}
+}
+
+// A call in a context is no job of the results store: get_job_result and
+// read_code_file know no id of it. Its result names none, then, where it
+// named the id the worker gave its answer, which those tools answered "no
+// job ... in this session: it was never submitted here"; it still says how
+// long the call took and where.
+func TestRunInContextNamesNoJobID(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	data, _ := json.Marshal(wire.ContextRecord{V: wire.Version, Worker: "w1", EnvID: "default", CreatedAt: time.Now()})
+	if err := jb.f.store.HSet(t.Context(), jb.f.cfg.Keys.Contexts("local"), "c1", data); err != nil {
+		t.Fatal(err)
+	}
+	stop, err := jb.b.ServeContexts(jb.f.cfg.Pool, "w1", func([]byte) []byte {
+		out, _ := json.Marshal(wire.ContextReply{V: wire.Version, Result: &wire.Result{V: wire.Version,
+			JobID: "01KC0000000000000000000001", Scope: "local", Status: wire.StatusOK, Stdout: "42\n", DurationMS: 1.5, WorkerID: "w1"}})
+		return out
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	res, er := callTool[ExecResult](t, jb.c, "run_in_context", map[string]any{"context_id": "c1", "code": "x"})
+	text := res.Content[0].(mcp.TextContent).Text
+	if er.Status != "ok" || er.Stdout != "42\n" || er.JobID != "" || strings.Contains(text, "job ") ||
+		!strings.Contains(text, "1.5 ms on w1") {
+		t.Fatalf("run_in_context: %+v, text %q; want no job id, and the time and worker in the text", er, text)
 	}
 }

@@ -20,7 +20,7 @@ import (
 
 // ExecResult is the structured content of execute_code and get_job_result.
 type ExecResult struct {
-	JobID           string  `json:"job_id" jsonschema_description:"ULID of the job; get_job_result fetches it again"`
+	JobID           string  `json:"job_id" jsonschema_description:"ULID of the job; get_job_result fetches it again (empty for a call in a context, which is no job)"`
 	Status          string  `json:"status" jsonschema_description:"ok, error, timeout, limit, rejected, expired, cancelled or internal; get_job_result also says running for a job not finished yet"`
 	ExitCode        int     `json:"exit_code" jsonschema_description:"process exit code; -1 when killed by a signal or never run"`
 	Stdout          string  `json:"stdout"`
@@ -435,6 +435,9 @@ func execText(er ExecResult, stdoutShown, stderrShown int) string {
 		if er.WorkerID != "" {
 			fmt.Fprintf(&b, " on %s", er.WorkerID)
 		}
+	case er.WorkerID != "":
+		// A call in a context: it ran, and is no job.
+		fmt.Fprintf(&b, " | %.1f ms on %s", er.DurationMS, er.WorkerID)
 	}
 	b.WriteString(er.GPU.line())
 	b.WriteString("]")
