@@ -314,6 +314,24 @@ func (f *Frontend) configureEnvironment(ctx context.Context, req mcp.CallToolReq
 	}
 	typ = strings.ToLower(strings.TrimSpace(typ))
 	if typ == envspec.DefaultID {
+		// The default environment is the workers' own: what would choose
+		// or build another is refused, not ignored.
+		for _, name := range []string{"python_version", "packages", "conda_name", "venv_path", "uv_venv_path"} {
+			switch v := args[name].(type) {
+			case nil:
+				continue
+			case string:
+				if strings.TrimSpace(v) == "" {
+					continue
+				}
+			case []any:
+				if len(v) == 0 {
+					continue
+				}
+			}
+			return nil, rejected("type default takes no %s: it goes back to the workers' default environment as it is; "+
+				"for a Python version or packages give type venv or venv-uv (or install_dependencies), for an existing environment its type; nothing was changed", name)
+		}
 		if err := f.setSessionEnv(ctx, scope, nil, ""); err != nil {
 			return nil, internal("cannot save the session's environment: %v", err)
 		}

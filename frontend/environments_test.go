@@ -107,3 +107,38 @@ func TestEnvironmentConfigHidesActivityFromTenants(t *testing.T) {
 		t.Fatalf("a tenant is shown the workers' hosts or activity: %s", raw)
 	}
 }
+
+// configure_environment with type default goes back to the workers' default
+// environment, which takes no Python version, packages or existing
+// environment: one given is refused, saying what to give instead, and the
+// session's environment is left as it was. Until 2026-12-05 they were
+// ignored, and {"type": "default", "packages": ["numpy"]} answered "the
+// session now uses the workers' default environment" without numpy.
+func TestConfigureDefaultRefusesWhatItWouldIgnore(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	spec := &envspec.Spec{Manager: envspec.ManagerUV, Python: "3.12"}
+	if err := b.f.setSessionEnv(t.Context(), "local", spec, "env-0123456789abcdef"); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range []map[string]any{
+		{"type": "default", "python_version": "3.12"},
+		{"type": "default", "packages": []any{"numpy"}},
+		{"type": "default", "venv_path": "/opt/venv"},
+	} {
+		res, env := callTool[EnvResult](t, b.c, "configure_environment", args)
+		if !res.IsError || env.Status != "rejected" || !strings.Contains(env.Message, "type default takes no") ||
+			!strings.Contains(env.Message, "nothing was changed") {
+			t.Errorf("configure_environment %v: isError=%v %+v; want rejected", args, res.IsError, env)
+		}
+	}
+	if _, env := callTool[EnvResult](t, b.c, "get_environment_config", map[string]any{}); env.Spec == nil || env.Spec.Python != "3.12" {
+		t.Errorf("after the refusals the session's environment is %+v, want the one it had", env)
+	}
+	// Empty values, as a client that sends every field may, still pass.
+	res, env := callTool[EnvResult](t, b.c, "configure_environment",
+		map[string]any{"type": "default", "python_version": "", "packages": []any{}, "conda_name": nil})
+	if res.IsError || env.EnvID != envspec.DefaultID {
+		t.Errorf("type default with empty fields: isError=%v %+v", res.IsError, env)
+	}
+}
