@@ -262,6 +262,9 @@ func (f *Frontend) readCodeFile(stdio bool) toolFunc {
 			}
 			return f.readRun(ctx, scope, jobID, part, stdio)
 		}
+		if args["job_id"] != nil && args["file_path"] == nil {
+			return nil, rejected("argument 'job_id' is empty: give the job_id of a run (list_code_files lists them), or file_path")
+		}
 		name, err := f.fileArg(args, scope)
 		if err != nil {
 			return nil, err

@@ -461,3 +461,23 @@ func TestReadCodeFileInParts(t *testing.T) {
 		}
 	}
 }
+
+// An empty job_id is said to be empty, not missing: get_job_result said
+// "missing required argument 'job_id'" to a caller that had sent one, and
+// read_code_file, given an empty job_id alone, that file_path was missing.
+func TestEmptyJobIDSaidEmpty(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	if res, er := callTool[ExecResult](t, b.c, "get_job_result", map[string]any{"job_id": " "}); !res.IsError ||
+		er.Status != "rejected" || !strings.Contains(er.Message, "argument 'job_id' is empty") {
+		t.Errorf("get_job_result with an empty job_id: isError=%v %+v", res.IsError, er)
+	}
+	if res, fr := callTool[FileResult](t, b.c, "read_code_file", map[string]any{"job_id": ""}); !res.IsError ||
+		fr.Status != "rejected" || !strings.Contains(fr.Message, "argument 'job_id' is empty") {
+		t.Errorf("read_code_file with an empty job_id: isError=%v %+v", res.IsError, fr)
+	}
+	if res, er := callTool[ExecResult](t, b.c, "get_job_result", map[string]any{}); !res.IsError ||
+		!strings.Contains(er.Message, "missing required argument 'job_id'") {
+		t.Errorf("get_job_result without job_id: isError=%v %+v", res.IsError, er)
+	}
+}

@@ -293,8 +293,11 @@ func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 // from the last.
 func (f *Frontend) getJobResult(ctx context.Context, req mcp.CallToolRequest, scope string) (*mcp.CallToolResult, error) {
 	id, ok := req.GetArguments()["job_id"].(string)
-	if !ok || id == "" {
+	switch {
+	case !ok:
 		return nil, rejected("missing required argument 'job_id' (a string)")
+	case strings.TrimSpace(id) == "":
+		return nil, rejected("argument 'job_id' is empty: give the job_id an earlier call returned (list_code_files lists the recent ones)")
 	}
 	if _, err := ulid.ParseStrict(id); err != nil {
 		return nil, rejected("job_id %q is not a job id", id)
