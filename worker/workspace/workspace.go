@@ -412,7 +412,15 @@ func (u *unpacker) entry(tr *tar.Reader, hdr *tar.Header) error {
 		if err := unix.Symlinkat(hdr.Linkname, dir, base); err != nil {
 			return &fs.PathError{Op: "symlink", Path: name, Err: err}
 		}
-		return lchown(dir, base, u.uid, u.gid)
+		if err := lchown(dir, base, u.uid, u.gid); err != nil {
+			return err
+		}
+		// The link's own time, as Pack recorded it (not its target's:
+		// setTimes follows no link).
+		if err := setTimes(dir, base, hdr.ModTime); err != nil {
+			return &fs.PathError{Op: "chtimes", Path: name, Err: err}
+		}
+		return nil
 	case tar.TypeLink:
 		return u.link(name, hdr.Linkname, perm, hdr.ModTime)
 	default:
