@@ -178,3 +178,36 @@ func diff(t *testing.T, want, got []string) {
 		}
 	}
 }
+
+// TestUnpackRefusesTruncatedArchives cuts a snapshot at every block and
+// inside some: each restore must fail. tar.Reader reads an archive cut
+// between two entries (or an empty one) as a whole one, and such restores
+// succeeded with the later files missing.
+func TestUnpackRefusesTruncatedArchives(t *testing.T) {
+	src := t.TempDir()
+	write(t, filepath.Join(src, "a", "one"), "first file", 0o644)
+	write(t, filepath.Join(src, "b", "two"), string(make([]byte, 1500)), 0o644) // ends in zero blocks
+	write(t, filepath.Join(src, "c"), "", 0o644)
+	if err := os.Symlink("c", filepath.Join(src, "d")); err != nil {
+		t.Fatal(err)
+	}
+	data := pack(t, src, 1<<20)
+	uid, gid := ids()
+	if err := Unpack(bytes.NewReader(data), t.TempDir(), uid, gid, 1<<20); err != nil {
+		t.Fatalf("the whole archive: %v", err)
+	}
+	var cuts []int
+	for cut := 0; cut < len(data); cut += 512 {
+		cuts = append(cuts, cut, cut+100)
+	}
+	restored := 0
+	for _, cut := range cuts {
+		if Unpack(bytes.NewReader(data[:cut]), t.TempDir(), uid, gid, 1<<20) == nil {
+			restored++
+			t.Errorf("cut after %d of %d bytes: restored without an error", cut, len(data))
+		}
+	}
+	if restored > 0 {
+		t.Errorf("%d of %d truncated archives restored", restored, len(cuts))
+	}
+}

@@ -14,7 +14,7 @@
 // directories, regular files, symbolic links and hard links to files it
 // made are created, with permission bits only (no setuid, setgid or sticky
 // bit), owned by the uid and gid given; the files' bytes and the number of
-// entries are bounded. Manifest is a digest of the directory's tree, cheap
+// entries are bounded, and an archive without its end marker (cut off) fails. Manifest is a digest of the directory's tree, cheap
 // enough to tell after every job whether it changed. None of them reads a
 // directory whole: a job can put millions of names in one.
 package workspace
@@ -202,8 +202,9 @@ func (p *packer) addFile(parent *frame, name string, hdr *tar.Header) error {
 // by uid and gid. dir itself is kept (its inode, owner and mode). Entries
 // other than directories, regular files and symbolic links are skipped;
 // a name that is not a plain relative path, or that would reach outside dir
-// through a link, fails the restore, as do files' bytes past maxBytes or
-// entries past MaxEntries(maxBytes). On failure dir may hold part of the
+// through a link, fails the restore, as do files' bytes past maxBytes,
+// entries past MaxEntries(maxBytes) and an archive that ends without tar's
+// end marker. On failure dir may hold part of the
 // archive: whole files, never one cut short.
 func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	root, err := os.OpenRoot(dir)
@@ -221,7 +222,7 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	defer top.Close()
 	u := newUnpacker(top, uid, gid, maxBytes)
 	defer u.close()
-	err = u.run(tar.NewReader(r))
+	err = u.run(r)
 	if unpackOpened != nil {
 		unpackOpened(u.opens)
 	}
@@ -365,14 +366,29 @@ func (u *unpacker) keep(n int) error {
 	return err
 }
 
-func (u *unpacker) run(tr *tar.Reader) error {
+// run makes the entries of the archive r. The archive must end
+// with its end marker (two zero blocks, which Pack writes last): tar.Reader
+// takes an archive cut off between two entries, or empty, for a whole one,
+// and such a restore succeeded with the session's later files, or all of
+// them, missing.
+func (u *unpacker) run(r io.Reader) error {
+	cr := &countingReader{r: r}
+	tr := tar.NewReader(cr)
+	var next int64 // where the entry after the last one read starts
 	for {
 		hdr, err := tr.Next()
 		if errors.Is(err, io.EOF) {
+			if cr.n-next < 2*blockSize || !cr.zeroTail() {
+				return fmt.Errorf("the archive ends without its end marker: %w", io.ErrUnexpectedEOF)
+			}
 			break
 		}
 		if err != nil {
 			return err
+		}
+		next = cr.n
+		if !headerOnly(hdr.Typeflag) {
+			next += (hdr.Size + blockSize - 1) / blockSize * blockSize
 		}
 		if u.entries--; u.entries < 0 {
 			return ErrTooLarge
@@ -382,6 +398,48 @@ func (u *unpacker) run(tr *tar.Reader) error {
 		}
 	}
 	return u.keep(0)
+}
+
+// blockSize is a tar archive's block: a header, a file's bytes padded to
+// it, two zero ones at the end.
+const blockSize = 512
+
+// headerOnly says whether an entry of type flag has no bytes after its
+// header whatever its size says, as tar.Reader reads it.
+func headerOnly(flag byte) bool {
+	switch flag {
+	case tar.TypeLink, tar.TypeSymlink, tar.TypeChar, tar.TypeBlock, tar.TypeDir, tar.TypeFifo:
+		return true
+	}
+	return false
+}
+
+// countingReader counts the bytes read through it and keeps the last two
+// blocks of them. It is no io.Seeker, so tar.Reader reads every byte it
+// skips, and the count is where it is.
+type countingReader struct {
+	r    io.Reader
+	n    int64
+	tail [2 * blockSize]byte // the last bytes read, the latest at the end
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	if got := p[:n]; len(got) >= len(c.tail) {
+		copy(c.tail[:], got[len(got)-len(c.tail):])
+	} else {
+		copy(c.tail[:], c.tail[len(got):])
+		copy(c.tail[len(c.tail)-len(got):], got)
+	}
+	return n, err
+}
+
+// zeroTail says whether the last two blocks read were zeros: the end
+// marker, not a header or a PAX header's records that the archive was cut
+// after.
+func (c *countingReader) zeroTail() bool {
+	return c.n >= int64(len(c.tail)) && c.tail == [2 * blockSize]byte{}
 }
 
 // entry creates one archive entry below the top.

@@ -420,7 +420,7 @@ func TestUnpackMakesEachDirectoryOnce(t *testing.T) {
 	uid, gid := ids()
 	u := newUnpacker(top, uid, gid, 1<<20)
 	defer u.close()
-	if err := u.run(tar.NewReader(bytes.NewReader(archive(t, entries...)))); err != nil {
+	if err := u.run(bytes.NewReader(archive(t, entries...))); err != nil {
 		t.Fatal(err)
 	}
 	if want := 3 * depth; u.mkdirs > want {
