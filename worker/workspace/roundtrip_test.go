@@ -1,10 +1,13 @@
 package workspace
 
 import (
+	"archive/tar"
 	"bytes"
 	"crypto/sha256"
 	"fmt"
+	"io"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strings"
@@ -209,5 +212,55 @@ func TestUnpackRefusesTruncatedArchives(t *testing.T) {
 	}
 	if restored > 0 {
 		t.Errorf("%d of %d truncated archives restored", restored, len(cuts))
+	}
+}
+
+// TestPackWritesEachSubtreeTogether checks the order Unpack relies on to
+// give a directory its mode and time when it leaves it: once an entry
+// outside a directory follows it, no entry below it comes later. The
+// directories are wider than one getdents buffer, with directories among
+// their files, so that a walk that read them in pieces and went down
+// between pieces is caught.
+func TestPackWritesEachSubtreeTogether(t *testing.T) {
+	src := t.TempDir()
+	for i := range 3 {
+		for j := range 150 {
+			p := filepath.Join(src, fmt.Sprintf("top%d", i), fmt.Sprintf("name-long-enough-to-fill-buffers-%03d", j))
+			if j%10 == 0 {
+				write(t, filepath.Join(p, "inner", "f"), "x", 0o644)
+			} else {
+				write(t, p, "x", 0o644)
+			}
+		}
+	}
+	tr := tar.NewReader(bytes.NewReader(pack(t, src, 1<<30)))
+	closed := map[string]bool{} // directories left
+	var open []string           // the directories of the last entry, outermost first
+	n := 0
+	for {
+		hdr, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		n++
+		name := strings.TrimSuffix(hdr.Name, "/")
+		for len(open) > 0 && !strings.HasPrefix(name, open[len(open)-1]+"/") {
+			closed[open[len(open)-1]] = true
+			open = open[:len(open)-1]
+		}
+		for d := path.Dir(name); d != "."; d = path.Dir(d) {
+			if closed[d] {
+				t.Fatalf("%s comes after its directory %s was left", name, d)
+			}
+		}
+		if hdr.Typeflag == tar.TypeDir {
+			open = append(open, name)
+		}
+	}
+	if want := 3 + 3*150 + 3*15*2; n != want {
+		t.Errorf("%d entries, want %d", n, want)
 	}
 }

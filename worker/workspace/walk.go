@@ -68,7 +68,8 @@ func (f *frame) fill(buf []byte) error {
 
 // walkDir calls visit with every entry below dir (not dir itself), depth
 // first, a directory before its contents, which are visited when visit
-// returns true for it; an error from visit ends the walk. No link is
+// returns true for it, all of them right after it (Unpack gives a
+// directory its mode and time once it has left it for good); an error from visit ends the walk. No link is
 // followed: every directory is opened by its name in its parent's
 // descriptor, O_NOFOLLOW, and checked to be the one listed. Each directory
 // is read a few entries at a time (getdents into a small buffer) and not
