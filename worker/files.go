@@ -13,6 +13,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -274,8 +275,8 @@ func allChangedFiles(cwd, sub string, since time.Time) []string {
 		}
 		f.Close()
 	}
-	if changedWalkOpened != nil {
-		changedWalkOpened(opens)
+	if hook := changedWalkOpened.Load(); hook != nil {
+		(*hook)(cwd, opens)
 	}
 	slices.Sort(out)
 	return out
@@ -283,8 +284,8 @@ func allChangedFiles(cwd, sub string, since time.Time) []string {
 
 // changedWalkOpened, when set (tests), is told how many names each walk of
 // allChangedFiles opened on its way to the directories it read (the last
-// one it counted but did not open included).
-var changedWalkOpened func(n int)
+// one it counted but did not open included), with the walk's cwd.
+var changedWalkOpened atomic.Pointer[func(cwd string, n int)]
 
 // readDirChunk is how many entries a walk of a job's directory reads at
 // once.

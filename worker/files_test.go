@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -210,9 +211,11 @@ func chain(t testing.TB, dir string, depth int) string {
 // names it opens as it bounds its entries; the test counts them.
 func TestChangedFilesOfADeepChainCostABoundedWalk(t *testing.T) {
 	const depth = 2000
-	var opened int
-	changedWalkOpened = func(n int) { opened = n }
-	defer func() { changedWalkOpened = nil }()
+	var mu sync.Mutex
+	opened := map[string]int{} // by cwd: only this test's walks
+	hook := func(cwd string, n int) { mu.Lock(); opened[cwd] = n; mu.Unlock() }
+	changedWalkOpened.Store(&hook)
+	defer changedWalkOpened.Store(nil)
 	since := time.Now().Add(-time.Minute)
 	walk := func(deep bool) int {
 		cwd := t.TempDir()
@@ -238,7 +241,9 @@ func TestChangedFilesOfADeepChainCostABoundedWalk(t *testing.T) {
 		if len(files) != 1 || files[0] != "out.txt" {
 			t.Errorf("changed files: %q, want [out.txt]", files)
 		}
-		return opened
+		mu.Lock()
+		defer mu.Unlock()
+		return opened[cwd]
 	}
 	flat, deep := walk(false), walk(true)
 	t.Logf("names opened: %d for 2 × %d directories side by side, %d for two chains as deep", flat, depth, deep)

@@ -194,8 +194,9 @@ func TestUnpackCostDoesNotGrowWithDepth(t *testing.T) {
 	const depth, files, links = 1500, 500, 500
 	var mu sync.Mutex
 	opened := map[string]int{}
-	unpackOpened = func(n int) { mu.Lock(); opened[t.Name()] = n; mu.Unlock() }
-	defer func() { unpackOpened = nil }()
+	hook := func(dir string, n int) { mu.Lock(); opened[dir] = n; mu.Unlock() }
+	unpackOpened.Store(&hook)
+	defer unpackOpened.Store(nil)
 	restore := func(flat bool) int {
 		src, dst := t.TempDir(), t.TempDir()
 		tree(t, src, depth, files, links, flat)
@@ -217,7 +218,7 @@ func TestUnpackCostDoesNotGrowWithDepth(t *testing.T) {
 		}
 		mu.Lock()
 		defer mu.Unlock()
-		return opened[t.Name()]
+		return opened[dst]
 	}
 	flat := restore(true)
 	deep := restore(false)

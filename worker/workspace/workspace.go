@@ -32,6 +32,7 @@ import (
 	"path"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -223,8 +224,8 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 	u := newUnpacker(top, uid, gid, maxBytes)
 	defer u.close()
 	err = u.run(r)
-	if unpackOpened != nil {
-		unpackOpened(u.opens)
+	if hook := unpackOpened.Load(); hook != nil {
+		(*hook)(dir, u.opens)
 	}
 	if err != nil {
 		return fmt.Errorf("workspace: unpack: %w", err)
@@ -233,8 +234,9 @@ func Unpack(r io.Reader, dir string, uid, gid int, maxBytes int64) error {
 }
 
 // unpackOpened, when set (tests), is told how many directories each
-// Unpack opened on its way to its entries.
-var unpackOpened func(n int)
+// Unpack opened on its way to its entries, with the directory it unpacked
+// into.
+var unpackOpened atomic.Pointer[func(dir string, n int)]
 
 // Clear removes everything in dir, not dir itself (it may be a mount
 // point), without following links: what Unpack does first, for a caller
