@@ -119,42 +119,34 @@ func killGroupOnCancel(cmd *exec.Cmd) {
 func diskUsage(dir string) (int64, error) {
 	type inode struct{ dev, ino uint64 }
 	seen := map[inode]bool{}
-	var total int64
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		fi, err := d.Info()
-		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) {
-				return nil
-			}
-			return err
-		}
-		st, ok := fi.Sys().(*syscall.Stat_t)
-		if !ok {
-			total += fi.Size()
-			return nil
-		}
+	return sumTree(dir, nil, func(st *syscall.Stat_t) int64 {
 		// The conversions are needed where the widths differ (darwin, 32-bit).
 		key := inode{uint64(st.Dev), uint64(st.Ino)}
 		if seen[key] {
-			return nil
+			return 0
 		}
 		seen[key] = true
-		total += int64(st.Blocks) * 512
-		return nil
+		return int64(st.Blocks) * 512
 	})
-	return total, err
 }
 
 // ownBytes returns the disk the regular files under dir take that are
 // linked nowhere else (one link): what removing dir frees. A missing dir
 // holds nothing.
 func ownBytes(dir string) (int64, error) {
+	return sumTree(dir, func(d fs.DirEntry) bool { return d.Type().IsRegular() }, func(st *syscall.Stat_t) int64 {
+		if st.Nlink != 1 {
+			return 0
+		}
+		return int64(st.Blocks) * 512
+	})
+}
+
+// sumTree adds up size of the entries under dir (dir included) that keep
+// accepts (nil: all), without following links; an entry whose file system
+// gives no stat_t counts its size. Entries that vanish during the walk,
+// dir among them, count nothing.
+func sumTree(dir string, keep func(fs.DirEntry) bool, size func(*syscall.Stat_t) int64) (int64, error) {
 	var total int64
 	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -163,7 +155,7 @@ func ownBytes(dir string) (int64, error) {
 			}
 			return err
 		}
-		if !d.Type().IsRegular() {
+		if keep != nil && !keep(d) {
 			return nil
 		}
 		fi, err := d.Info()
@@ -174,12 +166,10 @@ func ownBytes(dir string) (int64, error) {
 			return err
 		}
 		if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-			if st.Nlink == 1 {
-				total += int64(st.Blocks) * 512
-			}
-			return nil
+			total += size(st)
+		} else {
+			total += fi.Size()
 		}
-		total += fi.Size()
 		return nil
 	})
 	return total, err
