@@ -69,15 +69,7 @@ func TestCancelWrittenOnceNATSIsBack(t *testing.T) {
 	l.Close()
 	e := brokertest.StartNATSWith(t, broker.EmbeddedConfig{Port: port, StoreDir: dir})
 	b := brokertest.Open(t, e, broker.Config{URL: fmt.Sprintf("nats://127.0.0.1:%d", port)})
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	f, err := New(Config{}, b, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := boltFrontend(t, b)
 
 	job := &wire.Job{ID: ulid.Make().String(), Scope: "scope-a", Deadline: time.Now().Add(time.Minute), TimeoutMS: 10000}
 	e.Shutdown()
@@ -107,15 +99,7 @@ func TestCancelLaterEndsWhenTheBrokerCloses(t *testing.T) {
 	t.Parallel()
 	e := brokertest.StartNATS(t)
 	b := brokertest.Open(t, e, broker.Config{})
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
-	f, err := New(Config{}, b, st)
-	if err != nil {
-		t.Fatal(err)
-	}
+	f := boltFrontend(t, b)
 	job := &wire.Job{ID: ulid.Make().String(), Scope: "scope-a", Deadline: time.Now().Add(time.Hour), TimeoutMS: 10000}
 	e.Shutdown()
 	call, cancel := context.WithCancel(context.Background())
@@ -131,4 +115,19 @@ func TestCancelLaterEndsWhenTheBrokerCloses(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the background cancel still runs 20 s after its broker was closed")
 	}
+}
+
+// boltFrontend is a frontend on b with a state store of its own.
+func boltFrontend(t *testing.T, b *broker.Broker) *Frontend {
+	t.Helper()
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	f, err := New(Config{}, b, st)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -21,44 +21,9 @@ import (
 // the sum following; a batch job's directory is recorded too (until
 // 2026-12-04 it was not, and no quota counted a batch's files).
 func TestWorkerReportsWorkdirBytes(t *testing.T) {
-	fx := newLifecycleFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	w, err := New(Config{
-		ID: "workdir-bytes", DataDir: fx.dataDir, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
-		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
-	}, fx.broker, fx.store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	tally := w.cfg.Keys.TenantWorkdirs(wire.TenantKey("acme"))
-	run := func(scope, batch, code string) {
-		t.Helper()
-		job := &wire.Job{
-			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope, Tenant: "acme", Batch: batch,
-			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
-		}
-		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
-			t.Fatal(err)
-		}
-		res, err := fx.broker.WaitResult(ctx, job.ID)
-		if err != nil || res.Status != wire.StatusOK {
-			t.Fatalf("%s: %v %+v", code, err, res)
-		}
-	}
-	recorded := func(scope string) int64 {
-		t.Helper()
-		v, err := fx.store.HGet(ctx, tally, scope)
-		if err != nil {
-			return -1
-		}
-		n, _ := strconv.ParseInt(string(v), 10, 64)
-		return n
-	}
+	rig := newTallyRig(t, "workdir-bytes")
+	ctx, fx, tally := rig.ctx, rig.fx, rig.tally
+	run, recorded := rig.run, rig.recorded
 	sum := func() int64 {
 		t.Helper()
 		n, err := statestore.TallySum(ctx, fx.store, tally)
@@ -113,41 +78,14 @@ func TestMeasuredWorkdirWalkedAtMostATenthOfTheTime(t *testing.T) {
 // sessions whose snapshots took up to each one's disk limit, counted by no
 // quota. The tally counts a stored snapshot's bytes when they are more.
 func TestWorkerReportsSnapshotBytesOfSparseFiles(t *testing.T) {
-	fx := newLifecycleFixture(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	w, err := New(Config{
-		ID: "workdir-sparse", DataDir: fx.dataDir, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
-		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
-	}, fx.broker, fx.store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
-	tally := w.cfg.Keys.TenantWorkdirs(wire.TenantKey("acme"))
-	run := func(code string) {
-		t.Helper()
-		job := &wire.Job{
-			ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: "workdir-sparse", Tenant: "acme",
-			Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
-		}
-		if err := fx.broker.PublishJob(ctx, job, broker.ToWorker(w.ID())); err != nil {
-			t.Fatal(err)
-		}
-		if res, err := fx.broker.WaitResult(ctx, job.ID); err != nil || res.Status != wire.StatusOK {
-			t.Fatalf("%s: %v %+v", code, err, res)
-		}
-	}
+	rig := newTallyRig(t, "workdir-sparse")
+	run := func(code string) { t.Helper(); rig.run("workdir-sparse", "", code) }
 	recorded := func() int64 {
 		t.Helper()
-		v, err := fx.store.HGet(ctx, tally, "workdir-sparse")
-		if err != nil {
-			t.Fatal(err)
+		n := rig.recorded("workdir-sparse")
+		if n < 0 {
+			t.Fatal("the tally holds nothing for the session")
 		}
-		n, _ := strconv.ParseInt(string(v), 10, 64)
 		return n
 	}
 	const size = 48 << 20
@@ -159,4 +97,59 @@ func TestWorkerReportsSnapshotBytesOfSparseFiles(t *testing.T) {
 	if got := recorded(); got >= size {
 		t.Fatalf("after the sparse file's removal: recorded %d bytes", got)
 	}
+}
+
+// tallyRig is a started sandboxed worker of one slot, and its tenant
+// acme's tally of working directories.
+type tallyRig struct {
+	t     *testing.T
+	ctx   context.Context
+	fx    *lifecycleFixture
+	w     *Worker
+	tally string
+}
+
+func newTallyRig(t *testing.T, id string) *tallyRig {
+	fx := newLifecycleFixture(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	w, err := New(Config{
+		ID: id, DataDir: fx.dataDir, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
+		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
+	}, fx.broker, fx.store)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	return &tallyRig{t: t, ctx: ctx, fx: fx, w: w, tally: w.cfg.Keys.TenantWorkdirs(wire.TenantKey("acme"))}
+}
+
+// run runs code as a job of scope (and batch) of tenant acme, which must
+// end ok.
+func (r *tallyRig) run(scope, batch, code string) {
+	r.t.Helper()
+	job := &wire.Job{
+		ID: ulid.Make().String(), Kind: wire.KindExecute, Pool: wire.DefaultPool, Scope: scope, Tenant: "acme", Batch: batch,
+		Code: code, Filename: "main.py", TimeoutMS: 30000, Deadline: time.Now().Add(time.Minute).UTC(),
+	}
+	if err := r.fx.broker.PublishJob(r.ctx, job, broker.ToWorker(r.w.ID())); err != nil {
+		r.t.Fatal(err)
+	}
+	if res, err := r.fx.broker.WaitResult(r.ctx, job.ID); err != nil || res.Status != wire.StatusOK {
+		r.t.Fatalf("%s: %v %+v", code, err, res)
+	}
+}
+
+// recorded is the bytes the tally holds for scope, -1 when none.
+func (r *tallyRig) recorded(scope string) int64 {
+	r.t.Helper()
+	v, err := r.fx.store.HGet(r.ctx, r.tally, scope)
+	if err != nil {
+		return -1
+	}
+	n, _ := strconv.ParseInt(string(v), 10, 64)
+	return n
 }

@@ -222,11 +222,7 @@ func TestWorkspaceFollowsTheSession(t *testing.T) {
 func TestUnstoredSnapshotLeavesNoneBehind(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openBoltStore(t)
 	w := &Worker{cfg: Config{ID: "orphans", DataDir: t.TempDir()}, broker: br, store: st}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -389,11 +385,7 @@ func TestWorkspaceSavedWhileStoreAwayIsKept(t *testing.T) {
 func TestWorkspaceKeptWhenItsRecordIsLost(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openBoltStore(t)
 	a := &Worker{cfg: Config{ID: "lost-a", DataDir: t.TempDir()}, broker: br, store: st}
 	b := &Worker{cfg: Config{ID: "lost-b", DataDir: t.TempDir()}, broker: br, store: st}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -435,11 +427,7 @@ func TestWorkspaceKeptWhenItsRecordIsLost(t *testing.T) {
 func TestRestartedWorkerRestoresACopyChangedSinceItsSave(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = st.Close() })
+	st := openBoltStore(t)
 	cfg := Config{ID: "restart-a", DataDir: t.TempDir()}
 	a := &Worker{cfg: cfg, broker: br, store: st}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
@@ -456,16 +444,7 @@ func TestRestartedWorkerRestoresACopyChangedSinceItsSave(t *testing.T) {
 		t.Fatal(err)
 	}
 	a.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
-	appendLine := func(line string) {
-		f, err := os.OpenFile(logFile, os.O_APPEND|os.O_WRONLY, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteString(line); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
+	appendLine := func(line string) { t.Helper(); appendTo(t, logFile, line) }
 	read := func() string {
 		data, err := os.ReadFile(logFile)
 		if err != nil {
@@ -555,15 +534,7 @@ func TestNoCopyNotRunWhenTheSessionHasASnapshot(t *testing.T) {
 func TestHolderKeepsItsChangesWhenTheRecordIsLost(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	open := func() statestore.Store {
-		st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	st := open()
+	st := openBoltStore(t)
 	a := &Worker{cfg: Config{ID: "holder-a", DataDir: t.TempDir()}, broker: br, store: st}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -571,17 +542,7 @@ func TestHolderKeepsItsChangesWhenTheRecordIsLost(t *testing.T) {
 	const scope = "unrecorded-holder-scope"
 	cwd := t.TempDir()
 	logFile := filepath.Join(cwd, "log")
-	appendLine := func(line string) {
-		t.Helper()
-		f, err := os.OpenFile(logFile, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if _, err := f.WriteString(line); err != nil {
-			t.Fatal(err)
-		}
-		f.Close()
-	}
+	appendLine := func(line string) { t.Helper(); appendTo(t, logFile, line) }
 	run := func(line string) {
 		t.Helper()
 		j, err := a.restoreWorkspace(ctx, scope, cwd, os.Getuid(), nil, 1<<20, "", log)
@@ -604,7 +565,7 @@ func TestHolderKeepsItsChangesWhenTheRecordIsLost(t *testing.T) {
 	// A job while the store is away, on the holder's copy.
 	run("line2\n")
 	// The store back, empty.
-	a.store = open()
+	a.store = openBoltStore(t)
 	run("line3\n")
 	data, err := os.ReadFile(logFile)
 	if err != nil {
@@ -624,15 +585,7 @@ func TestHolderKeepsItsChangesWhenTheRecordIsLost(t *testing.T) {
 func TestChangesWhileStoreAwayReachTheNextWorker(t *testing.T) {
 	e := brokertest.StartNATS(t)
 	br := brokertest.Open(t, e, broker.Config{})
-	open := func() statestore.Store {
-		st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = st.Close() })
-		return st
-	}
-	st := open()
+	st := openBoltStore(t)
 	a := &Worker{cfg: Config{ID: "away-a", DataDir: t.TempDir()}, broker: br, store: st}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
@@ -645,18 +598,13 @@ func TestChangesWhileStoreAwayReachTheNextWorker(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		f, err := os.OpenFile(filepath.Join(cwd, "log"), os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-		if err != nil {
-			t.Fatal(err)
-		}
-		f.WriteString(line)
-		f.Close()
+		appendTo(t, filepath.Join(cwd, "log"), line)
 		w.saveWorkspace(ctx, j, ulid.Make().String(), cwd, log)
 	}
 	run(a, cwdA, "line0\n")
-	_ = st.Close()          // the store away
-	run(a, cwdA, "line1\n") // on the holder's copy
-	empty := open()         // back, empty
+	_ = st.Close()            // the store away
+	run(a, cwdA, "line1\n")   // on the holder's copy
+	empty := openBoltStore(t) // back, empty
 	b := &Worker{cfg: Config{ID: "away-b", DataDir: t.TempDir()}, broker: br, store: empty}
 	cwdB := t.TempDir()
 	run(b, cwdB, "line2\n")
@@ -672,5 +620,30 @@ func TestChangesWhileStoreAwayReachTheNextWorker(t *testing.T) {
 	run(a, cwdA, "line3\n")
 	if data, err := os.ReadFile(filepath.Join(cwdA, "log")); err != nil || string(data) != "line0\nline1\nline2\nline3\n" {
 		t.Fatalf("the session's file back on the holder: %q %v", data, err)
+	}
+}
+
+// openBoltStore opens a state store of its own for the test, closed at its
+// end.
+func openBoltStore(t *testing.T) statestore.Store {
+	t.Helper()
+	st, err := statestore.OpenBolt(filepath.Join(t.TempDir(), "state.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = st.Close() })
+	return st
+}
+
+// appendTo appends line to the file at path, made if missing.
+func appendTo(t *testing.T, path, line string) {
+	t.Helper()
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if _, err := f.WriteString(line); err != nil {
+		t.Fatal(err)
 	}
 }
