@@ -79,10 +79,11 @@ func (z *Zygote) StartInterp(ctx context.Context, s Spec) (*Interp, error) {
 }
 
 func (it *Interp) start(ctx context.Context, s Spec) error {
-	req, err := it.z.runRequest(it.id, s, true)
+	req, clones, err := it.z.runRequest(it.id, s, true)
 	if err != nil {
 		return err
 	}
+	defer closeFDs(clones)
 	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_SEQPACKET|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("runner: context: socketpair: %w", err)
@@ -101,7 +102,7 @@ func (it *Interp) start(ctx context.Context, s Spec) error {
 		return err
 	}
 	defer unix.Close(errW)
-	if _, _, err := it.z.conn.WriteMsgUnix(req, unix.UnixRights(pair[1], outW, errW), nil); err != nil {
+	if _, _, err := it.z.conn.WriteMsgUnix(req, unix.UnixRights(append([]int{pair[1], outW, errW}, clones...)...), nil); err != nil {
 		return fmt.Errorf("%w: send to zygote: %w", ErrNotStarted, err)
 	}
 	go it.watch()

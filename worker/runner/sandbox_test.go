@@ -5,6 +5,7 @@ package runner
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -200,24 +201,51 @@ func checkProbe(t *testing.T, out Outcome, dir string, uid int) probeResult {
 	return r
 }
 
+// Both ways a job's directories reach it: mount clones the worker makes
+// (a worker as root, on Linux 5.12 and later), and binds from the hidden
+// roots that each spare keeps open (other workers).
 func TestSandboxedZygoteConfinesEachSession(t *testing.T) {
-	l := newSandboxLayout(t)
-	z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
-	ra := checkProbe(t, zrun(t, z, l.spec(t, "a", testUIDA, probeJob)), filepath.Join(l.sessions, "a"), testUIDA)
-	rb := checkProbe(t, zrun(t, z, l.spec(t, "b", testUIDB, probeJob)), filepath.Join(l.sessions, "b"), testUIDB)
-	// A PID namespace and /proc of its own: a job sees itself, pid 2 (its
-	// namespace's PID 1, root, is hidden from it).
-	for _, r := range []probeResult{ra, rb} {
-		if len(r.Pids) != 1 || r.Pids[0] != 2 {
-			t.Errorf("a job sees pids %v, want only itself, pid 2", r.Pids)
-		}
-	}
+	for _, clones := range []bool{true, false} {
+		t.Run(fmt.Sprintf("clones=%v", clones), func(t *testing.T) {
+			l := newSandboxLayout(t)
+			l.cfg.noClones = !clones
+			z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
+			if z.clones != clones {
+				t.Fatalf("the zygote's jobs get mount clones: %v, want %v (this process can make them: %v)", z.clones, clones, mountClonesWork())
+			}
+			ra := checkProbe(t, zrun(t, z, l.spec(t, "a", testUIDA, probeJob)), filepath.Join(l.sessions, "a"), testUIDA)
+			rb := checkProbe(t, zrun(t, z, l.spec(t, "b", testUIDB, probeJob)), filepath.Join(l.sessions, "b"), testUIDB)
+			// A PID namespace and /proc of its own: a job sees itself, pid 2 (its
+			// namespace's PID 1, root, is hidden from it).
+			for _, r := range []probeResult{ra, rb} {
+				if len(r.Pids) != 1 || r.Pids[0] != 2 {
+					t.Errorf("a job sees pids %v, want only itself, pid 2", r.Pids)
+				}
+			}
+			// Its scripts read-only; no other session in its mount table.
+			out := zrun(t, z, l.spec(t, "a", testUIDA, `
+import os
+try:
+    open(os.path.join(os.path.dirname(__file__), 'new.py'), 'w')
+    print('scripts writable')
+except OSError:
+    pass
+print(open('/proc/self/mountinfo').read())
+`))
+			if out.ExitCode != 0 || strings.Contains(string(out.Stdout), "scripts writable") {
+				t.Errorf("exit %d: %s%s", out.ExitCode, out.Stdout, out.Stderr)
+			}
+			if other := filepath.Join(l.sessions, "b"); strings.Contains(string(out.Stdout), other) {
+				t.Errorf("a job's mount table names another session's directory %s:\n%s", other, out.Stdout)
+			}
 
-	// An unconfined job is never run by a sandboxed zygote.
-	s := l.spec(t, "a", testUIDA, "print(1)")
-	s.Confine = nil
-	if _, err := z.Run(context.Background(), s); err == nil {
-		t.Fatal("a sandboxed zygote ran a job without confinement")
+			// An unconfined job is never run by a sandboxed zygote.
+			s := l.spec(t, "a", testUIDA, "print(1)")
+			s.Confine = nil
+			if _, err := z.Run(context.Background(), s); err == nil {
+				t.Fatal("a sandboxed zygote ran a job without confinement")
+			}
+		})
 	}
 }
 

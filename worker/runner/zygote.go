@@ -133,6 +133,10 @@ type SandboxConfig struct {
 	// init cannot run (each spare the init of its PID namespace, forking
 	// the job's process), so that tests cover it here too.
 	interpreterInit bool
+	// noClones keeps the path of workers that cannot make mount clones
+	// (zygoteSandboxCfg.Clones: rootless, Linux before 5.12, another
+	// machine), so that tests cover it here too.
+	noClones bool
 }
 
 // zygoteCaps are the capabilities a sandboxed zygote keeps, for its

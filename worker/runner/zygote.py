@@ -46,6 +46,7 @@ import os
 import select
 import signal
 import socket
+import stat
 import struct
 import sys
 import time
@@ -64,6 +65,7 @@ _REHEARSAL = json.dumps({'script': '/codexec-rehearsal/job.py', 'dir': '/',
                          'env': ['%s=%s' % kv for kv in os.environ.items()],
                          'rlimits': [[0, -1, -1]] * 6}).encode()
 _ANC_SPACE = socket.CMSG_SPACE(16 * 4)
+_MAX_CLONES = 8  # mount clones a run request may carry (a job has two binds)
 
 try:
     import ctypes
@@ -93,6 +95,9 @@ _CLONE_NEWPID = 0x20000000
 _MS_RDONLY, _MS_NOSUID, _MS_NODEV, _MS_NOEXEC = 1, 2, 4, 8
 _MS_REMOUNT, _MS_BIND, _MS_REC, _MS_SLAVE = 32, 4096, 16384, 1 << 19
 _MNT_DETACH = 2
+# move_mount(2): its number is the same on every machine the worker sends
+# mount clones from (amd64, arm64: zygoteSandboxCfg.Clones).
+_SYS_MOVE_MOUNT, _MOVE_MOUNT_F_EMPTY_PATH, _AT_FDCWD = 429, 4, -100
 
 try:
     import resource
@@ -643,7 +648,10 @@ class _Zygote:
                 jid = hdr.get('id')
                 if type(jid) is not int:
                     jid = None  # no job of the worker's: the answer names none
-                if jid is None or cut < 0 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3:
+                clones = hdr.get('clones', 0)
+                if type(clones) is not int or not 0 <= clones <= _MAX_CLONES or clones and self.sandbox is None:
+                    clones = None  # mount clones are a sandboxed job's, and counted
+                if jid is None or clones is None or cut < 0 or flags & (socket.MSG_TRUNC | socket.MSG_CTRUNC) or len(fds) != 3 + clones:
                     _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'malformed run request'})
                 else:
                     self.learn_cgroup_dirs(hdr)
@@ -756,7 +764,7 @@ class _Zygote:
             except OSError as e:
                 _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'network namespace: %s' % e})
                 return
-            fds = list(fds) + [netfd]
+            fds = list(fds[:3]) + [netfd] + list(fds[3:])
         try:
             self.hand_over(jid, msg, fds, net, hdr.get('context') is True)
         finally:
@@ -895,13 +903,14 @@ def _spare_main(z, sock):
     try:
         job_sock = _prepare_child(z, sock)
         msg, fds = _receive_job(job_sock, 3 if z.nethome is None else 4)
+        net = z.nethome is not None
         received = True
         # The job never holds the socket: in a sandbox, this process's
         # namespace init reports on it how the process ended, and the job
         # could write a status of its own choosing there.
         job_sock.close()
         req = json.loads(msg)
-        _setup_job(req, fds)
+        _setup_job(req, fds, net)
         _run_site_code()
         if _richout is not None:
             _richout.job_start()
@@ -1075,33 +1084,38 @@ def _receive_job(sock, nfds):
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             n = len(data) - len(data) % 4
             fds.extend(memoryview(data)[:n].cast('i'))
-    if not msg or len(fds) != nfds:
+    if not msg or len(fds) < nfds:
         raise _NoJob()  # the zygote closed the socket: it is going away
     return msg, fds
 
 
-def _setup_job(req, fds):
+def _setup_job(req, fds, net):
     """The job's own steps, before any of its code runs. fds: stdin,
-    stdout, stderr, and the session's network namespace when the zygote
-    keeps one per session."""
-    if len(fds) == 4:
+    stdout, stderr, the session's network namespace when the zygote keeps
+    one per session (net), then the mount clones of the job's binds, when
+    the worker sends them (_attach_clones)."""
+    std, clones = fds[:3], fds[3:]
+    if net:
         # Still root: join the session's network namespace, whose only
         # device is its loopback. Failing that the job must not run (this
         # process is in the zygote's network namespace until now).
-        _libc_call('setns', fds[3], _CLONE_NEWNET)
-        os.close(fds.pop())
+        netfd = clones.pop(0)
+        _libc_call('setns', netfd, _CLONE_NEWNET)
+        os.close(netfd)
     # stdin, stdout and stderr on 0, 1 and 2: sys.stdin, sys.stdout and
     # sys.stderr already wrap those descriptors.
-    for i, fd in enumerate(fds):
+    for i, fd in enumerate(std):
         os.dup2(fd, i)
-    for fd in fds:
+    for fd in std:
         if fd > 2:
             os.close(fd)
     confine = req.get('confine')
     if confine is None:
+        if clones:
+            raise OSError('mount clones for a job with no confinement')
         os.chdir(req['dir'])
     else:
-        _confine(confine)
+        _confine(confine, clones)
         _close_hidden()
     # The job holds 0, 1 and 2 and nothing else: no descriptor of its
     # set-up (the hidden roots, the socket its job came on) nor any other.
@@ -1138,13 +1152,16 @@ def _setup_job(req, fds):
 #
 #   spare (before the job is known, off the job's path): new PID, mount and
 #     IPC namespaces; a fresh /tmp and /dev/shm; the session directories
-#     of everyone hidden under an empty tmpfs.
+#     of everyone taken out of its view (where the worker sends mount
+#     clones) or hidden under an empty tmpfs (where it does not).
 #   job: unless the pool allows egress, the network namespace of its
 #     session (a loopback only, made by the zygote on the session's first
 #     job, shared by the session's jobs, never by two sessions: where the
 #     zygote cannot make one per session, each spare makes its own); its
-#     own session directories bound back (working directory read-write, scripts
-#     read-only); the job's cgroups joined and their directories unmounted;
+#     own session directories attached from the mount clones its request
+#     brought, or bound back from the hidden roots, which are then taken
+#     out of its view (working directory read-write, scripts read-only);
+#     the job's cgroups joined and their directories unmounted;
 #     rlimits; then setgroups([]), setresgid, setresuid to the session's
 #     uid and no_new_privs, so that no setuid program can give privileges
 #     back.
@@ -1175,11 +1192,23 @@ def _enter_namespaces(sandbox, cgroup_dirs, netns):
     # file system, mounted at its first call) still reach this child, and
     # nothing it mounts reaches back.
     _mount(None, '/', None, _MS_REC | _MS_SLAVE, None)
-    # The roots of every session's directories: kept open, so that the
-    # job's own can be bound back from them once they are hidden (by the
-    # fresh /tmp below, when they lie under /tmp, or by _confine).
+    global _clone_mode
+    _clone_mode = bool(sandbox.get('clones'))
     for root in sandbox.get('hidden') or ():
-        _hidden.append((root, os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
+        if _clone_mode:
+            # The job's directories come with its request, as mount clones
+            # (_attach_clones): this child needs no session's, and takes
+            # them all out of its view now, before its job is known, rather
+            # than on the job's path (_detach_hidden_roots). _hide_roots
+            # covers what is left at each root's path.
+            _roots.append(root)
+            _detach(root)
+        else:
+            # The roots of every session's directories: kept open, so that
+            # the job's own can be bound back from them once they are
+            # hidden (by the fresh /tmp below, when they lie under /tmp,
+            # or by _confine).
+            _hidden.append((root, os.open(root, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)))
     # What the sandbox shows under /tmp (an environment, when the worker's
     # data lives there) must survive the fresh /tmp: bound back below.
     keep = [(path, write, os.open(path, os.O_PATH | os.O_CLOEXEC)) for path, write in sandbox.get('keep') or ()]
@@ -1281,12 +1310,15 @@ def _bind_fd(fd, path, write):
 
 def _hide_roots():
     """Put an empty tmpfs over every session's directories: the job's own
-    are bound back from the hidden roots' descriptors (_confine)."""
-    for root, _ in _hidden:
+    are bound back from the hidden roots' descriptors, or attached from
+    the mount clones of its request (_confine)."""
+    for root in _roots or [root for root, _ in _hidden]:
         if os.path.isdir(root):  # not already gone under the fresh /tmp
             _mount('tmpfs', root, 'tmpfs', _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, 'mode=0711,size=64k')
 
 
+_roots = []  # the hidden roots, in a child that takes them out of view ahead of its job (_clone_mode)
+_clone_mode = False  # the job's binds come as mount clones (zygoteSandboxCfg.Clones)
 _cgroup_dirs = {}  # path -> O_PATH descriptor of each cgroup directory taken out of view (zygote, then each child)
 
 
@@ -1364,9 +1396,30 @@ def _open_cgroup_file(f, missing_ok=False):
         raise
 
 
-def _confine(c):
-    """The job's view of the file system and its cgroups (still root)."""
-    for path, write in c.get('binds') or ():
+def _confine(c, clones):
+    """The job's view of the file system and its cgroups (still root).
+    clones: the mount clones of the job's binds, in their order, where the
+    worker sends them (_clone_mode)."""
+    binds = c.get('binds') or ()
+    if _clone_mode:
+        _attach_clones(binds, clones)
+    elif clones:
+        raise OSError('mount clones for a child that binds its directories itself')
+    else:
+        _bind_from_hidden_roots(binds)
+        _detach_hidden_roots()
+    _join_cgroups(c)
+    size = c.get('tmp_size')
+    if size:
+        for d in ('/tmp', '/dev/shm'):
+            if os.path.isdir(d):
+                _mount(None, d, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV, 'mode=1777,size=%d' % size)
+
+
+def _bind_from_hidden_roots(binds):
+    """Bind each of the job's directories back from the hidden root it
+    lies under (the descriptors _enter_namespaces kept)."""
+    for path, write in binds:
         for root, fd in _hidden:
             if path.startswith(root + '/'):
                 rel = path[len(root) + 1:]
@@ -1382,13 +1435,37 @@ def _confine(c):
             _bind_fd(src, path, write)
         finally:
             os.close(src)
-    _detach_hidden_roots()
-    _join_cgroups(c)
-    size = c.get('tmp_size')
-    if size:
-        for d in ('/tmp', '/dev/shm'):
-            if os.path.isdir(d):
-                _mount(None, d, None, _MS_REMOUNT | _MS_NOSUID | _MS_NODEV, 'mode=1777,size=%d' % size)
+
+
+def _attach_clones(binds, clones):
+    """Attach each bind's mount clone at its path: a copy of the mount of
+    the session's directory, made by the worker (open_tree(2),
+    OPEN_TREE_CLONE) with its flags set (nosuid, nodev, and read-only
+    unless the bind writes), attached in this mount namespace
+    (move_mount(2)). Nothing of any session is in this child's view
+    before: no root to take out after."""
+    if len(clones) != len(binds):
+        raise OSError('%d mount clones for %d binds' % (len(clones), len(binds)))
+    for (path, _), fd in zip(binds, clones):
+        if not any(path.startswith(root + '/') for root in _roots):
+            raise OSError('%s is not under a hidden root' % path)
+        if '..' in path.split('/'):
+            raise OSError('bad bind %r' % path)
+        if not stat.S_ISDIR(os.fstat(fd).st_mode):
+            raise OSError('%s is not a directory' % path)
+        os.makedirs(path, 0o755, exist_ok=True)
+        _libc_call('syscall', ctypes.c_long(_SYS_MOVE_MOUNT), fd, b'', _AT_FDCWD, _b(path), _MOVE_MOUNT_F_EMPTY_PATH)
+        os.close(fd)
+
+
+def _detach(path):
+    """Take the mount at path, and all under it, out of this mount
+    namespace; nothing when path is no mount of its own."""
+    try:
+        _libc_call('umount2', _b(path), _MNT_DETACH)
+    except OSError as e:
+        if e.errno != errno.EINVAL:
+            raise
 
 
 def _detach_hidden_roots():

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -42,6 +43,9 @@ type Zygote struct {
 	// sandboxed says the zygote runs in a sandbox: its jobs carry a
 	// Confinement and the pids it reports are its namespace's.
 	sandboxed bool
+	// clones says its jobs' binds travel as mount clones
+	// (zygoteSandboxCfg.Clones).
+	clones bool
 	// netKey keys netToken: the zygote's name for a session's network
 	// namespace. It never leaves this process.
 	netKey [32]byte
@@ -80,6 +84,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 		zc.Sandbox = &zygoteSandboxCfg{
 			NetNS: !sb.Box.Network(), Hidden: nonNil(sb.Hidden), Rootless: sb.Box.Rootless(), Seccomp: sb.Seccomp,
 			InterpreterInit: sb.interpreterInit,
+			Clones:          !sb.noClones && !sb.Box.Rootless() && mountClonesWork(),
 		}
 		if cfg.OneShot {
 			zc.Sandbox.Spares = 1
@@ -158,6 +163,7 @@ func StartZygote(ctx context.Context, cfg ZygoteConfig) (*Zygote, error) {
 			Mounts: mounts, Network: sb.Box.Network(), Caps: zygoteCaps, AsPID1: true, InfoFD: 4, HostCgroupNS: sb.HostCgroupNS,
 		}, argv...)
 		z.sandboxed = true
+		z.clones = zc.Sandbox.Clones
 	}
 	z.cmd = &exec.Cmd{
 		Path: argv[0],
@@ -373,8 +379,9 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		z.mu.Unlock()
 	}
 
-	req, err := z.runRequest(id, s, false)
+	req, clones, err := z.runRequest(id, s, false)
 	if err == nil && len(req) > maxZygoteRequest {
+		closeFDs(clones)
 		err = fmt.Errorf("%w: the request is %d bytes, more than %d", ErrNotStarted, len(req), maxZygoteRequest)
 	}
 	if err != nil {
@@ -393,13 +400,15 @@ func (z *Zygote) Run(ctx context.Context, s Spec) (Outcome, error) {
 		forget()
 		outR.Close()
 		unix.Close(outW)
+		closeFDs(clones)
 		return Outcome{}, err
 	}
 	start := time.Now()
-	_, _, err = z.conn.WriteMsgUnix(req, unix.UnixRights(z.nullFD, outW, errW), nil)
+	_, _, err = z.conn.WriteMsgUnix(req, unix.UnixRights(append([]int{z.nullFD, outW, errW}, clones...)...), nil)
 	// The zygote holds its own copies now (or never will).
 	unix.Close(outW)
 	unix.Close(errW)
+	closeFDs(clones)
 	var copying sync.WaitGroup
 	copying.Add(2)
 	go func() { defer copying.Done(); copyOutput(stdout, outR) }()
@@ -676,7 +685,7 @@ func readChildPID(r *os.File) (int, error) {
 
 // runRequest encodes a run request for job id (zygoteRunHeader, a newline,
 // zygoteJob; encoding/json escapes every newline within a value).
-func (z *Zygote) runRequest(id uint64, s Spec, context bool) ([]byte, error) {
+func (z *Zygote) runRequest(id uint64, s Spec, context bool) (req []byte, clones []int, err error) {
 	h := zygoteRunHeader{Op: opRun, ID: id, Context: context}
 	if c := s.Confine; c != nil {
 		h.Unmount = c.Unmount
@@ -684,15 +693,93 @@ func (z *Zygote) runRequest(id uint64, s Spec, context bool) ([]byte, error) {
 			h.Net = z.netToken(c.Session)
 		}
 	}
-	head, err := json.Marshal(h)
-	if err != nil {
-		return nil, err
-	}
 	job, err := json.Marshal(zygoteJob{Script: s.Script, Dir: s.Dir, Env: nonNil(s.Env), Rlimits: rlimitTriples(s.Rlimits), Confine: s.Confine})
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return slices.Concat(head, []byte{'\n'}, job), nil
+	if z.clones && s.Confine != nil {
+		if clones, err = mountClones(s.Confine.Binds, z.cfg.Sandbox.Hidden); err != nil {
+			return nil, nil, err
+		}
+		h.Clones = len(clones)
+	}
+	head, err := json.Marshal(h)
+	if err != nil {
+		closeFDs(clones)
+		return nil, nil, err
+	}
+	return slices.Concat(head, []byte{'\n'}, job), clones, nil
+}
+
+// mountClones returns, for each bind, a mount clone of its directory:
+// a copy of the mount it lies in, rooted at it and detached from every
+// mount namespace (open_tree(2), OPEN_TREE_CLONE, not recursive, as a
+// bind is not), with nosuid and nodev set, and read-only unless the bind
+// writes. The job's process attaches each in its own mount namespace
+// (zygote.py: _attach_clones). The caller closes them once sent.
+func mountClones(binds []Bind, hidden []string) ([]int, error) {
+	fds := make([]int, 0, len(binds))
+	for _, b := range binds {
+		fd, err := mountClone(b, hidden)
+		if err != nil {
+			closeFDs(fds)
+			return nil, fmt.Errorf("runner: %s: %w", b.Path, err)
+		}
+		fds = append(fds, fd)
+	}
+	return fds, nil
+}
+
+func mountClone(b Bind, hidden []string) (int, error) {
+	if filepath.Clean(b.Path) != b.Path || !slices.ContainsFunc(hidden, func(root string) bool {
+		return strings.HasPrefix(b.Path, root+"/")
+	}) {
+		return -1, errors.New("not under a hidden root")
+	}
+	// A link in the bind's place is not followed (a job may have made one
+	// where its directory was), and a bind is a directory.
+	fd, err := unix.OpenTree(unix.AT_FDCWD, b.Path, unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC|unix.AT_SYMLINK_NOFOLLOW)
+	if err != nil {
+		return -1, fmt.Errorf("mount clone: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		unix.Close(fd)
+		if err == nil {
+			err = unix.ENOTDIR
+		}
+		return -1, fmt.Errorf("mount clone: %w", err)
+	}
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	if !b.Write {
+		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
+	}
+	if err := unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &attr); err != nil {
+		unix.Close(fd)
+		return -1, fmt.Errorf("mount clone: %w", err)
+	}
+	return fd, nil
+}
+
+// mountClonesWork says whether this process can make mount clones
+// (open_tree(2) and mount_setattr(2): Linux 5.12, and CAP_SYS_ADMIN), on a
+// machine whose number for move_mount(2) zygote.py knows.
+var mountClonesWork = sync.OnceValue(func() bool {
+	if runtime.GOARCH != "amd64" && runtime.GOARCH != "arm64" {
+		return false
+	}
+	fd, err := unix.OpenTree(unix.AT_FDCWD, "/", unix.OPEN_TREE_CLONE|unix.OPEN_TREE_CLOEXEC)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	return unix.MountSetattr(fd, "", unix.AT_EMPTY_PATH, &unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID}) == nil
+})
+
+func closeFDs(fds []int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // netToken is the zygote's key for session's network namespace: an HMAC

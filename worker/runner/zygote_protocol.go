@@ -56,6 +56,10 @@ type zygoteRunHeader struct {
 	// Context says the job is a context's interpreter (Interp): the
 	// zygote prepares spares while it waits between calls.
 	Context bool `json:"context,omitempty"`
+	// Clones is how many descriptors travel after the three: the mount
+	// clones of the job's Confinement.Binds, in their order, where the
+	// sandbox's Clones says the worker sends them.
+	Clones int `json:"clones,omitempty"`
 }
 
 // zygoteJob is the second part of a run request: what the job's process
@@ -107,4 +111,11 @@ type zygoteSandboxCfg struct {
 	// forking the job's process, as where the small init cannot run (two
 	// forks of the interpreter per job): SandboxConfig.interpreterInit.
 	InterpreterInit bool `json:"interpreter_init,omitempty"`
+	// Clones says each job's directories come with its run request as
+	// mount clones (open_tree(2)), which the job's process attaches
+	// (move_mount(2)): the spares take every session's directories out of
+	// their view ahead of the job instead of binding the job's own from
+	// them and taking the rest out on the job's path. Absent: the spares
+	// keep descriptors on the hidden roots and bind from them.
+	Clones bool `json:"clones,omitempty"`
 }

@@ -8,6 +8,7 @@ import (
 	"maps"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"reflect"
 	"runtime"
 	"slices"
@@ -250,10 +251,24 @@ func TestZygoteProtocolGo(t *testing.T) {
 		Script: "/s/job.py", Dir: "/s", Env: []string{"A=1"}, Rlimits: []Rlimit{{Resource: 4, Cur: 0, Max: RlimInfinity}},
 		Confine: &Confinement{UID: 1000, GID: 1000, Binds: []Bind{{Path: "/s", Write: true}}, Cgroups: []string{"/c"}, Unmount: []string{"/u"}, TmpSize: 1, Session: "tenant:me:the-session"},
 	}
-	checkRunRequest(t, z, full, true, spec)
+	// Every optional field of the header: the mount clones' count is
+	// there where this process can make them (root), as a worker that
+	// sends them would.
+	if mountClonesWork() {
+		dir := t.TempDir()
+		cz := &Zygote{clones: true, cfg: ZygoteConfig{Sandbox: &SandboxConfig{Hidden: []string{filepath.Dir(dir)}}}}
+		cfull := full
+		c := *full.Confine
+		c.Binds = []Bind{{Path: dir, Write: true}}
+		cfull.Confine, cfull.Dir = &c, dir
+		checkRunRequest(t, cz, cfull, true, spec)
+	} else {
+		checkRunRequest(t, z, full, false, spec)
+		checkEncoded(t, zygoteRunHeader{Op: opRun, ID: 1, Net: "k", Unmount: []string{"/u"}, Context: true, Clones: 2}, spec.Messages[opRun].Fields, spec, true)
+	}
 	checkRunRequest(t, z, Spec{Script: "/s/job.py", Dir: "/s"}, false, spec)
 	checkEncoded(t, zygoteKill{Op: opKill, ID: 1}, spec.Messages[opKill].Fields, spec, true)
-	cfg := zygoteConfig{Preload: []string{"json"}, Sandbox: &zygoteSandboxCfg{NetNS: true, Hidden: []string{"/h"}, Keep: []Bind{{Path: "/tmp/k"}}, Rootless: true, Seccomp: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Spares: 1, InterpreterInit: true}}
+	cfg := zygoteConfig{Preload: []string{"json"}, Sandbox: &zygoteSandboxCfg{NetNS: true, Hidden: []string{"/h"}, Keep: []Bind{{Path: "/tmp/k"}}, Rootless: true, Seccomp: []byte{6, 0, 0, 0, 0, 0, 0xff, 0x7f}, Spares: 1, InterpreterInit: true, Clones: true}}
 	checkEncoded(t, cfg, spec.Objects["config"].Fields, spec, true)
 	checkEncoded(t, zygoteConfig{Preload: []string{}}, spec.Objects["config"].Fields, spec, false)
 
@@ -269,9 +284,13 @@ func TestZygoteProtocolGo(t *testing.T) {
 // against the description, and that the session's name is not in it.
 func checkRunRequest(t *testing.T, z *Zygote, s Spec, full bool, spec protocolSpec) {
 	t.Helper()
-	data, err := z.runRequest(1, s, full)
+	data, clones, err := z.runRequest(1, s, full)
 	if err != nil {
 		t.Fatal(err)
+	}
+	closeFDs(clones)
+	if c := s.Confine; z.clones && c != nil && len(clones) != len(c.Binds) {
+		t.Errorf("%d mount clones for %d binds", len(clones), len(c.Binds))
 	}
 	head, body, ok := bytes.Cut(data, []byte("\n"))
 	if !ok || bytes.Contains(body, []byte("\n")) {

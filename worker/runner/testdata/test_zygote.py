@@ -643,6 +643,11 @@ class ZygoteTest(unittest.TestCase):
             (encode_run(dict(base, id=True), job), 3, None),
             (encode_run(dict(base, id=105.0), job), 3, None),
             (json.dumps(dict(base, id=106, **job)).encode(), 3, 106),  # one object: no job after a header
+            # Mount clones are for a sandboxed zygote's jobs only, and counted.
+            (encode_run(dict(base, id=107, clones=1), job), 4, 107),
+            (encode_run(dict(base, id=108, clones=1), job), 3, 108),
+            (encode_run(dict(base, id=109, clones='1'), job), 3, 109),
+            (encode_run(dict(base, id=110, clones=-1), job), 2, 110),
         ):
             with self.subTest(req=req, fds=nfds):
                 def send(w):

@@ -1,0 +1,65 @@
+//go:build linux
+
+package runner
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// TestMountClones: a bind's mount clone is its directory's, with nosuid,
+// nodev and, unless the bind writes, read-only set; nothing else gets one:
+// a link in the bind's place, a file, a path outside the hidden roots or
+// not in its clean form.
+func TestMountClones(t *testing.T) {
+	if !mountClonesWork() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root on Linux 5.12 or later: mount clones must work")
+		}
+		t.Skip("this process cannot make mount clones (root and Linux 5.12 needed)")
+	}
+	root := t.TempDir()
+	dir := filepath.Join(root, "s")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("x"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	hidden := []string{root}
+	for _, write := range []bool{true, false} {
+		fds, err := mountClones([]Bind{{Path: dir, Write: write}}, hidden)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var fs unix.Statfs_t
+		if err := unix.Fstatfs(fds[0], &fs); err != nil {
+			t.Fatal(err)
+		}
+		want := int64(unix.ST_NOSUID | unix.ST_NODEV)
+		if !write {
+			want |= unix.ST_RDONLY
+		}
+		if got := fs.Flags & int64(unix.ST_NOSUID|unix.ST_NODEV|unix.ST_RDONLY); got != want {
+			t.Errorf("write %v: the clone's flags are %#x, want %#x", write, got, want)
+		}
+		if _, err := unix.Openat(fds[0], "f", unix.O_RDONLY|unix.O_CLOEXEC, 0); err != nil {
+			t.Errorf("the clone does not hold the directory's file: %v", err)
+		}
+		closeFDs(fds)
+	}
+	for _, bad := range []string{
+		filepath.Join(root, "link"), filepath.Join(dir, "f"), "/etc", dir + "/", root + "/s/../s", root,
+	} {
+		if fds, err := mountClones([]Bind{{Path: dir}, {Path: bad}}, hidden); err == nil {
+			closeFDs(fds)
+			t.Errorf("a mount clone of %s", bad)
+		}
+	}
+}
