@@ -63,3 +63,53 @@ func TestMountClones(t *testing.T) {
 		}
 	}
 }
+
+// TestMountClonesArePrivate: the sessions' root is a shared mount, and a
+// clone of a shared mount is made its peer: what was mounted under either
+// would reach the other. A clone is private.
+func TestMountClonesArePrivate(t *testing.T) {
+	if !mountClonesWork() {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("CI runs as root on Linux 5.12 or later: mount clones must work")
+		}
+		t.Skip("this process cannot make mount clones (root and Linux 5.12 needed)")
+	}
+	root := t.TempDir()
+	if err := unix.Mount(root, root, "", unix.MS_BIND, ""); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(root, unix.MNT_DETACH) })
+	if err := unix.Mount("", root, "", unix.MS_SHARED, ""); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(root, "s")
+	if err := os.MkdirAll(filepath.Join(dir, "sub"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	fds, err := mountClones([]Bind{{Path: dir, Write: true}}, []string{root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer closeFDs(fds)
+	at := t.TempDir()
+	if err := unix.MoveMount(fds[0], "", unix.AT_FDCWD, at, unix.MOVE_MOUNT_F_EMPTY_PATH); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(at, unix.MNT_DETACH) })
+	// Mounted under the original after the clone was attached.
+	if err := unix.Mount("tmpfs", filepath.Join(dir, "sub"), "tmpfs", 0, "size=64k"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(filepath.Join(dir, "sub"), unix.MNT_DETACH) })
+	var under, clone unix.Stat_t
+	if err := unix.Stat(filepath.Join(dir, "sub"), &under); err != nil {
+		t.Fatal(err)
+	}
+	if err := unix.Stat(filepath.Join(at, "sub"), &clone); err != nil {
+		t.Fatal(err)
+	}
+	if clone.Dev == under.Dev {
+		t.Error("a mount made under the original reached its clone: they are peers")
+	}
+}
+

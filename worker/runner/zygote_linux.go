@@ -714,7 +714,7 @@ func (z *Zygote) runRequest(id uint64, s Spec, context bool) (req []byte, clones
 // mountClones returns, for each bind, a mount clone of its directory:
 // a copy of the mount it lies in, rooted at it and detached from every
 // mount namespace (open_tree(2), OPEN_TREE_CLONE, not recursive, as a
-// bind is not), with nosuid and nodev set, and read-only unless the bind
+// bind is not), private, with nosuid and nodev set, and read-only unless the bind
 // writes. The job's process attaches each in its own mount namespace
 // (zygote.py: _attach_clones). The caller closes them once sent.
 func mountClones(binds []Bind, hidden []string) ([]int, error) {
@@ -750,7 +750,9 @@ func mountClone(b Bind, hidden []string) (int, error) {
 		}
 		return -1, fmt.Errorf("mount clone: %w", err)
 	}
-	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV}
+	// Private: a clone of a shared mount (the sessions' root is one) is
+	// made its peer, and what is mounted under one would reach the other.
+	attr := unix.MountAttr{Attr_set: unix.MOUNT_ATTR_NOSUID | unix.MOUNT_ATTR_NODEV, Propagation: unix.MS_PRIVATE}
 	if !b.Write {
 		attr.Attr_set |= unix.MOUNT_ATTR_RDONLY
 	}
