@@ -364,3 +364,64 @@ print("queued", total, file=sys.stderr)
 		t.Fatalf("a job queued %d bytes in TCP buffers, past its group's 16 MiB (64 MiB memory on v2)", queued)
 	}
 }
+
+// UDP receive buffers are socket memory like TCP's, and the host's
+// udp_mem, which every UDP socket of the host shares, bounds them all
+// together: on cgroup v1 nothing of the memory controller counted them
+// unless the group has a TCP buffer limit (the kernel charges a v1 group's
+// sockets, UDP included, to memory.kmem.tcp once it has one). A job of
+// datagrams it sent itself and never read must be held at its group's
+// limit as its TCP buffers are, not reach udp_mem, past which every UDP
+// socket of the host (the host's DNS included) drops what it receives.
+func TestCgroupPoolBoundsUDPBuffers(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	p.tcpBytes = 16 << 20
+	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
+	if p.m.Version() == 2 {
+		// Socket buffers count in memory.max there.
+		lim.MemoryBytes = 64 << 20
+	}
+	g, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.put(g, lim)
+	// 40 receivers of up to twice net.core.rmem_max each (4 MiB on the
+	// development machine: 320 MiB in all without a bound). The sender
+	// pauses now and then so that loopback's backlog drops nothing; what
+	// is queued is what the receivers hold (SO_MEMINFO's rmem_alloc).
+	fill := `
+import socket, struct, sys, time
+SO_MEMINFO = 55
+keep, held = [], 0
+for i in range(40):
+    r = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); r.bind(("127.0.0.1", 0))
+    r.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 1 << 30)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.connect(r.getsockname())
+    for j in range(160):
+        try:
+            s.send(b"x" * 60000)
+        except OSError:
+            break
+        if j % 16 == 15:
+            time.sleep(0.001)
+    time.sleep(0.005)
+    keep += [r, s]
+for r in keep[::2]:
+    held += struct.unpack("9I", r.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 36))[0]
+print("held", held, file=sys.stderr)
+`
+	st, stderr := runInGroupOutput(t, g, fill)
+	if !st.Success() {
+		t.Fatalf("filler ended %v:\n%s", st, stderr)
+	}
+	var held int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(stderr), "held %d", &held); err != nil {
+		t.Fatalf("filler said %q", stderr)
+	}
+	t.Logf("held %d bytes in 40 UDP receive buffers", held)
+	if held > 64<<20 {
+		t.Fatalf("a job held %d bytes in UDP receive buffers, past its group's 16 MiB (64 MiB memory on v2)", held)
+	}
+}
