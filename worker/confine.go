@@ -444,6 +444,12 @@ func (w *Worker) prepareLimits(job *wire.Job, set limits.Set, spec *runner.Spec,
 	// cudaGetDeviceCount), and the default 1 GiB even the import of torch.
 	// setupGPUs warns when the worker has no cgroups.
 	spec.Rlimits = rl.Rlimits((jl.group != nil && set.Memory > 0) || job.GPU != nil)
+	if job.GPU != nil {
+		// A GPU job keeps the worker's RLIMIT_MEMLOCK: GPU libraries pin
+		// host memory for transfers, and no GPU machine has run a job
+		// without it. Its sandbox is its own (gpu.md).
+		spec.Rlimits = slices.DeleteFunc(spec.Rlimits, func(r runner.Rlimit) bool { return r.Resource == unix.RLIMIT_MEMLOCK })
+	}
 	if (w.box == nil || w.box.Rootless()) && os.Geteuid() != 0 {
 		// RLIMIT_NPROC counts every process of the uid on the host: the
 		// worker's, and its user's, not the job's alone. Without a cgroup

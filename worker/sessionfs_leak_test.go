@@ -68,3 +68,50 @@ for d in ('/proc/fs', '/proc/fs/ext4', '/proc/fs/jbd2'):
 		})
 	}
 }
+
+// A job locks no page in memory. The page cache of a file is charged to the
+// group of the job that first wrote or read it, for as long as the pages
+// live; a process of the session outside that job (its context) that mapped
+// the file and locked the pages once the job had ended kept them charged to
+// the job's emptied group, where no reclaim could take them back, and the
+// worker handed the group to another session's job: with 36 MiB of a 48 MiB
+// file locked that way by six processes of a context, the next job of
+// another session, given the group at 64 MiB, was killed at its memory
+// limit after allocating less than 40 MiB. The group went back to the pool
+// before the pages were locked, so no look at it then could tell.
+// RLIMIT_MEMLOCK 0 refuses every way an unprivileged process locks pages.
+func TestJobCannotLockMemory(t *testing.T) {
+	needSessionFS(t)
+	fx := newLifecycleFixture(t)
+	for _, mode := range []string{ExecZygote, ExecSpawn} {
+		t.Run(mode, func(t *testing.T) {
+			startDiskWorker(t, fx, mode)
+			res := runDiskJob(t, fx, "locker-"+mode, `
+import ctypes, mmap, os
+libc = ctypes.CDLL(None, use_errno=True)
+def show(name, r):
+    print(name, 'locked' if r == 0 else 'refused %d' % ctypes.get_errno())
+with open('f', 'wb') as f:
+    f.write(b'x' * 65536)
+fd = os.open('f', os.O_RDONLY)
+for name, m in (('file', mmap.mmap(fd, 65536, prot=mmap.PROT_READ)), ('anon', mmap.mmap(-1, 65536))):
+    p = ctypes.c_void_p(ctypes.addressof(ctypes.c_char.from_buffer(m)) if name == 'anon' else 0)
+    if name == 'file':
+        for line in open('/proc/self/maps'):
+            if line.rstrip().endswith('/f'):
+                p = ctypes.c_void_p(int(line.split('-')[0], 16))
+    show('mlock ' + name, libc.mlock(p, ctypes.c_size_t(4096)))
+libc.mmap.restype = ctypes.c_void_p
+r = libc.mmap(None, ctypes.c_size_t(4096), 3, 0x22 | 0x2000, -1, ctypes.c_long(0))  # MAP_PRIVATE|MAP_ANONYMOUS|MAP_LOCKED
+print('MAP_LOCKED', 'refused %d' % ctypes.get_errno() if r in (None, 2**64 - 1) else 'locked')
+show('mlockall', libc.mlockall(2))  # MCL_FUTURE
+`, 20)
+			if res.Status != wire.StatusOK {
+				t.Fatalf("probe: %s: %s %s", res.Status, res.Message, res.Stderr)
+			}
+			if strings.Count(res.Stdout, "refused 1") != 4 {
+				t.Errorf("a job locks pages in memory (want 4 refusals with EPERM):\n%s", res.Stdout)
+			}
+		})
+	}
+}

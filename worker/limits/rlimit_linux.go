@@ -13,7 +13,12 @@ import (
 // always, whatever the worker inherited (a service or container started
 // with real-time priorities allowed would otherwise let a job's busy loop
 // under SCHED_FIFO take every CPU of the host from everything not real-time,
-// past any cgroup's CPU weight); CPU as RLIMIT_CPU, soft at the
+// past any cgroup's CPU weight); RLIMIT_MEMLOCK 0 always, so that no job
+// locks pages in memory (mlock, mlockall, MAP_LOCKED, SHM_LOCK): the page
+// cache of a file stays charged to the group of the job that first read it,
+// and pages a process of the session locked after that job ended could not
+// be reclaimed from the group, which the worker hands to another session's
+// job; CPU as RLIMIT_CPU, soft at the
 // whole seconds rounded up and hard one second later (SIGXCPU, which Python
 // does not catch by default, then SIGKILL); FileSize as RLIMIT_FSIZE;
 // OpenFiles as RLIMIT_NOFILE; Procs as RLIMIT_NPROC (per uid, and ignored
@@ -22,7 +27,8 @@ import (
 // the job's memory as a whole. Zero fields give no entry. Disk is not an
 // rlimit: the worker enforces it.
 func (s Set) Rlimits(cgroupMemory bool) []runner.Rlimit {
-	out := append(runner.NoCoreFiles(), runner.Rlimit{Resource: unix.RLIMIT_RTPRIO}, runner.Rlimit{Resource: unix.RLIMIT_NICE})
+	out := append(runner.NoCoreFiles(), runner.Rlimit{Resource: unix.RLIMIT_RTPRIO}, runner.Rlimit{Resource: unix.RLIMIT_NICE},
+		runner.Rlimit{Resource: unix.RLIMIT_MEMLOCK})
 	add := func(res int, v uint64) {
 		out = append(out, runner.Rlimit{Resource: res, Cur: v, Max: v})
 	}
