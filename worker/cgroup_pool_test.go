@@ -425,3 +425,120 @@ print("held", held, file=sys.stderr)
 		t.Fatalf("a job held %d bytes in UDP receive buffers, past its group's 16 MiB (64 MiB memory on v2)", held)
 	}
 }
+
+// Kernel memory a job leaves charged to its group, held from outside it,
+// keeps the group out of the pool as its anonymous and shared memory does:
+// a job made empty files in its /tmp (a tmpfs of its own mount namespace)
+// and passed a descriptor of the directory to another process of its
+// session; the file system, and every inode and dentry of it, charged to
+// the job's group, lived on with the descriptor once the job's namespace
+// was gone. Not one page of it is anonymous or shared memory (Held).
+func TestCgroupPoolReusesNoGroupHoldingAnotherJobsKernelMemory(t *testing.T) {
+	t.Parallel()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root, to mount a tmpfs in a mount namespace of its own")
+	}
+	p := newCgroupPool(t)
+	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
+	g, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pair, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mine := os.NewFile(uintptr(pair[0]), "mine")
+	defer mine.Close()
+	theirs := os.NewFile(uintptr(pair[1]), "theirs")
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skipf("no python3: %v", err)
+	}
+	join := ""
+	for _, f := range g.ProcsFiles() {
+		join += "echo 0 > " + strconv.Quote(f) + " && "
+	}
+	// The job: its own mount namespace, a tmpfs in it, 60,000 empty files,
+	// and its directory's descriptor sent on fd 3.
+	code := `
+import ctypes, os, socket, sys
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.unshare(0x20000) != 0 or libc.mount(b"none", b"/", None, 0x4000 | 0x40000, None) != 0:
+    sys.exit("unshare or make private: %d" % ctypes.get_errno())
+d = sys.argv[1]
+if libc.mount(b"tmpfs", d.encode(), b"tmpfs", 0, b"mode=700") != 0:
+    sys.exit("mount tmpfs: %d" % ctypes.get_errno())
+for i in range(60000):
+    open(os.path.join(d, str(i)), "w").close()
+s = socket.socket(fileno=3)
+socket.send_fds(s, [b"x"], [os.open(d, os.O_RDONLY | os.O_DIRECTORY)])
+`
+	cmd := exec.Command("/bin/sh", "-c", join+`exec "$@"`, "sh", py, "-c", code, t.TempDir())
+	cmd.ExtraFiles = []*os.File{theirs}
+	out, err := cmd.CombinedOutput()
+	theirs.Close()
+	if err != nil {
+		t.Fatalf("the job: %v\n%s", err, out)
+	}
+	buf, oob := make([]byte, 1), make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(int(mine.Fd()), buf, oob, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		t.Fatalf("no descriptor from the job: %v", err)
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		t.Fatalf("no descriptor from the job: %v", err)
+	}
+	held := os.NewFile(uintptr(fds[0]), "tmp") // the job's /tmp, kept
+	defer held.Close()
+	if k := g.Kernel(); k < 20<<20 {
+		t.Fatalf("the group is charged for %d bytes of kernel memory, want the job's /tmp's inodes", k)
+	}
+	t.Logf("kernel memory charged to the emptied group: %d bytes; anonymous and shared: %d", g.Kernel(), g.Held())
+	if err := p.put(g, lim); err == nil {
+		t.Errorf("put of a group charged for %d bytes of kernel memory held outside it: no error", g.Kernel())
+	}
+	g2, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.put(g2, lim)
+	if g2 == g {
+		t.Fatalf("the pool handed out again the group still charged for %d bytes of kernel memory", g.Kernel())
+	}
+}
+
+// A group whose job left only caches of the kernel (the dentries and inodes
+// of the files it made, which nothing holds) goes back to the pool:
+// reclaim takes them.
+func TestCgroupPoolReusesAGroupOfReclaimableKernelMemory(t *testing.T) {
+	t.Parallel()
+	p := newCgroupPool(t)
+	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
+	g, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	code := "import os\nfor i in range(60000):\n    open(os.path.join(" + strconv.Quote(dir) + ", str(i)), 'w').close()"
+	if st, stderr := runInGroupOutput(t, g, code); !st.Success() {
+		t.Fatalf("the job ended %v:\n%s", st, stderr)
+	}
+	t.Logf("kernel memory charged to the emptied group: %d bytes", g.Kernel())
+	if err := p.put(g, lim); err != nil {
+		t.Fatalf("put of a group of reclaimable caches: %v", err)
+	}
+	g2, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.put(g2, lim)
+	if g2 != g {
+		t.Error("the group of reclaimable caches was not reused")
+	}
+}

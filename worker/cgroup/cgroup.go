@@ -232,6 +232,45 @@ func (g *Group) Held() int64 {
 	return held
 }
 
+// Kernel returns the kernel memory the group is charged for: its slabs
+// (dentries and inodes above all), page tables, kernel stacks, socket
+// buffers (v1's memory.kmem.usage_in_bytes; v2's "kernel" in memory.stat,
+// or "slab" where the kernel does not say more). Read once the group is
+// empty and reclaimed (Reclaim), it is kernel memory that something outside
+// the group holds: the inodes of a job's /tmp, which live on with its file
+// system for as long as a process of another group holds a descriptor of
+// it, passed over a Unix socket. Held does not count it. 0 where it cannot
+// say.
+func (g *Group) Kernel() int64 {
+	if g.l.version == 1 {
+		return readIntWith(g.kept.read, g.l.mem, "memory.kmem.usage_in_bytes")
+	}
+	if n, ok := readKeyWith(g.kept.read, g.l.mem, "memory.stat", "kernel"); ok {
+		return n
+	}
+	n, _ := readKeyWith(g.kept.read, g.l.mem, "memory.stat", "slab")
+	return n
+}
+
+// Reclaim has the kernel take back what it can of an empty group's memory:
+// its page cache and the caches of the kernel (unused dentries and inodes).
+// What is left is held by something outside the group. v1 writes
+// memory.force_empty, v2 memory.reclaim (Linux 5.19 and later).
+func (g *Group) Reclaim() error {
+	if g.l.version == 1 {
+		return write(g.l.mem, "memory.force_empty", "0")
+	}
+	cur := readInt(g.l.mem, "memory.current")
+	if cur <= 0 {
+		return nil
+	}
+	err := write(g.l.mem, "memory.reclaim", strconv.FormatInt(cur, 10))
+	if errors.Is(err, syscall.EAGAIN) {
+		return nil // less than asked was reclaimable: what is left is held
+	}
+	return err
+}
+
 // KillFound is Kill, and reports whether the group held processes.
 func (g *Group) KillFound() (bool, error) { return g.killFound() }
 
@@ -422,7 +461,7 @@ func (l layout) counterFiles() []string {
 		return append(files, filepath.Join(l.mem, "memory.events"), filepath.Join(l.mem, "memory.peak"))
 	}
 	return append(files, filepath.Join(l.mem, "memory.oom_control"), filepath.Join(l.mem, "memory.failcnt"),
-		filepath.Join(l.mem, "memory.max_usage_in_bytes"))
+		filepath.Join(l.mem, "memory.max_usage_in_bytes"), filepath.Join(l.mem, "memory.kmem.usage_in_bytes"))
 }
 
 // usage reads the counters with read (a path's content).
