@@ -188,11 +188,14 @@ func (p *Probe) MetricsHandler() http.Handler {
 	})
 }
 
-// MetricsHandlerForTenant is MetricsHandler without the series of other
-// tenants than tenant: of every metric with a "tenant" label, only the
-// samples of tenant itself are served (not even those of the tenants
-// counted as "other"). It is what a caller of one tenant may read: the
-// series of the others would tell it their names and how much they run.
+// MetricsHandlerForTenant serves tenant's own series (of every metric with
+// a "tenant" label, the samples of tenant itself; not even those of the
+// tenants counted as "other") and the checks that /readyz tells anyone
+// (codexec_check_up, codexec_ready), nothing else. It is what a caller of
+// one tenant may read: the series of the others would tell it their names
+// and how much they run, and the series without a tenant (the pool's jobs,
+// run times, queue, builds, the process's goroutines) count every tenant's
+// work, from which the caller's own is subtracted to watch the others'.
 //
 // The tenant's series are those labelled as CallFinished labels them
 // (clean), and a tenant named "other" reads none: that label is every
@@ -207,7 +210,7 @@ func (p *Probe) MetricsHandlerForTenant(tenant string) http.Handler {
 		for _, mf := range families {
 			kept := mf.Metric[:0]
 			for _, m := range mf.Metric {
-				if t := tenantOf(m); t == nil || (mine && *t == label) {
+				if t := tenantOf(m); t == nil && public[mf.GetName()] || t != nil && mine && *t == label {
 					kept = append(kept, m)
 				}
 			}
@@ -221,6 +224,10 @@ func (p *Probe) MetricsHandlerForTenant(tenant string) http.Handler {
 		ErrorLog: slog.NewLogLogger(p.log.Handler(), slog.LevelWarn),
 	})
 }
+
+// public are the metrics without a tenant that MetricsHandlerForTenant
+// serves: the state of the checks, which /readyz tells anyone.
+var public = map[string]bool{"codexec_check_up": true, "codexec_ready": true}
 
 // tenantOf is the value of m's "tenant" label, nil when it has none.
 func tenantOf(m *dto.Metric) *string {

@@ -148,3 +148,37 @@ func TestMetricsForTenantKeepsOthersApart(t *testing.T) {
 		t.Errorf("two long values: %q and %q", a, b)
 	}
 }
+
+// A caller of one tenant reads no series that counts every tenant's work:
+// the pool's jobs, run times, queue, builds and the process's goroutines
+// told it, to the call, how much the other tenants ran and when (its own
+// series subtracted), which is what get_environment_config stopped telling
+// tenants. It reads its own tenant's series and the checks /readyz tells
+// anyone.
+func TestMetricsForTenantShowsNoPoolWideSeries(t *testing.T) {
+	p := NewProbe(nil)
+	p.AddCheck("nats", func(context.Context) error { return nil })
+	CallFinished("execute", "ok", "pool-wide-b", time.Now(), time.Second)
+	// Labelled directly: the package's other tests may have used up the
+	// tenants CallFinished names before it counts them as "other".
+	tenantJobs.WithLabelValues(clean("pool-wide-a")).Inc()
+	rec := httptest.NewRecorder()
+	p.MetricsHandlerForTenant("pool-wide-a").ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	own, foreign := 0, []string{}
+	for _, line := range strings.Split(rec.Body.String(), "\n") {
+		switch {
+		case line == "" || strings.HasPrefix(line, "#"):
+		case strings.Contains(line, `tenant="pool-wide-a"`):
+			own++
+		case strings.HasPrefix(line, "codexec_check_up{") || strings.HasPrefix(line, "codexec_ready "):
+		default:
+			foreign = append(foreign, line)
+		}
+	}
+	if own == 0 {
+		t.Errorf("the tenant reads none of its own series:\n%s", rec.Body.String())
+	}
+	if len(foreign) > 0 {
+		t.Errorf("the tenant reads %d series that are not its own, e.g. %q", len(foreign), foreign[:min(5, len(foreign))])
+	}
+}
