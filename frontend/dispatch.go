@@ -148,6 +148,12 @@ func (f *Frontend) dispatch(ctx context.Context, job *wire.Job, record func(cont
 		te.Filename = job.Filename
 		return "", te
 	}
+	// The worker makes the scope's directories (its file system, 6.6 MB
+	// of disk) for any job, a read of a file included: the collector
+	// removes them only from a scope whose owner is recorded. Until
+	// 2026-12-05 a resources/read in a new session was recorded nowhere,
+	// so its file system stayed on the worker for good.
+	f.noteOwner(ctx, job.Scope)
 	if err := f.fair.admit(ctx, job, f.fairShare(adverts), resultGrace); err != nil {
 		f.gpuJobs.done(job.ID) // nothing was queued
 		f.releaseJob(job, true)

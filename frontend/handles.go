@@ -132,10 +132,28 @@ func (f *Frontend) withWorkspace(ctx context.Context, stdio bool, req mcp.CallTo
 	default:
 		c.err = rejected("argument '%s' must be a string: a handle that workspace_info or new_workspace returned", workspaceArg)
 	}
-	if c.err == nil {
+	if c.err == nil && !ownerNotedElsewhere[req.Params.Name] {
 		f.noteOwner(ctx, c.scope)
 	}
 	return context.WithValue(ctx, workspaceCtxKey{}, c)
+}
+
+// ownerNotedElsewhere are the tools whose call records its workspace's
+// owner only when it stores something there: those that read or remove
+// what the workspace holds (a workspace that holds something has its
+// owner recorded already) and those whose jobs record it once admitted
+// (dispatch). An owner record is kept for the workspace ttl and counted in
+// no quota, and until 2026-12-05 every call recorded one: a client that
+// sent list_contexts with a new session id each time (the id is checked by
+// its form alone) left 600 records a second in the state store that every
+// tenant shares, under any quota, and a call refused by a quota left one
+// too.
+var ownerNotedElsewhere = map[string]bool{
+	"get_job_result": true, "get_job_results": true, "cancel_batch": true, "read_code_file": true,
+	"list_code_files": true, "list_contexts": true, "get_environment_config": true, "delete_code_file": true,
+	"reset_context": true, "close_context": true,
+	"execute_code": true, "execute_code_file": true, "upload_file": true, "check_installed_packages": true,
+	"run_in_context": true,
 }
 
 // argumentsObject refuses a call's arguments that are not a JSON object:

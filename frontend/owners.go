@@ -10,7 +10,8 @@ import (
 )
 
 // Owners of workspaces. The first call of a workspace that a frontend
-// serves records, in the hash Keys.ScopeOwners, whose it is (tenant and
+// serves and that stores something there, or whose job is admitted
+// (ownerNotedElsewhere, dispatch), records, in the hash Keys.ScopeOwners, whose it is (tenant and
 // principal, empty without authentication) and when the frontend first
 // saw it, for `codexec admin usage` and the collector (gc.go). Each
 // frontend writes a workspace's record once while it runs.
