@@ -229,11 +229,43 @@ type rpcError struct {
 }
 
 // mayConcernTasks is a cheap first look at a message (which may carry
-// megabytes of code): only one that names a task method, a task parameter
-// or resources/read (readResource) is decoded.
+// megabytes of code): only one that may name a task method, a task
+// parameter or resources/read (readResource) is decoded. It must see every
+// spelling that mcp-go, decoding the message with encoding/json, reads as
+// one of them: a key in any case and any of Unicode's folds ("taſk", with a
+// long s, or a Kelvin sign for the k), and any escaped form ("t\u0061sk",
+// "tasks\/get"). Until 2026-12-05 it looked for `"task"` and `"tasks/`
+// only, and mcp-go ran a call spelled otherwise as a task of its own: kept
+// in its memory for good, outside every bound on tasks, its job cancelled
+// with the request (one client grew a frontend by 550 MiB in 11 s).
 func mayConcernTasks(msg []byte) bool {
-	return bytes.Contains(msg, []byte(`"tasks/`)) || bytes.Contains(msg, []byte(`"task"`)) ||
-		bytes.Contains(msg, []byte(`"resources/read"`))
+	return containsFoldASCII(msg, "task") || bytes.Contains(msg, []byte(`resources/read`)) ||
+		bytes.Contains(msg, []byte(`\u`)) || bytes.Contains(msg, []byte(`\/`)) || !isASCII(msg)
+}
+
+// containsFoldASCII reports whether msg holds word (lower-case ASCII) in any
+// mix of ASCII cases.
+func containsFoldASCII(msg []byte, word string) bool {
+	for i := 0; i+len(word) <= len(msg); i++ {
+		j := 0
+		for j < len(word) && msg[i+j]|0x20 == word[j] {
+			j++
+		}
+		if j == len(word) {
+			return true
+		}
+	}
+	return false
+}
+
+// isASCII reports whether msg is all ASCII.
+func isASCII(msg []byte) bool {
+	for _, c := range msg {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // batchRefused answers a JSON-RPC batch, an array of messages: revision
@@ -277,6 +309,15 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	var work func() (any, *rpcError)
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
+		// A first decode of the task parameter alone: most calls that get
+		// here carry none, and their arguments (megabytes of code) need
+		// not be decoded twice.
+		var light struct {
+			Task json.RawMessage `json:"task"`
+		}
+		if err := json.Unmarshal(m.Params, &light); err != nil || len(light.Task) == 0 || string(light.Task) == "null" {
+			return nil, false
+		}
 		var p mcp.CallToolParams
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.Task == nil {
 			return nil, false
