@@ -8,6 +8,7 @@ cd "$(dirname "$0")"
 rc=0
 "$PY" hostile.py dev || rc=1
 "$PY" hostile.py auth || rc=1
+"$PY" router.py || rc=1
 "$PY" getsteal.py || rc=1
 "$PY" contexts_evict.py || rc=1
 "$PY" stdio_raw.py || rc=1
