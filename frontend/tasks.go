@@ -243,6 +243,30 @@ func mayConcernTasks(msg []byte) bool {
 		bytes.Contains(msg, []byte(`\u`)) || bytes.Contains(msg, []byte(`\/`)) || !isASCII(msg)
 }
 
+// namesTaskOrRead decodes of msg (which mayConcernTasks let through, and
+// which may carry megabytes of code) what tells whether it is the router's:
+// its method, and for a tools/call its task parameter, without copying its
+// arguments as a full decode would.
+func namesTaskOrRead(msg []byte) bool {
+	var head struct {
+		Method string `json:"method"`
+		Params struct {
+			Task json.RawMessage `json:"task"`
+		} `json:"params"`
+	}
+	if json.Unmarshal(msg, &head) != nil {
+		return false // mcp-go refuses it
+	}
+	switch head.Method {
+	case string(mcp.MethodToolsCall):
+		return len(head.Params.Task) > 0 && string(head.Params.Task) != "null"
+	case string(mcp.MethodTasksGet), string(mcp.MethodTasksResult), string(mcp.MethodTasksCancel), string(mcp.MethodTasksList),
+		string(mcp.MethodResourcesRead):
+		return true
+	}
+	return false
+}
+
 // containsFoldASCII reports whether msg holds word (lower-case ASCII) in any
 // mix of ASCII cases.
 func containsFoldASCII(msg []byte, word string) bool {
@@ -290,7 +314,7 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 			return encodeResponse(json.RawMessage("null"), nil, batchRefused), http.StatusBadRequest
 		}, true
 	}
-	if !mayConcernTasks(msg) {
+	if !mayConcernTasks(msg) || !namesTaskOrRead(msg) {
 		return nil, false
 	}
 	var m rpcMessage
@@ -309,15 +333,6 @@ func (r *taskRouter) take(ctx context.Context, msg []byte, scope string) (answer
 	var work func() (any, *rpcError)
 	switch m.Method {
 	case string(mcp.MethodToolsCall):
-		// A first decode of the task parameter alone: most calls that get
-		// here carry none, and their arguments (megabytes of code) need
-		// not be decoded twice.
-		var light struct {
-			Task json.RawMessage `json:"task"`
-		}
-		if err := json.Unmarshal(m.Params, &light); err != nil || len(light.Task) == 0 || string(light.Task) == "null" {
-			return nil, false
-		}
 		var p mcp.CallToolParams
 		if err := json.Unmarshal(m.Params, &p); err != nil || p.Task == nil {
 			return nil, false
