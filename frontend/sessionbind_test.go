@@ -249,3 +249,34 @@ func TestHTTPDeleteOfASessionIsRefusedAndTheSessionLives(t *testing.T) {
 		}
 	}
 }
+
+// An initialize that carries a session id (of its own, or any well-formed
+// one) gets a new session from the transport, and that one is dropped too:
+// until 2026-12-05 only an initialize without the header was, and one
+// client sending initializes with a session id grew a frontend by 205 MiB
+// in 4 s (16,000 of them, 13 KiB each, kept for a day).
+func TestHTTPInitializeWithASessionIDHoldsNoSession(t *testing.T) {
+	t.Parallel()
+	fx := startHTTP(t)
+	const n = 20
+	for i := range n {
+		req, _ := http.NewRequest(http.MethodPost, fx.url, strings.NewReader(
+			`{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"`+legacyVersion+`","capabilities":{},"clientInfo":{"name":"flood","version":"0"}}}`))
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set("Accept", "application/json, text/event-stream")
+		req.Header.Set("Mcp-Session-Id", newSessionID())
+		req.Header.Set("MCP-Protocol-Version", legacyVersion)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK || resp.Header.Get("Mcp-Session-Id") == "" {
+			t.Fatalf("initialize %d with a session id: %d, session %q", i, resp.StatusCode, resp.Header.Get("Mcp-Session-Id"))
+		}
+	}
+	if held := fx.f.transportSessions.Load(); held != 0 {
+		t.Errorf("after %d initializes that carried a session id the transport holds %d sessions, want 0", n, held)
+	}
+}
