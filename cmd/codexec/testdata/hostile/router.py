@@ -1,6 +1,7 @@
 """What the frontend reads of a message before mcp-go does, attacked with the
-spellings mcp-go's decoder accepts, and what one tenant's token reads of the
-others: codexec dev --http --auth tokens, tenants A (alice) and B (bob)."""
+spellings mcp-go's decoder accepts; initializes that carry a session id; and
+what one tenant's token reads of the others: codexec dev --http --auth
+tokens, tenants A (alice) and B (bob)."""
 import asyncio, http.client, json, os, re, sys, threading, time, urllib.request
 from harness import *
 from auth import token, rpc, tool
@@ -68,6 +69,19 @@ async def main(R):
         time.sleep(2)
         grown = rss_kib(srv.proc.pid) - before
         R.add("20,000 task calls spelled \"Task\" hold no memory", grown < 100 * 1024, f"frontend RSS grew {grown} KiB")
+        # initialize with a session id header: its new session must not stay.
+        before = rss_kib(srv.proc.pid)
+        ih = dict(h); ih["Mcp-Session-Id"] = sa
+        iraw = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": init})
+        def inits():
+            c = http.client.HTTPConnection("127.0.0.1", port)
+            for _ in range(2000):
+                c.request("POST", "/mcp", iraw, ih); c.getresponse().read()
+        ths = [threading.Thread(target=inits) for _ in range(8)]
+        [t.start() for t in ths]; [t.join() for t in ths]
+        time.sleep(2)
+        grown = rss_kib(srv.proc.pid) - before
+        R.add("16,000 initializes carrying a session id hold no sessions", grown < 50 * 1024, f"frontend RSS grew {grown} KiB")
         # bob's token reads none of the series that count alice's work.
         _, sb, _ = rpc(port, "initialize", init, tb)
         rpc(port, "notifications/initialized", {}, tb, sb)
