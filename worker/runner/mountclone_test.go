@@ -3,8 +3,10 @@
 package runner
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -113,3 +115,38 @@ func TestMountClonesArePrivate(t *testing.T) {
 	}
 }
 
+
+// TestZygoteShowsNoSessionWhereJobsGetClones: where its jobs get mount
+// clones, the zygote takes the hidden roots out of its own view when it
+// starts, so that no spare's mount namespace, a copy of the zygote's, is
+// made with every session's mounts in it (to be copied, and unmounted,
+// once per job). Without clones the roots stay: the spares bind from them.
+func TestZygoteShowsNoSessionWhereJobsGetClones(t *testing.T) {
+	for _, clones := range []bool{true, false} {
+		t.Run(fmt.Sprintf("clones=%v", clones), func(t *testing.T) {
+			l := newSandboxLayout(t)
+			l.cfg.noClones = !clones
+			if clones && !mountClonesWork() {
+				t.Skip("this process cannot make mount clones")
+			}
+			z := startZygote(t, ZygoteConfig{Python: l.python, Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{"json"}, Sandbox: l.cfg})
+			checkProbe(t, zrun(t, z, l.spec(t, "a", testUIDA, probeJob)), filepath.Join(l.sessions, "a"), testUIDA)
+			data, err := os.ReadFile(fmt.Sprintf("/proc/%d/mountinfo", z.Info().PID))
+			if err != nil {
+				t.Fatal(err)
+			}
+			var roots []string
+			for line := range strings.SplitSeq(string(data), "\n") {
+				if f := strings.Fields(line); len(f) > 4 && (f[4] == l.sessions || f[4] == l.scripts) {
+					roots = append(roots, f[4])
+				}
+			}
+			if clones && len(roots) != 0 {
+				t.Errorf("the zygote's mount table holds the hidden roots %v", roots)
+			}
+			if !clones && len(roots) != 2 {
+				t.Errorf("the zygote's mount table holds the hidden roots %v, want both (its spares bind from them)", roots)
+			}
+		})
+	}
+}

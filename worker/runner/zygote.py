@@ -465,6 +465,15 @@ class _Zygote:
         self.init_fd = None
         if self.pidns is not None and not sandbox.get('interpreter_init'):
             self.init_fd = _open_init()
+        if sandbox is not None and sandbox.get('clones'):
+            # Each job's directories come with its request (mount clones,
+            # _attach_clones): no child needs any session's, so the zygote
+            # takes them all out of its own view, once. Each spare's mount
+            # namespace, a copy of this one, then starts without them: no
+            # copy of every session's mounts to make, and to unmount, per
+            # spare.
+            for root in sandbox.get('hidden') or ():
+                _detach(root)
 
     def preload(self, names):
         loaded, failed = [], {}
@@ -1197,12 +1206,10 @@ def _enter_namespaces(sandbox, cgroup_dirs, netns):
     for root in sandbox.get('hidden') or ():
         if _clone_mode:
             # The job's directories come with its request, as mount clones
-            # (_attach_clones): this child needs no session's, and takes
-            # them all out of its view now, before its job is known, rather
-            # than on the job's path (_detach_hidden_roots). _hide_roots
+            # (_attach_clones); the zygote took every session's out of its
+            # view (and so of this copy of it) when it started. _hide_roots
             # covers what is left at each root's path.
             _roots.append(root)
-            _detach(root)
         else:
             # The roots of every session's directories: kept open, so that
             # the job's own can be bound back from them once they are
