@@ -115,7 +115,6 @@ func TestMountClonesArePrivate(t *testing.T) {
 	}
 }
 
-
 // TestZygoteShowsNoSessionWhereJobsGetClones: where its jobs get mount
 // clones, the zygote takes the hidden roots out of its own view when it
 // starts, so that no spare's mount namespace, a copy of the zygote's, is
