@@ -7,7 +7,10 @@
 # is not counted). With LVL=debug it also gives, for the
 # sequential calls, the medians of where the time outside the job went, from the servers' `call timing`,
 # `dispatched` and `job timing` debug lines (logs in /tmp/pg/LABEL.log). PROF=1 writes a Go CPU profile of each
-# server to /tmp/pg/LABEL.prof (CODEXEC_CPU_PROFILE). VENV is the interpreter's venv (codexec bench prints the
+# server to /tmp/pg/LABEL.prof (CODEXEC_CPU_PROFILE). DATA is where the servers' data directories go (default
+# /tmp/pg: under /tmp, each sandboxed spare binds back what lies there over its fresh /tmp, and each job makes
+# the way to its directories, which the default data directory, ~/.local/share/codexec, does not need; the
+# venv likewise). VENV is the interpreter's venv (codexec bench prints the
 # one it builds).
 #
 #     VENV=... LVL=debug N=100 C=8 D=4 R=4 python3 worker/testdata/dev_cpu_bench.py \
@@ -20,7 +23,7 @@ os.makedirs('/tmp/pg', exist_ok=True)
 class Srv:
     def __init__(self, label, exe, sb):
         self.label = label
-        data = '/tmp/pg/d-%s-%d' % (label, os.getpid())
+        data = '%s/d-%s-%d' % (os.environ.get('DATA', '/tmp/pg'), label, os.getpid())
         env = dict(PATH=os.environ['PATH'], HOME='/root', CODEXEC_DATA_DIR=data, CODEXEC_EXEC_MODE='zygote', CODEXEC_SANDBOX=sb,
                    CODEXEC_UID_DIR=data + '/uids', CODEXEC_LOG_LEVEL=os.environ.get('LVL', 'info'), CODEXEC_VENV=os.environ['VENV'])
         if os.environ.get('PROF'):
