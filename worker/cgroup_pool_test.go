@@ -351,14 +351,7 @@ for i in range(20):
     keep += [c, s]
 print("queued", total, file=sys.stderr)
 `
-	st, stderr := runInGroupOutput(t, g, fill)
-	if !st.Success() {
-		t.Fatalf("filler ended %v:\n%s", st, stderr)
-	}
-	var queued int64
-	if _, err := fmt.Sscanf(strings.TrimSpace(stderr), "queued %d", &queued); err != nil {
-		t.Fatalf("filler said %q", stderr)
-	}
+	queued := runFiller(t, g, fill, "queued")
 	t.Logf("queued %d bytes on 20 loopback connections", queued)
 	if queued > 64<<20 {
 		t.Fatalf("a job queued %d bytes in TCP buffers, past its group's 16 MiB (64 MiB memory on v2)", queued)
@@ -412,14 +405,7 @@ for r in keep[::2]:
     held += struct.unpack("9I", r.getsockopt(socket.SOL_SOCKET, SO_MEMINFO, 36))[0]
 print("held", held, file=sys.stderr)
 `
-	st, stderr := runInGroupOutput(t, g, fill)
-	if !st.Success() {
-		t.Fatalf("filler ended %v:\n%s", st, stderr)
-	}
-	var held int64
-	if _, err := fmt.Sscanf(strings.TrimSpace(stderr), "held %d", &held); err != nil {
-		t.Fatalf("filler said %q", stderr)
-	}
+	held := runFiller(t, g, fill, "held")
 	t.Logf("held %d bytes in 40 UDP receive buffers", held)
 	if held > 64<<20 {
 		t.Fatalf("a job held %d bytes in UDP receive buffers, past its group's 16 MiB (64 MiB memory on v2)", held)
@@ -541,4 +527,19 @@ func TestCgroupPoolReusesAGroupOfReclaimableKernelMemory(t *testing.T) {
 	if g2 != g {
 		t.Error("the group of reclaimable caches was not reused")
 	}
+}
+
+// runFiller runs src in g and returns the number it ends by printing to
+// stderr after word ("queued 123").
+func runFiller(t *testing.T, g *cgroup.Group, src, word string) int64 {
+	t.Helper()
+	st, stderr := runInGroupOutput(t, g, src)
+	if !st.Success() {
+		t.Fatalf("filler ended %v:\n%s", st, stderr)
+	}
+	var n int64
+	if _, err := fmt.Sscanf(strings.TrimSpace(stderr), word+" %d", &n); err != nil {
+		t.Fatalf("filler said %q", stderr)
+	}
+	return n
 }
