@@ -322,18 +322,7 @@ func TestCgroupPoolReusesNoGroupHoldingAnotherJobsMemory(t *testing.T) {
 // NATS and Redis included, fails to send.
 func TestCgroupPoolBoundsTCPBuffers(t *testing.T) {
 	t.Parallel()
-	p := newCgroupPool(t)
-	p.tcpBytes = 16 << 20
-	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
-	if p.m.Version() == 2 {
-		// Socket buffers count in memory.max there.
-		lim.MemoryBytes = 64 << 20
-	}
-	g, _, err := p.get(lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.put(g, lim)
+	g := socketBufferGroup(t)
 	fill := `
 import socket, sys
 srv = socket.socket(); srv.bind(("127.0.0.1", 0)); srv.listen(64)
@@ -368,18 +357,7 @@ print("queued", total, file=sys.stderr)
 // socket of the host (the host's DNS included) drops what it receives.
 func TestCgroupPoolBoundsUDPBuffers(t *testing.T) {
 	t.Parallel()
-	p := newCgroupPool(t)
-	p.tcpBytes = 16 << 20
-	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
-	if p.m.Version() == 2 {
-		// Socket buffers count in memory.max there.
-		lim.MemoryBytes = 64 << 20
-	}
-	g, _, err := p.get(lim)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer p.put(g, lim)
+	g := socketBufferGroup(t)
 	// 40 receivers of up to twice net.core.rmem_max each (4 MiB on the
 	// development machine: 320 MiB in all without a bound). The sender
 	// pauses now and then so that loopback's backlog drops nothing; what
@@ -542,4 +520,23 @@ func runFiller(t *testing.T, g *cgroup.Group, src, word string) int64 {
 		t.Fatalf("filler said %q", stderr)
 	}
 	return n
+}
+
+// socketBufferGroup returns a group of the pool with a TCP buffer limit of
+// 16 MiB and 256 MiB of memory (64 MiB on v2, where socket buffers count
+// in memory.max), given back when the test ends.
+func socketBufferGroup(t *testing.T) *cgroup.Group {
+	t.Helper()
+	p := newCgroupPool(t)
+	p.tcpBytes = 16 << 20
+	lim := cgroup.Limits{MemoryBytes: 256 << 20, Pids: 8}
+	if p.m.Version() == 2 {
+		lim.MemoryBytes = 64 << 20
+	}
+	g, _, err := p.get(lim)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { p.put(g, lim) })
+	return g
 }

@@ -310,12 +310,16 @@ const heldSettle = 5 * time.Second
 
 // settleHeld returns g's held memory (cgroup.Group.Held) once it is at
 // most heldMax, or what it still is after heldSettle. Off the job's path.
-func settleHeld(g *cgroup.Group) int64 {
-	held := g.Held()
-	for deadline := time.Now().Add(heldSettle); held > heldMax && time.Now().Before(deadline); held = g.Held() {
+func settleHeld(g *cgroup.Group) int64 { return settleBelow(g.Held) }
+
+// settleBelow reads n until it is at most heldMax, for heldSettle at most,
+// and returns the last reading.
+func settleBelow(n func() int64) int64 {
+	v := n()
+	for deadline := time.Now().Add(heldSettle); v > heldMax && time.Now().Before(deadline); v = n() {
 		time.Sleep(20 * time.Millisecond)
 	}
-	return held
+	return v
 }
 
 // settleKernel returns the kernel memory g is still charged for
@@ -336,10 +340,8 @@ func settleKernel(g *cgroup.Group) int64 {
 		return k
 	}
 	_ = g.Reclaim()
-	for deadline := time.Now().Add(heldSettle); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if k = g.Kernel(); k <= heldMax {
-			return k
-		}
+	if k = settleBelow(g.Kernel); k <= heldMax {
+		return k
 	}
 	// What the namespaces' teardown freed meanwhile may have left caches
 	// that only a reclaim takes.

@@ -453,7 +453,8 @@ func (l layout) resetLimits(lim Limits) error {
 	return l.setTCP(tcp)
 }
 
-// counterFiles are the files usage reads, and pids.current (Tasks).
+// counterFiles are the files usage reads, pids.current (Tasks),
+// memory.stat (Held) and, on v1, memory.kmem.usage_in_bytes (Kernel).
 func (l layout) counterFiles() []string {
 	// memory.stat for Held, after every job.
 	files := []string{filepath.Join(l.pids, "pids.events"), filepath.Join(l.pids, "pids.current"), filepath.Join(l.mem, "memory.stat")}

@@ -1488,10 +1488,7 @@ def _detach_hidden_roots():
     while _hidden:
         _, fd = _hidden.pop()
         try:
-            _libc_call('umount2', _b('/proc/self/fd/%d' % fd), _MNT_DETACH)
-        except OSError as e:
-            if e.errno != errno.EINVAL:
-                raise
+            _detach('/proc/self/fd/%d' % fd)
         finally:
             os.close(fd)
 
