@@ -1,7 +1,9 @@
 # A worker holding many sessions: `codexec dev --http` on a fresh data directory, N sessions made that each run
 # one print(1) (each session's file system is mounted on the worker from then on), then C callers, each in a
-# session of its own, calling print(1) for D seconds. Prints the calls per second. SB is --sandbox (default
-# auto), DATA where the data directory goes, VENV the interpreter's venv. Raw JSON-RPC over HTTP (urllib).
+# session of its own, calling print(1) for D seconds. Prints the calls per second, and the sizes of the mount
+# tables of the server's processes once the N sessions are made (the zygote's and its spares' among them). SB is
+# --sandbox (default auto), DATA where the data directory goes, VENV the interpreter's venv. Raw JSON-RPC over HTTP
+# (urllib).
 #
 #     VENV=... N=60 python3 worker/testdata/sessions_http_bench.py bin/codexec
 import json, os, socket, subprocess, sys, threading, time, urllib.request
@@ -47,6 +49,21 @@ try:
             time.sleep(0.2)
     for _ in range(N):
         call(session())
+    kids, todo, sizes = {}, [p.pid], []
+    for q in os.listdir('/proc'):
+        try:
+            if q.isdigit():
+                kids.setdefault(int(open('/proc/%s/stat' % q).read().rsplit(')', 1)[1].split()[1]), []).append(int(q))
+        except OSError:
+            pass
+    while todo:
+        q = todo.pop()
+        todo.extend(kids.get(q, ()))
+        try:
+            sizes.append(len(open('/proc/%d/mountinfo' % q).read().splitlines()))
+        except OSError:
+            pass
+    print('mount tables of the server and its processes: %s' % sorted(set(sizes)))
     sids = [session() for _ in range(C)]
     for sid in sids:
         call(sid)
