@@ -277,6 +277,7 @@ def _spawn_init(fd):
 #   mov qword ptr [rsp], -1; mov eax, 14;             rt_sigprocmask(SIG_BLOCK, all, &old, 8): the
 #     xor edi, edi; mov rsi, rsp;                     keeper starts with every signal blocked, so
 #     lea rdx, [rsp+8]; mov r10d, 8; syscall          no handler of the job's ever runs in it
+#   mov eax, 39; syscall; mov r9, rax                 getpid(): the keeper's parent, for its check
 #   mov eax, 56; mov edi, 0x111; mov rsi, r8;         clone(CLONE_VM | SIGCHLD, stack top, 0, 0, 0)
 #     xor edx, edx; xor r10d, r10d; xor r8d, r8d; syscall
 #   test rax, rax; jz child
@@ -284,21 +285,27 @@ def _spawn_init(fd):
 #     lea rsi, [rsp+8]; xor edx, edx;                 &old, NULL, 8), then return the pid
 #     mov r10d, 8; syscall
 #   mov rax, r9; add rsp, 24; ret
-#   child: mov eax, 436; xor edi, edi;                the keeper, on its own stack, touching no
-#     mov esi, -1; xor edx, edx; syscall              memory: close_range(0, ~0U, 0)
+#   child: mov eax, 157; mov edi, 1; mov esi, 9;      the keeper, on its own stack, touching no
+#     syscall                                         memory: prctl(PR_SET_PDEATHSIG, SIGKILL), it
+#                                                     dies with the job's process, whoever ends it
+#   mov eax, 110; syscall; cmp rax, r9; jne gone      getppid(): unless that process ended already
+#   mov eax, 436; xor edi, edi;                       close_range(0, ~0U, 0)
+#     mov esi, -1; xor edx, edx; syscall
 #   test rax, rax; jz closed; xor edi, edi            failing that (before Linux 5.9):
 #   closeloop: mov eax, 3; syscall; inc edi;          close(0) ... close(1023)
 #     cmp edi, 1024; jb closeloop
 #   closed: lea rdi, [rip+slash]; mov eax, 80;        chdir("/"): not the job's working directory
 #     syscall                                         (a session's file system)
 #   pauseloop: mov eax, 34; syscall; jmp pauseloop    pause() until SIGKILL
+#   gone: mov eax, 60; xor edi, edi; syscall          exit(0)
 #   slash: .byte 0x2f, 0
 _KEEPER_X86_64 = bytes.fromhex(
-    '4989f84883ec1848c70424ffffffffb80e00000031ff4889e6488d54240841ba080000000f05b838'
-    '000000bf110100004c89c631d24531d24531c00f054885c074244989c1b80e000000bf0200000048'
-    '8d74240831d241ba080000000f054c89c84883c418c3b8b401000031ffbeffffffff31d20f054885'
-    'c0741331ffb8030000000f05ffc781ff0004000072ef488d3d10000000b8500000000f05b8220000'
-    '000f05ebf72f00'
+    '4989f84883ec1848c70424ffffffffb80e00000031ff4889e6488d54240841ba080000000f05b827'
+    '0000000f054989c1b838000000bf110100004c89c631d24531d24531c00f054885c074244989c1b8'
+    '0e000000bf02000000488d74240831d241ba080000000f054c89c84883c418c3b89d000000bf0100'
+    '0000be090000000f05b86e0000000f054c39c8753fb8b401000031ffbeffffffff31d20f054885c0'
+    '741331ffb8030000000f05ffc781ff0004000072ef488d3d19000000b8500000000f05b822000000'
+    '0f05ebf7b83c00000031ff0f052f00'
 )
 _PROT_READ, _PROT_EXEC = 1, 4
 
@@ -342,9 +349,12 @@ def _keep_address_space():
     instructions of machine code (_KEEPER_X86_64), never Python: it closes
     every descriptor and leaves the job's working directory, then waits
     with every signal blocked, so only SIGKILL ends it, and the teardown is
-    its exit's. It dies with the job's group or PID namespace, which the
-    zygote kills once it has the job's status (reap, finish), so after the
-    result is on its way. It runs as the job's uid under the job's
+    its exit's. That SIGKILL is its parent-death signal: it dies as this
+    process ends, whatever becomes of the zygote (which kills the job's
+    group or PID namespace too, once it has the job's status: reap,
+    finish), and a keeper whose parent ended before it could ask for the
+    signal exits at once. Its parent's exit, not its own, is what the
+    zygote hears of. It runs as the job's uid under the job's
     system-call filter, in its cgroups and namespaces, and is made after
     the job's code and its shutdown ran: the job never sees it. Returns
     the keeper's pid, or None where it cannot be made (no keeper, the job's

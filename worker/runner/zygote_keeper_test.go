@@ -1,6 +1,7 @@
 package runner
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"runtime"
@@ -120,4 +121,88 @@ func procField(t *testing.T, pid int, name string) string {
 	}
 	t.Fatalf("no %s in /proc/%d/status", name, pid)
 	return ""
+}
+
+// A job's keeper dies with the job's process, not only by the zygote's
+// kill of the job's group: a zygote killed after it reported a job's exit
+// and before that kill (a worker replacing it, a crash) left the keeper, a
+// paused process holding the job's memory, to the host's init, as root and
+// unconfined where the zygote was unsandboxed. Here the job stops its
+// zygote, so that nothing but the keeper's own parent-death signal can end
+// it.
+func TestZygoteKeeperDiesWithTheJob(t *testing.T) {
+	if runtime.GOARCH != "amd64" {
+		t.Skipf("the keeper is x86-64 machine code; this is %s", runtime.GOARCH)
+	}
+	b := setup(t)
+	z := startZygote(t, ZygoteConfig{Env: ChildEnv(nil, "", "", nil, nil), Preload: []string{}})
+	zpid := z.Info().PID
+	pidFile := b.dir + "/job.pid"
+	s := b.spec(t, fmt.Sprintf("import os, signal\nos.kill(%d, signal.SIGSTOP)\nopen(%q, 'w').write(str(os.getpid()))\n", zpid, pidFile))
+	done := make(chan error, 1)
+	go func() {
+		_, err := z.Run(context.Background(), s)
+		done <- err
+	}()
+	var keepers []string
+	t.Cleanup(func() {
+		for _, k := range keepers {
+			if pid, err := strconv.Atoi(k); err == nil && procState(k) != "" {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+		_ = syscall.Kill(zpid, syscall.SIGKILL)
+		<-done
+	})
+	var job string
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if data, err := os.ReadFile(pidFile); err == nil && len(data) > 0 && procState(string(data)) == "Z" {
+			job = string(data)
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the job's process did not end with its zygote stopped")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	// The stopped zygote adopted the keeper when the job's process ended:
+	// its child in the job's process group, besides the job's process.
+	for _, k := range children(t, zpid) {
+		if k != job && procGroup(k) == job {
+			keepers = append(keepers, k)
+		}
+	}
+	if len(keepers) == 0 {
+		t.Fatalf("no keeper among the stopped zygote's children %v", children(t, zpid))
+	}
+	deadline = time.Now().Add(10 * time.Second)
+	for {
+		var alive []string
+		for _, k := range keepers {
+			if st := procState(k); st != "" && st != "Z" {
+				alive = append(alive, k+":"+st)
+			}
+		}
+		if len(alive) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the job's process ended, and its keepers %v (pid:state) did not", alive)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// procGroup is the process group of /proc/<pid>/stat, "" once it is gone.
+func procGroup(pid string) string {
+	data, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return ""
+	}
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
+	if len(f) < 3 {
+		return ""
+	}
+	return f[2]
 }

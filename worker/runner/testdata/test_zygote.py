@@ -734,7 +734,8 @@ def proc_status(pid):
 class KeeperTest(unittest.TestCase):
     """The keeper a job's process leaves its address space to
     (_keep_address_space): machine code that must hold none of the job's
-    descriptors nor its working directory, and take no signal but SIGKILL."""
+    descriptors nor its working directory, take no signal but SIGKILL, and
+    die as the job's process ends."""
 
     def test_keeper_holds_nothing_and_takes_no_signal(self):
         g = zygote_functions()
@@ -778,22 +779,26 @@ class KeeperTest(unittest.TestCase):
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
         r, w = os.pipe()
+        go_r, go_w = os.pipe()
         held = os.open(d, os.O_RDONLY)  # a descriptor the job still holds at its end
         j = os.fork()
         if j == 0:
             try:
+                os.close(go_w)
                 os.chdir(d)
                 before = proc_status(os.getpid())['SigBlk']
                 pid = g['_keep_address_space']()
                 after = proc_status(os.getpid())['SigBlk']
                 os.write(w, json.dumps([pid, before, after]).encode())
+                os.close(w)
+                os.read(go_r, 1)  # J ends once the keeper has been looked at
             finally:
                 os._exit(0)
         os.close(w)
+        os.close(go_r)
         os.close(held)
-        # EOF once J has exited and the keeper has closed its copy of w.
+        # EOF once J has written and the keeper has closed its copy of w.
         pid, before, after = json.loads(read_all(r))
-        os.waitpid(j, 0)
         deadline = time.monotonic() + TIMEOUT
         while True:
             fds = os.listdir('/proc/%d/fd' % pid)
@@ -802,11 +807,24 @@ class KeeperTest(unittest.TestCase):
             if (not fds and cwd == '/' and st['State'].startswith('S')) or time.monotonic() > deadline:
                 break
             time.sleep(0.01)
-        os.kill(pid, signal.SIGKILL)
-        _, status = os.waitpid(pid, 0)
+        # J's end is the keeper's (its parent-death signal): nothing here
+        # kills it unless it outlives the deadline.
+        os.close(go_w)
+        os.waitpid(j, 0)
+        deadline = time.monotonic() + TIMEOUT
+        while True:
+            done, status = os.waitpid(pid, os.WNOHANG)
+            if done:
+                reaped = os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1
+                break
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+                reaped = 'outlived the job'
+                break
+            time.sleep(0.01)
         return {'keeper': pid, 'mask_before': before, 'mask_after': after, 'fds': fds, 'cwd': cwd,
-                'sigblk': st['SigBlk'], 'rss_kb': st['VmRSS'].split()[0],
-                'reaped': os.WTERMSIG(status) if os.WIFSIGNALED(status) else -1}
+                'sigblk': st['SigBlk'], 'rss_kb': st['VmRSS'].split()[0], 'reaped': reaped}
 
 
 
