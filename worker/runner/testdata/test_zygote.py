@@ -731,6 +731,46 @@ def proc_status(pid):
         return dict(line.split(':\t', 1) for line in f.read().splitlines() if ':\t' in line)
 
 
+class CloseFdsTest(unittest.TestCase):
+    """_close_fds leaves a process 0, 1, 2 and the descriptors it keeps,
+    whichever way it closes the rest (close_range(2) over the gaps, or
+    each descriptor /proc/self/fd lists)."""
+
+    def test_keeps_only_what_it_is_told(self):
+        for close_range in (True, False):
+            with self.subTest(close_range=close_range):
+                g = zygote_functions()
+                g['_close_range_works'][0] = close_range
+                r, w = os.pipe()
+                pid = os.fork()
+                if pid == 0:
+                    code = 1
+                    try:
+                        os.close(r)
+                        fds = [os.open('/dev/null', os.O_RDONLY) for _ in range(40)]
+                        high = os.dup2(fds[0], 900)
+                        keep = {w, fds[7], fds[30], high}
+                        g['_close_fds'](keep)
+                        left = []
+                        for fd in range(1024):
+                            try:
+                                os.fstat(fd)
+                                left.append(fd)
+                            except OSError:
+                                pass
+                        os.write(w, json.dumps([left, sorted(keep), g['_close_range_works'][0]]).encode())
+                        code = 0
+                    finally:
+                        os._exit(code)
+                os.close(w)
+                data = read_all(r)
+                _, st = os.waitpid(pid, 0)
+                self.assertEqual(st, 0, data)
+                left, keep, used = json.loads(data)
+                self.assertEqual([fd for fd in left if fd > 2], keep)
+                self.assertEqual(used, close_range)
+
+
 class KeeperTest(unittest.TestCase):
     """The keeper a job's process leaves its address space to
     (_keep_address_space): machine code that must hold none of the job's
