@@ -414,9 +414,15 @@ func (p *cgroupPool) putJob(g *cgroup.Group, l cgroup.Limits, uid int) error {
 	if err := g.Kill(); err != nil {
 		return errors.Join(err, g.Remove())
 	}
-	held := settleHeld(g)
-	if held <= heldMax {
-		held = settleKernel(g)
+	// Held and Kernel are parts of the group's whole charge: where that is
+	// within the bound (a job that left nothing, most of them), neither
+	// can pass it, and memory.stat, whose read flushes every CPU's
+	// counters, is not read.
+	var held int64
+	if c, ok := g.Charged(); !ok || c > heldMax {
+		if held = settleHeld(g); held <= heldMax {
+			held = settleKernel(g)
+		}
 	}
 	if held > heldMax {
 		// The next job, another session's maybe, would start with it

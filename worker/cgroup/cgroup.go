@@ -252,6 +252,20 @@ func (g *Group) Kernel() int64 {
 	return n
 }
 
+// Charged returns all the memory the group is charged for: what Held and
+// Kernel count and its page cache, one small read (v1's
+// memory.usage_in_bytes, which counts kernel memory too, or v2's
+// memory.current). The kernel charges ahead in per-CPU batches, so it is
+// never less than what the group holds. false where it cannot say.
+func (g *Group) Charged() (int64, bool) {
+	b, err := g.kept.read(g.l.mem, g.l.chargedFile())
+	if err != nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(string(b)), 10, 64)
+	return n, err == nil
+}
+
 // Reclaim has the kernel take back what it can of an empty group's memory:
 // its page cache and the caches of the kernel (unused dentries and inodes).
 // What is left is held by something outside the group. v1 writes
@@ -454,15 +468,26 @@ func (l layout) resetLimits(lim Limits) error {
 }
 
 // counterFiles are the files usage reads, pids.current (Tasks),
-// memory.stat (Held) and, on v1, memory.kmem.usage_in_bytes (Kernel).
+// memory.stat (Held), the memory counter (Charged) and, on v1,
+// memory.kmem.usage_in_bytes (Kernel).
 func (l layout) counterFiles() []string {
 	// memory.stat for Held, after every job.
-	files := []string{filepath.Join(l.pids, "pids.events"), filepath.Join(l.pids, "pids.current"), filepath.Join(l.mem, "memory.stat")}
+	files := []string{filepath.Join(l.pids, "pids.events"), filepath.Join(l.pids, "pids.current"), filepath.Join(l.mem, "memory.stat"),
+		filepath.Join(l.mem, l.chargedFile())}
 	if l.version == 2 {
 		return append(files, filepath.Join(l.mem, "memory.events"), filepath.Join(l.mem, "memory.peak"))
 	}
 	return append(files, filepath.Join(l.mem, "memory.oom_control"), filepath.Join(l.mem, "memory.failcnt"),
 		filepath.Join(l.mem, "memory.max_usage_in_bytes"), filepath.Join(l.mem, "memory.kmem.usage_in_bytes"))
+}
+
+// chargedFile is the memory controller's counter of everything charged to
+// the group: memory.current, or v1's memory.usage_in_bytes.
+func (l layout) chargedFile() string {
+	if l.version == 2 {
+		return "memory.current"
+	}
+	return "memory.usage_in_bytes"
 }
 
 // usage reads the counters with read (a path's content).

@@ -592,3 +592,56 @@ func TestJobsGetEqualCPUWeight(t *testing.T) {
 		t.Errorf("process %d not in its cpu group %s (%q)", cmd.Process.Pid, g.l.cpu, b)
 	}
 }
+
+// Charged is never less than what Held or Kernel count: the worker reads
+// it first after each job and skips those two (memory.stat) when it is
+// within the bound, which is only sound if it includes both. A process
+// holds anonymous memory, a /dev/shm file (shmem) and thousands of inodes
+// (kernel memory) while the three are read.
+func TestChargedBoundsHeldAndKernel(t *testing.T) {
+	m := newManager(t)
+	g := newGroup(t, m, Limits{})
+	dir := t.TempDir()
+	shm, err := os.MkdirTemp("/dev/shm", "charged")
+	if err != nil {
+		unusable(t, "no /dev/shm: %v", err)
+	}
+	t.Cleanup(func() { _ = os.RemoveAll(shm) })
+	script := `import os, sys, time
+anon = bytearray(16 << 20)
+for i in range(0, len(anon), 4096):
+    anon[i] = 1
+with open(sys.argv[1] + '/big', 'wb') as f:
+    f.write(b'x' * (4 << 20))
+for i in range(5000):
+    open('%s/f%d' % (sys.argv[1], i), 'w').close()
+open(sys.argv[2] + '/ready', 'w').close()
+time.sleep(60)
+`
+	cmd, out := startIn(t, g, python(t), "-c", script, shm, dir)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "ready")); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the process did not get ready: %s", out)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	charged, ok := g.Charged()
+	if !ok {
+		t.Fatal("Charged: no reading")
+	}
+	held, kernel := g.Held(), g.Kernel()
+	if held < 20<<20 {
+		t.Errorf("Held = %d, want at least the 16 MiB of anonymous memory and the 4 MiB file", held)
+	}
+	if kernel <= 0 {
+		t.Errorf("Kernel = %d, want the inodes of 5,000 files", kernel)
+	}
+	if charged < held || charged < kernel {
+		t.Errorf("Charged = %d, less than Held (%d) or Kernel (%d)", charged, held, kernel)
+	}
+	_ = cmd.Process.Kill()
+}
