@@ -196,8 +196,9 @@ func openBeneath(cwd, rel string, uid int, flags int) (*os.File, error) {
 }
 
 // changedFiles lists the regular files below cwd changed since since
-// (what an execution wrote), slash-separated, sorted, at most
-// wire.MaxChangedFiles, leaving out codexec's own directory (.codexec).
+// (what an execution wrote), slash-separated, sorted (hidden ones last:
+// byHiddenLast), at most wire.MaxChangedFiles, leaving out codexec's own
+// directory (.codexec).
 // The walk stops after maxWalk entries: a directory of many files pays
 // a bounded cost per job, and the list may then miss some.
 func changedFiles(cwd string, since time.Time) []string {
@@ -278,8 +279,30 @@ func allChangedFiles(cwd, sub string, since time.Time) []string {
 	if hook := changedWalkOpened.Load(); hook != nil {
 		(*hook)(cwd, opens)
 	}
-	slices.Sort(out)
+	slices.SortFunc(out, byHiddenLast)
 	return out
+}
+
+// byHiddenLast orders paths by name, those with a hidden name (one that
+// starts with a dot) after all others. A job's HOME is its working
+// directory, so the caches its libraries keep there (.cache/matplotlib,
+// a model hub's downloads) are files it changed; sorted by name alone
+// they came first, and a list cut at its bound kept them and left out the
+// job's own results.
+func byHiddenLast(a, b string) int {
+	if ha, hb := hiddenPath(a), hiddenPath(b); ha != hb {
+		if ha {
+			return 1
+		}
+		return -1
+	}
+	return strings.Compare(a, b)
+}
+
+// hiddenPath says whether a slash-separated path has a name that starts
+// with a dot.
+func hiddenPath(p string) bool {
+	return strings.HasPrefix(p, ".") || strings.Contains(p, "/.")
 }
 
 // changedWalkOpened, when set (tests), is told how many names each walk of

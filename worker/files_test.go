@@ -251,3 +251,44 @@ func TestChangedFilesOfADeepChainCostABoundedWalk(t *testing.T) {
 		t.Errorf("listing two chains of %d directories opened %d names, past the walk's bound of %d", depth, deep, maxWalkOpens)
 	}
 }
+
+// A job's HOME is its working directory, so the caches libraries keep
+// there (matplotlib's and fontconfig's on a first plot, a model hub's
+// downloads) are files the call changed, and their names, starting with
+// a dot, sort before every other. A result links at most
+// wire.MaxChangedFiles files, and those it kept were the first in that
+// order: a job that wrote its result beside a cache of that many files
+// had its result left out, the cache linked. The job's own files come
+// first now, the hidden ones after them.
+func TestChangedFilesListTheJobsOwnBeforeHiddenOnes(t *testing.T) {
+	t.Parallel()
+	cwd := t.TempDir()
+	since := time.Now().Add(-time.Minute)
+	cache := filepath.Join(cwd, ".cache", "hub")
+	if err := os.MkdirAll(cache, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i := range wire.MaxChangedFiles + 8 {
+		if err := os.WriteFile(filepath.Join(cache, fmt.Sprintf("blob%02d", i)), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.MkdirAll(filepath.Join(cwd, "out"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"result.csv", "out/plot.png", ".env"} {
+		if err := os.WriteFile(filepath.Join(cwd, name), []byte("x"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	files := changedFiles(cwd, since)
+	if len(files) != wire.MaxChangedFiles {
+		t.Fatalf("%d changed files listed, want the most, %d: %q", len(files), wire.MaxChangedFiles, files)
+	}
+	if files[0] != "out/plot.png" || files[1] != "result.csv" {
+		t.Errorf("changed files begin %q, want the job's own files first: out/plot.png, result.csv", files[:3])
+	}
+	if files[2] != ".cache/hub/blob00" {
+		t.Errorf("after the job's own files comes %q, want the hidden ones, sorted: .cache/hub/blob00", files[2])
+	}
+}
