@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -157,7 +159,8 @@ func (f *Frontend) registerBatchTools(s *server.MCPServer, stdio bool) {
 				"filename": map[string]any{"type": "string"},
 				"params":   map[string]any{"type": "object"},
 			},
-			"required": []string{"row"},
+			"required":             []string{"row"},
+			"additionalProperties": false,
 		}), mcp.Description("the jobs: row number, attempt (0 first), optional code, filename and params")),
 		mcp.WithString("python_version", mcp.Description("Python version of the batch's environment, e.g. 3.12")),
 		mcp.WithArray("packages", mcp.WithStringItems(), mcp.Description("requirements of the batch's environment")),
@@ -250,6 +253,11 @@ func batchJobID(bscope string, row, attempt int64) string {
 }
 
 // batchRow is one job of a submit_jobs call.
+// batchRowKeys are the keys of a job of submit_jobs, batchRow's: a job
+// with another is refused, as a tool refuses an argument it does not take
+// (a key that was ignored would queue the job without what it meant).
+var batchRowKeys = []string{"row", "attempt", "code", "filename", "params"}
+
 type batchRow struct {
 	Row      *int64          `json:"row"`
 	Attempt  int64           `json:"attempt"`
@@ -355,6 +363,19 @@ func batchRows(args map[string]any) ([]batchRow, error) {
 	}
 	if len(raw) > MaxBatchJobs {
 		return nil, rejected("%d jobs in one call; the limit is %d", len(raw), MaxBatchJobs)
+	}
+	for i, item := range raw {
+		job, ok := item.(map[string]any)
+		if !ok {
+			continue // the decoding below says what a job is
+		}
+		for _, key := range slices.Sorted(maps.Keys(job)) {
+			if !slices.Contains(batchRowKeys, key) {
+				return nil, rejected("job %d of 'jobs' takes no key %q; nothing was queued. A job's keys: %s "+
+					"(timeout_seconds, limits, python_version and packages are arguments of the call, for all its jobs)",
+					i, key, strings.Join(batchRowKeys, ", "))
+			}
+		}
 	}
 	data, err := json.Marshal(raw)
 	if err != nil {

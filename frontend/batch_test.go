@@ -300,3 +300,34 @@ func TestBatchResultReadsBounded(t *testing.T) {
 		t.Errorf("%d of %d jobs answered, %d not read once the answer was full: want at least %d not read", read, len(ids), skipped, len(ids)-maxBatchReads-read)
 	}
 }
+
+// A job of submit_jobs is an object of row, attempt, code, filename and
+// params. A key it does not take (a timeout of its own, code under
+// another name) was ignored, and the job queued with the defaults it
+// meant to change, or with the call's shared code instead of its own; the
+// tools refuse an unknown argument for that reason, and submit_jobs now
+// refuses an unknown key of a job the same way, naming the keys it takes.
+func TestBatchJobsRefuseUnknownKeys(t *testing.T) {
+	for _, tc := range []struct {
+		job  map[string]any
+		want string
+	}{
+		{map[string]any{"row": 0, "code": "print(1)", "timeout_seconds": 5}, `"timeout_seconds"`},
+		{map[string]any{"row": 1, "script": "print(1)"}, `"script"`},
+	} {
+		_, err := batchRows(map[string]any{"jobs": []any{map[string]any{"row": 0}, tc.job}})
+		if err == nil {
+			t.Errorf("job %v: accepted, want refused naming %s", tc.job, tc.want)
+			continue
+		}
+		msg := err.Error()
+		for _, want := range []string{"job 1 of 'jobs'", tc.want, "row, attempt, code, filename, params"} {
+			if !strings.Contains(msg, want) {
+				t.Errorf("job %v: %q, want it to say %s", tc.job, msg, want)
+			}
+		}
+	}
+	if _, err := batchRows(map[string]any{"jobs": []any{map[string]any{"row": 0, "attempt": 1, "code": "x", "filename": "a.py", "params": map[string]any{"a": 1}}}}); err != nil {
+		t.Errorf("a job of every key it takes: %v", err)
+	}
+}
