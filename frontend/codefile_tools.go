@@ -265,6 +265,10 @@ func (f *Frontend) readCodeFile(stdio bool) toolFunc {
 		if args["job_id"] != nil && args["file_path"] == nil {
 			return nil, rejected("argument 'job_id' is empty: give the job_id of a run (list_code_files lists them), or file_path")
 		}
+		if args["job_id"] == nil && args["file_path"] == nil {
+			return nil, rejected("missing argument: give file_path to read a code file (%s), or job_id to read the code an earlier run ran (list_code_files lists both)",
+				strings.ToLower(filePathHelp[:1])+filePathHelp[1:])
+		}
 		name, err := f.fileArg(args, scope)
 		if err != nil {
 			return nil, err

@@ -481,3 +481,18 @@ func TestEmptyJobIDSaidEmpty(t *testing.T) {
 		t.Errorf("get_job_result without job_id: isError=%v %+v", res.IsError, er)
 	}
 }
+
+// read_code_file reads a code file (file_path) or the code of a run
+// (job_id). Called with neither it said that file_path was a missing
+// required argument, as if the tool took nothing else: a model that had
+// a job id in hand was told to find a file name. It names both now.
+func TestReadCodeFileWithoutEitherArgumentNamesBoth(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	for _, args := range []map[string]any{{}, {"file_path": nil, "job_id": nil}, {"offset": 0}} {
+		res, fr := callTool[FileResult](t, b.c, "read_code_file", args)
+		if !res.IsError || fr.Status != "rejected" || !strings.Contains(fr.Message, "file_path") || !strings.Contains(fr.Message, "job_id") {
+			t.Errorf("read_code_file %v: isError=%v %+v, want rejected, naming file_path and job_id", args, res.IsError, fr)
+		}
+	}
+}
