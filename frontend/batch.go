@@ -128,11 +128,38 @@ func batchToolResult(r BatchResult) *mcp.CallToolResult {
 	}
 	text := r.Message
 	if text == "" {
-		text = fmt.Sprintf("%d jobs", len(r.Jobs))
+		text = countByStatus(r.Jobs)
 	}
 	out := mcp.NewToolResultStructured(r, statusLine(r.Status, text))
 	out.IsError = r.Status != string(wire.StatusOK)
 	return out
+}
+
+// countByStatus says how many jobs there are and how many of each status,
+// in the order the statuses first come: "3 jobs: 1 queued, 2 rejected".
+// It is the text of a batch tool's answer, which a model reads at a
+// glance: the call's own status is ok even when every job was refused.
+func countByStatus(jobs []BatchJobResult) string {
+	var order []string
+	n := map[string]int{}
+	for _, j := range jobs {
+		if n[j.Status] == 0 {
+			order = append(order, j.Status)
+		}
+		n[j.Status]++
+	}
+	parts := make([]string, len(order))
+	for i, st := range order {
+		parts[i] = fmt.Sprintf("%d %s", n[st], st)
+	}
+	text := fmt.Sprintf("%d jobs", len(jobs))
+	if len(jobs) == 1 {
+		text = "1 job"
+	}
+	if len(parts) > 0 {
+		text += ": " + strings.Join(parts, ", ")
+	}
+	return text
 }
 
 // batchFailure renders a failure of a batch tool.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/codexec/codexec/wire"
+	"github.com/mark3labs/mcp-go/mcp"
 )
 
 // submit_jobs refuses bad input with a sentence and queues nothing; a row
@@ -329,5 +330,22 @@ func TestBatchJobsRefuseUnknownKeys(t *testing.T) {
 	}
 	if _, err := batchRows(map[string]any{"jobs": []any{map[string]any{"row": 0, "attempt": 1, "code": "x", "filename": "a.py", "params": map[string]any{"a": 1}}}}); err != nil {
 		t.Errorf("a job of every key it takes: %v", err)
+	}
+}
+
+// The text of a batch tool's answer is what a model reads at a glance. It
+// said "[ok: 2 jobs]" whatever became of the jobs, so a call whose jobs
+// were all refused read as a success; it counts them by status now.
+func TestBatchTextCountsEachStatus(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	res, br := callTool[BatchResult](t, jb.c, "submit_jobs", map[string]any{"batch_id": "test-batch-text-0123456789", "jobs": []any{
+		map[string]any{"row": 0, "code": "print(1)"}, map[string]any{"row": 1}, map[string]any{"row": 2}}})
+	if res.IsError || len(br.Jobs) != 3 {
+		t.Fatalf("submit_jobs: isError=%v %+v", res.IsError, br)
+	}
+	text := res.Content[0].(mcp.TextContent).Text
+	if !strings.Contains(text, "3 jobs: 1 queued, 2 rejected") {
+		t.Errorf("text %q, want it to count the jobs by status: 3 jobs: 1 queued, 2 rejected", text)
 	}
 }
