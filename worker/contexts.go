@@ -241,7 +241,11 @@ func (h *contextHost) serve(req *wire.ContextRequest) *wire.ContextReply {
 		h.end(c, "")
 		again := *c.req
 		again.Deadline = req.Deadline
-		return h.create(ctx, &again, log)
+		reply := h.create(ctx, &again, log)
+		if r := reply.Result; r != nil && r.Status == wire.StatusOK {
+			r.Message = fmt.Sprintf("context %s reset on %s: a fresh interpreter in environment %s; its variables are gone", req.ID, h.w.cfg.ID, r.EnvID)
+		}
+		return reply
 	default: // close
 		h.end(c, "closed")
 		return &wire.ContextReply{Result: h.result(req, wire.StatusOK, "context closed"), Ended: "closed"}

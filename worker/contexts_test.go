@@ -103,8 +103,11 @@ func TestWorkerContext(t *testing.T) {
 	if !other.Unknown || other.Result.Message != strings.Replace(never.Result.Message, "c9", "c1", 1) || other.Result.Stdout != "" {
 		t.Fatalf("another scope: %+v, want it told as a context that never was: %+v", other.Result, never.Result)
 	}
-	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextReset, Scope: "s1", ID: "c1"}); r.Result.Status != wire.StatusOK {
-		t.Fatalf("reset: %+v", r.Result)
+	// A reset says so: it answered "context c1 created", which a model took
+	// for a second context beside the first.
+	if r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextReset, Scope: "s1", ID: "c1"}); r.Result.Status != wire.StatusOK ||
+		!strings.HasPrefix(r.Result.Message, "context c1 reset") || !strings.Contains(r.Result.Message, "variables are gone") {
+		t.Fatalf("reset: %+v, want a message that says the context was reset and its variables are gone", r.Result)
 	}
 	if r := runIn(t, b, w, "s1", "c1", "'x' in dir()", time.Minute); r.Result.Stdout != "False\n" {
 		t.Fatalf("after reset: %+v", r.Result)
