@@ -125,7 +125,8 @@ func Choose(adverts []Advert, spec Spec, specID string) (workerID string, hit bo
 	if n.Existing != "" {
 		has := filter(adverts, func(a Advert) bool { return slices.Contains(a.Capabilities.Existing, n.Existing) })
 		if len(has) == 0 {
-			return "", false, fmt.Errorf("%w: no live worker has the existing %s environment %q (existing environments are not built on demand); workers have: %s",
+			return "", false, fmt.Errorf("%w: no live worker has the existing %s environment %q: a worker offers those its operator lists in --existing-envs, "+
+				"and builds none on demand (for packages of your own, give type venv-uv with packages, or call install_dependencies); workers have: %s",
 				ErrNoWorker, n.Manager, n.Existing, describe(adverts, func(a Advert) []string { return a.Capabilities.Existing }))
 		}
 		return best(has), false, nil

@@ -53,7 +53,8 @@ func TestChoose(t *testing.T) {
 			w("has-ds", 5, Capabilities{Managers: []string{"conda"}, Existing: []string{"base", "ds"}}),
 		}},
 		{name: "no worker has the existing environment", spec: Spec{Manager: "conda", Existing: "ds"},
-			says:    `no live worker has the existing conda environment "ds" (existing environments are not built on demand); workers have: a: ml; b: none`,
+			says: `no live worker has the existing conda environment "ds": a worker offers those its operator lists in --existing-envs, ` +
+				`and builds none on demand (for packages of your own, give type venv-uv with packages, or call install_dependencies); workers have: a: ml; b: none`,
 			adverts: []Advert{w("a", 0, Capabilities{Existing: []string{"ml"}}), w("b", 0, caps("conda"))}},
 		{name: "nobody has the manager", spec: spec,
 			says:    "none of the 2 live workers has the uv manager (a: venv; b: venv, conda)",
