@@ -138,10 +138,69 @@ func (w *Worker) envFailure(job *wire.Job, attempt int, err error) *wire.Result 
 	if errors.As(err, &be) {
 		res.Stderr = envcache.RedactURLs(be.Output) // the installer's: it may name an index with its credentials
 		res.StderrBytes = int64(len(res.Stderr))
+		if why := installerError(res.Stderr); why != "" {
+			res.Message = fmt.Sprintf("environment: %s failed (%v): %s", installerName(be.Args), be.Err, why)
+		}
 	} else {
 		res.Stderr = err.Error()
 	}
 	return res
+}
+
+// installerError is the installer's own error in its output, on one line:
+// the first line that starts with "error" (uv's "error: ...", pip's
+// "ERROR: ..."), with the indented lines that follow it (uv's "cause: ..."),
+// at most maxInstallerError bytes; "" when there is none. It is what a
+// failed build's message says, where it said the build's directory and the
+// installer's command line, the reason only in the output below.
+func installerError(out string) string {
+	var parts []string
+	for line := range strings.Lines(out) {
+		line = strings.TrimRight(line, "\r\n")
+		trimmed := strings.TrimSpace(line)
+		switch {
+		case len(parts) == 0 && strings.HasPrefix(strings.ToLower(trimmed), "error"):
+			parts = append(parts, trimmed)
+		case len(parts) > 0 && trimmed != "" && trimmed != line && len(parts) < 4:
+			parts = append(parts, trimmed) // indented: part of the error
+		case len(parts) > 0:
+			return capText(strings.Join(parts, " "), maxInstallerError)
+		}
+	}
+	return capText(strings.Join(parts, " "), maxInstallerError)
+}
+
+// maxInstallerError bounds the installer's error in a failed build's
+// message; the whole output is the result's stderr.
+const maxInstallerError = 1000
+
+func capText(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return strings.ToValidUTF8(s[:n], "") + "…"
+}
+
+// installerName is the command of args without its path and flags:
+// "uv pip install" for /data/tools/uv/bin/uv pip install --no-config ...,
+// "python -m pip install" for /env/bin/python -m pip install ....
+func installerName(args []string) string {
+	if len(args) == 0 {
+		return "the installer"
+	}
+	name := []string{filepath.Base(args[0])}
+	for i := 1; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "-m" && i+1 < len(args): // python -m pip install
+			name = append(name, a, args[i+1])
+			i++
+		case strings.HasPrefix(a, "-"):
+			return strings.Join(name, " ")
+		default:
+			name = append(name, a)
+		}
+	}
+	return strings.Join(name, " ")
 }
 
 func firstLine(s string) string {

@@ -92,3 +92,34 @@ func TestEnvFailureHidesIndexCredentials(t *testing.T) {
 		t.Errorf("stderr %q (%d bytes): want the installer's output, credentials hidden", res.Stderr, res.StderrBytes)
 	}
 }
+
+// The message of a failed build is the line a model reads first. It was
+// the build's directory and the installer's whole command line, "exit
+// status 1" at its end, and the reason only in the output below it; it
+// names the installer and carries the installer's own error now.
+func TestEnvFailureMessageCarriesTheInstallersError(t *testing.T) {
+	t.Parallel()
+	be := &envcache.BuildError{
+		Dir:  "/data/envcache/envs/env-0569d965a6bc3e0b",
+		Args: []string{"/data/tools/uv/bin/uv", "pip", "install", "--no-config", "--python", "/data/envcache/envs/env-0569d965a6bc3e0b/bin/python", "--", "nosuchpkg-zz9"},
+		Output: "Using Python 3.11.7 environment at: /data/envcache/envs/env-0569d965a6bc3e0b\n" +
+			"error: No solution found when resolving dependencies\n" +
+			"  cause: Because nosuchpkg-zz9 was not found in the package registry and you require nosuchpkg-zz9, we can conclude that your requirements are unsatisfiable.\n",
+		Err: errors.New("exit status 1"),
+	}
+	res := (&Worker{}).envFailure(&wire.Job{ID: "01M8ZV7SBZG30MNP8NKQMJZ0Q9"}, 0, be)
+	for _, want := range []string{"uv pip install", "exit status 1", "No solution found", "nosuchpkg-zz9 was not found in the package registry"} {
+		if !strings.Contains(res.Message, want) {
+			t.Errorf("message %q: want it to say %q", res.Message, want)
+		}
+	}
+	if strings.Contains(res.Message, "--no-config") || strings.Contains(res.Message, "envcache/envs") || strings.Contains(res.Message, "\n") {
+		t.Errorf("message %q: want one line, without the build's directory and the installer's flags", res.Message)
+	}
+	if res.Stderr != be.Output {
+		t.Errorf("stderr %q: want the installer's output", res.Stderr)
+	}
+	if got := installerName([]string{"/env/bin/python", "-m", "pip", "install", "--find-links", "/w", "six"}); got != "python -m pip install" {
+		t.Errorf("installer of python -m pip install ...: %q", got)
+	}
+}
