@@ -496,3 +496,24 @@ func TestReadCodeFileWithoutEitherArgumentNamesBoth(t *testing.T) {
 		}
 	}
 }
+
+// A job's timeout travels in whole milliseconds, where 0 means "not
+// given": timeout_seconds 0.0001 became 0 ms, and the job ran under the
+// default timeout (a minute) while the caller had asked for a tenth of a
+// millisecond. A timeout under a millisecond is refused, like a
+// non-positive one, saying the least there is.
+func TestTimeoutUnderAMillisecondRefused(t *testing.T) {
+	t.Parallel()
+	f := &Frontend{cfg: Config{DefaultTimeout: time.Minute, MaxTimeout: 10 * time.Minute}}
+	for _, secs := range []float64{0.0001, 1e-9, 0.0009} {
+		d, err := f.timeoutArg(map[string]any{"timeout_seconds": secs})
+		if err == nil || !strings.Contains(err.Error(), "0.001") {
+			t.Errorf("timeout_seconds %g: %v, %v; want refused, saying the least is 0.001", secs, d, err)
+		}
+	}
+	for secs, want := range map[float64]time.Duration{0.001: time.Millisecond, 0.5: 500 * time.Millisecond, 600: 10 * time.Minute} {
+		if d, err := f.timeoutArg(map[string]any{"timeout_seconds": secs}); err != nil || d != want {
+			t.Errorf("timeout_seconds %g: %v, %v; want %v", secs, d, err, want)
+		}
+	}
+}

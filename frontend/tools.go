@@ -179,8 +179,11 @@ func (f *Frontend) timeoutArg(args map[string]any) (time.Duration, error) {
 	if !ok || math.IsNaN(secs) || math.IsInf(secs, 0) {
 		return 0, rejected("argument 'timeout_seconds' must be a number")
 	}
-	if secs <= 0 || secs > f.cfg.MaxTimeout.Seconds() {
-		return 0, rejected("timeout_seconds must be more than 0 and at most %g", f.cfg.MaxTimeout.Seconds())
+	// A job's timeout travels in whole milliseconds, 0 meaning none given
+	// (the default): a positive timeout under one millisecond became the
+	// default minute.
+	if secs < 0.001 || secs > f.cfg.MaxTimeout.Seconds() {
+		return 0, rejected("timeout_seconds must be at least 0.001 (one millisecond) and at most %g", f.cfg.MaxTimeout.Seconds())
 	}
 	return time.Duration(secs * float64(time.Second)), nil
 }
