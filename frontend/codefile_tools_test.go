@@ -517,3 +517,18 @@ func TestTimeoutUnderAMillisecondRefused(t *testing.T) {
 		}
 	}
 }
+
+// check_installed_packages takes names, not requirements. Given one
+// ("numpy>=1", "pkg[extra]") it said only that it was "not a package or
+// module name", not what to send instead; it says so now.
+func TestCheckInstalledPackagesSaysWhatANameIs(t *testing.T) {
+	t.Parallel()
+	b := setupTools(t, false)
+	for _, p := range []string{"numpy>=1", "pkg[extra]", "a b"} {
+		res, er := callTool[EnvResult](t, b.c, "check_installed_packages", map[string]any{"packages": []any{"six", p}})
+		if !res.IsError || er.Status != "rejected" || !strings.Contains(er.Message, fmt.Sprintf("%q", p)) ||
+			!strings.Contains(er.Message, "without a version") || !strings.Contains(er.Message, "sklearn") {
+			t.Errorf("check_installed_packages %q: isError=%v %+v, want rejected, saying what a name is", p, res.IsError, er)
+		}
+	}
+}

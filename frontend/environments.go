@@ -474,7 +474,8 @@ func (f *Frontend) checkInstalledPackages(ctx context.Context, req mcp.CallToolR
 	}
 	for _, p := range pkgs {
 		if !queryRe.MatchString(strings.TrimSpace(p)) {
-			return nil, rejected("%q is not a package or module name", p)
+			return nil, rejected("%q is not a package or module name: give a distribution name (scikit-learn) or an import name (sklearn), "+
+				"without a version, extras or spaces; nothing was looked up", p)
 		}
 	}
 	cur, curID, err := f.sessionEnv(ctx, scope)
