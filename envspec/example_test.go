@@ -54,5 +54,5 @@ func ExampleChoose() {
 	fmt.Println(err)
 	// Output:
 	// w2 true <nil>
-	// envspec: no worker can serve this environment: none of the 2 live workers with the uv manager has Python 3.13 (w1: 3.12.1; w2: 3.12.1)
+	// no worker can serve this environment: none of the 2 live workers with the uv manager has Python 3.13 (w1: 3.12.1; w2: 3.12.1)
 }

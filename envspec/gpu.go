@@ -10,7 +10,7 @@ import (
 
 // ErrNoGPU is wrapped by ChooseGPU's error when no live worker could ever
 // serve a GPU request; the message says what the workers have.
-var ErrNoGPU = errors.New("envspec: no live worker has the GPUs asked for")
+var ErrNoGPU = errors.New("no live worker has the GPUs asked for")
 
 // GPU is one device a worker offers: a whole GPU, or a MIG instance of
 // one. Workers find theirs at start-up (worker/gpu) and advertise them in

@@ -12,7 +12,7 @@ import (
 
 // ErrNoWorker is wrapped by Choose's error when no live worker can serve a
 // spec; the message says why.
-var ErrNoWorker = errors.New("envspec: no worker can serve this environment")
+var ErrNoWorker = errors.New("no worker can serve this environment")
 
 // Capabilities is what a worker can build and run.
 type Capabilities struct {

@@ -108,3 +108,23 @@ func TestDecodeAdverts(t *testing.T) {
 		t.Errorf("DecodeAdverts = %+v", got)
 	}
 }
+
+// The errors of placement reach the caller as they are: execute_code with
+// a GPU no worker has answered "[rejected: envspec: no live worker has
+// the GPUs asked for: ...]", configure_environment "... envspec: no
+// worker can serve this environment: ...", the name of a Go package in a
+// sentence for a model or a user. They read without it now, and so do the
+// errors of a spec that reach the caller the same way.
+func TestPlacementErrorsNameNoPackage(t *testing.T) {
+	t.Parallel()
+	adverts := []Advert{{WorkerID: "a", Targeted: true, Capabilities: Capabilities{Managers: []string{"venv"}}}}
+	_, _, err := Choose(adverts, Spec{Manager: "uv"}, "")
+	_, gerr := ChooseGPU(adverts, GPURequest{Count: 1})
+	_, xerr := (Spec{Manager: "venv", Existing: "/opt/env", Packages: []string{"six"}}).Normalize()
+	_, berr := (Spec{Manager: "nope"}).Normalize()
+	for _, e := range []error{err, gerr, xerr, berr} {
+		if e == nil || strings.Contains(e.Error(), "envspec") {
+			t.Errorf("placement error %v: want one that names no package", e)
+		}
+	}
+}

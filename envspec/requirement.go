@@ -15,7 +15,7 @@ const MaxRequirementLen = 200
 
 // ErrBadRequirement is wrapped by every error of ParseRequirement, and so by
 // the errors of Spec.Normalize and Derive for a bad package string.
-var ErrBadRequirement = errors.New("envspec: not an acceptable package requirement")
+var ErrBadRequirement = errors.New("not an acceptable package requirement")
 
 // RequirementError says which package string was refused and why. The
 // message is meant for the model or person who wrote the string.

@@ -28,12 +28,12 @@ const specVersion = 1
 
 // ErrBadSpec is wrapped by the errors of Spec.Normalize (and so of
 // Canonical, Derive and Cache.Ensure) for a spec that is not valid.
-var ErrBadSpec = errors.New("envspec: invalid environment spec")
+var ErrBadSpec = errors.New("invalid environment spec")
 
 // ErrExistingEnv is wrapped by the errors for a spec, or a derivation, that
 // would install packages into an environment that already exists on the
 // workers: codexec never modifies an environment it did not build.
-var ErrExistingEnv = errors.New("envspec: packages cannot be added to an existing environment")
+var ErrExistingEnv = errors.New("packages cannot be added to an existing environment")
 
 var (
 	versionRe   = regexp.MustCompile(`^[0-9]+(\.[0-9]+){0,2}$`)
