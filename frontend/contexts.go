@@ -16,6 +16,7 @@ import (
 	"github.com/codexec/codexec/wire"
 	"github.com/mark3labs/mcp-go/mcp"
 	"github.com/mark3labs/mcp-go/server"
+	"github.com/oklog/ulid/v2"
 )
 
 // The context tools: create_context, run_in_context, list_contexts,
@@ -257,14 +258,21 @@ func (f *Frontend) runInContext(ctx context.Context, req mcp.CallToolRequest, sc
 		return nil, err
 	}
 	defer release()
+	// The deadline is when this call stops waiting: the worker starts no
+	// run that could not answer by then (one that waited behind another
+	// call of the context, or on a worker stopped or cut off meanwhile),
+	// since this call will have said that no answer came. Call names the
+	// run, so that an interrupt stops this one and no other.
+	wait := timeout + contextAnswerSlack
 	creq := &wire.ContextRequest{Op: wire.ContextRun, ID: id, Scope: scope, Code: code,
-		TimeoutMS: timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit}
-	reply, err := f.askHolder(ctx, rec, creq, timeout+contextAnswerSlack)
+		TimeoutMS: timeout.Milliseconds(), OutputLimit: f.cfg.OutputLimit,
+		Deadline: time.Now().Add(wait).UTC(), Call: ulid.Make().String()}
+	reply, err := f.askHolder(ctx, rec, creq, wait)
 	if err != nil {
 		if ctx.Err() != nil {
 			// The caller went away (cancelled, or its HTTP request closed):
 			// stop the code, as its timeout would.
-			f.interruptContext(ctx, rec.Worker, scope, id)
+			f.interruptContext(ctx, rec.Worker, scope, id, creq.Call)
 		}
 		return nil, err
 	}
@@ -279,9 +287,10 @@ func (f *Frontend) runInContext(ctx context.Context, req mcp.CallToolRequest, sc
 	return toolResult(&res, ""), nil
 }
 
-// interruptContext asks the context's worker to stop the code it runs now.
-func (f *Frontend) interruptContext(ctx context.Context, worker, scope, id string) {
-	req := &wire.ContextRequest{Op: wire.ContextInterrupt, ID: id, Scope: scope}
+// interruptContext asks the context's worker to stop call, the run of it
+// whose caller went away, whether it runs now or waits to.
+func (f *Frontend) interruptContext(ctx context.Context, worker, scope, id, call string) {
+	req := &wire.ContextRequest{Op: wire.ContextInterrupt, ID: id, Scope: scope, Call: call}
 	if _, err := f.askContext(context.WithoutCancel(ctx), worker, req, 5*time.Second); err != nil {
 		f.log.Warn("interrupt a context's call", "context", id, "scope", scope, "err", err)
 	}

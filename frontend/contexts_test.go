@@ -1,6 +1,7 @@
 package frontend
 
 import (
+	"context"
 	"encoding/json"
 	"strings"
 	"testing"
@@ -74,5 +75,63 @@ func TestRunInContextNamesNoJobID(t *testing.T) {
 	if er.Status != "ok" || er.Stdout != "42\n" || er.JobID != "" || strings.Contains(text, "job ") ||
 		!strings.Contains(text, "1.5 ms on w1") {
 		t.Fatalf("run_in_context: %+v, text %q; want no job id, and the time and worker in the text", er, text)
+	}
+}
+
+// A run tells the worker when its caller stops waiting (the worker then
+// starts no run that could not answer in time) and names itself, and the
+// interrupt sent when its caller goes away names the same call, so that
+// the worker stops that call and no other of the context. Before, a run
+// carried neither: one that waited behind another call ran after its
+// caller was told that no answer came, and a caller that went away while
+// its call waited stopped the other call instead.
+func TestRunInContextNamesItsCallAndDeadline(t *testing.T) {
+	t.Parallel()
+	jb := setupJobs(t, Config{})
+	data, _ := json.Marshal(wire.ContextRecord{V: wire.Version, Worker: "w1", EnvID: "default", CreatedAt: time.Now()})
+	if err := jb.f.store.HSet(t.Context(), jb.f.cfg.Keys.Contexts("local"), "c1", data); err != nil {
+		t.Fatal(err)
+	}
+	runs, interrupts := make(chan wire.ContextRequest, 4), make(chan wire.ContextRequest, 4)
+	release := make(chan struct{})
+	stop, err := jb.b.ServeContexts(jb.f.cfg.Pool, "w1", func(data []byte) []byte {
+		var req wire.ContextRequest
+		_ = json.Unmarshal(data, &req)
+		if req.Op == wire.ContextInterrupt {
+			interrupts <- req
+		} else {
+			runs <- req
+			<-release
+		}
+		out, _ := json.Marshal(wire.ContextReply{V: wire.Version, Result: &wire.Result{V: wire.Version, Scope: "local", Status: wire.StatusOK}})
+		return out
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(stop)
+	t.Cleanup(func() { close(release) })
+	ctx, cancel := context.WithCancel(t.Context())
+	before := time.Now()
+	done := make(chan error, 1)
+	go func() {
+		_, err := jb.f.runInContext(ctx, mcp.CallToolRequest{Params: mcp.CallToolParams{Name: "run_in_context",
+			Arguments: map[string]any{"context_id": "c1", "code": "x", "timeout_seconds": 5.0}}}, "local")
+		done <- err
+	}()
+	var run wire.ContextRequest
+	select {
+	case run = <-runs:
+	case err := <-done:
+		t.Fatalf("run_in_context ended before it asked the worker: %v", err)
+	}
+	if run.Call == "" || run.Deadline.Before(before.Add(5*time.Second)) || run.Deadline.After(time.Now().Add(5*time.Second+contextAnswerSlack)) {
+		t.Fatalf("the run request: call %q, deadline %s (sent after %s); want a call id and the deadline the caller waits until",
+			run.Call, run.Deadline, before)
+	}
+	cancel()
+	<-done
+	if in := <-interrupts; in.Call != run.Call || in.ID != "c1" {
+		t.Fatalf("the interrupt: %+v; want it to name call %q", in, run.Call)
 	}
 }

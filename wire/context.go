@@ -57,8 +57,18 @@ type ContextRequest struct {
 	Env    *envspec.Spec `json:"env,omitempty"`
 	EnvID  string        `json:"env_id,omitempty"`
 	Limits *Limits       `json:"limits,omitempty"`
-	// Deadline bounds a create (an environment may have to be built).
+	// Deadline bounds a create (an environment may have to be built). For
+	// a run it is when the caller stops waiting for the answer: a worker
+	// starts no run that could not answer by then (it waited behind
+	// another call of the context, or the worker was stopped or cut off),
+	// and answers StatusExpired, nothing run, since its caller was told
+	// that no answer came and may run the code again.
 	Deadline time.Time `json:"deadline,omitzero"`
+	// Call names one run among the context's (the frontend's own id for
+	// it); an interrupt that names it stops that run only: the run of
+	// another call then going on is left alone, and the named run, if it
+	// has not started, never does.
+	Call string `json:"call,omitempty"`
 }
 
 // ContextReply is the worker's answer. Result is a run's outcome, in the

@@ -50,11 +50,15 @@ type contextHost struct {
 	ctx    context.Context
 	cancel context.CancelFunc
 
-	mu     sync.Mutex
-	live   map[string]*liveContext // by contextKey
-	ended  map[string]endedContext // why a context of this worker ended
-	closed bool
-	calls  sync.WaitGroup // requests being handled
+	mu    sync.Mutex
+	live  map[string]*liveContext // by contextKey
+	ended map[string]endedContext // why a context of this worker ended
+	// interrupted holds the calls (contextKey plus call id) an interrupt
+	// named while they were not running: each is refused when it comes to
+	// run. Bounded by maxInterruptedCalls.
+	interrupted map[string]time.Time
+	closed      bool
+	calls       sync.WaitGroup // requests being handled
 
 	janitorStop chan struct{}
 	janitorDone chan struct{}
@@ -85,8 +89,10 @@ type liveContext struct {
 	lastUsed time.Time // under contextHost.mu
 	lastCall time.Time // under contextHost.mu: when its latest call began (its creation before one)
 	busy     bool      // under contextHost.mu: a request runs in it
-	// stopCall, under contextHost.mu, cancels the run in progress.
+	// stopCall, under contextHost.mu, cancels the run in progress, and
+	// call names it (wire.ContextRequest.Call; "" from an older frontend).
 	stopCall context.CancelCauseFunc
+	call     string
 }
 
 func contextKey(scope, id string) string { return scope + "/" + id }
@@ -307,13 +313,23 @@ func (h *contextHost) end(c *liveContext, why string) {
 // errCallInterrupted is the cause of a run stopped by an interrupt request.
 var errCallInterrupted = errors.New("interrupted by the caller")
 
-// interrupt stops the run in progress of req's context, if there is one.
+// interrupt stops the run in progress of req's context, if there is one:
+// the run of req.Call only, when it names one. A named call that does not
+// run now (it waits behind another call of the context, or its request has
+// not been handled yet: the two are handled concurrently) is remembered,
+// and refused when it comes to run. Until 2026-12-05 an interrupt stopped
+// whatever ran: a caller that gave up on a call waiting behind another
+// stopped that other call, and its own code ran after all.
 func (h *contextHost) interrupt(req *wire.ContextRequest) *wire.ContextReply {
+	key := contextKey(req.Scope, req.ID)
 	h.mu.Lock()
-	c := h.live[contextKey(req.Scope, req.ID)]
+	c := h.live[key]
 	stop := func(error) {}
-	if c != nil && c.stopCall != nil {
+	switch {
+	case c != nil && c.stopCall != nil && (req.Call == "" || req.Call == c.call):
 		stop = c.stopCall
+	case req.Call != "":
+		h.rememberInterruptedLocked(key + "/" + req.Call)
 	}
 	h.mu.Unlock()
 	stop(errCallInterrupted)
@@ -335,6 +351,62 @@ func (h *contextHost) endOnItsOwn(c *liveContext, why string) {
 	if err := h.w.store.HSet(ctx, key, c.id, rec); err != nil {
 		h.w.log.Warn("record a context's end", "context", c.id, "scope", c.scope, "err", err)
 	}
+}
+
+// maxInterruptedCalls bounds the interrupted calls a worker remembers;
+// interruptedCallMemory is how long it remembers one (longer than any
+// caller waits for a run: the longest timeout and its slack).
+const (
+	maxInterruptedCalls   = 4096
+	interruptedCallMemory = time.Hour
+)
+
+func (h *contextHost) rememberInterruptedLocked(call string) {
+	now := time.Now()
+	if h.interrupted == nil {
+		h.interrupted = map[string]time.Time{}
+	}
+	if len(h.interrupted) >= maxInterruptedCalls {
+		oldest, at := "", time.Time{}
+		for k, t := range h.interrupted {
+			if now.Sub(t) > interruptedCallMemory {
+				delete(h.interrupted, k)
+			} else if oldest == "" || t.Before(at) {
+				oldest, at = k, t
+			}
+		}
+		if len(h.interrupted) >= maxInterruptedCalls {
+			delete(h.interrupted, oldest)
+		}
+	}
+	h.interrupted[call] = now
+}
+
+// contextAnswerMargin is what a run keeps, past its timeout, before its
+// caller's deadline (wire.ContextRequest.Deadline): time to save the
+// session's files and send the answer.
+const contextAnswerMargin = 10 * time.Second
+
+// unwanted says why run req, about to start, must not: its caller
+// interrupted it already, or will have stopped waiting for its answer
+// before it could come (it waited behind another call of the context, or
+// the worker was stopped or cut off while the request waited); "" when it
+// may run. Its caller was told that nothing answered, and may send the code
+// again: run late, it would run twice, or after its caller was told it
+// failed. Under h.mu.
+func (h *contextHost) unwantedLocked(c *liveContext, req *wire.ContextRequest, timeout time.Duration) (wire.Status, string) {
+	if req.Call != "" {
+		k := contextKey(c.scope, c.id) + "/" + req.Call
+		if _, ok := h.interrupted[k]; ok {
+			delete(h.interrupted, k)
+			return wire.StatusCancelled, "cancelled by the caller before it started: nothing ran; the context and its variables are kept"
+		}
+	}
+	if !req.Deadline.IsZero() && time.Now().Add(timeout+contextAnswerMargin).After(req.Deadline) {
+		return wire.StatusExpired, "the call waited for the context (busy with another call, or its worker unreachable) until its " +
+			"caller could no longer get the answer in time: nothing ran; the context and its variables are kept"
+	}
+	return "", ""
 }
 
 func (h *contextHost) rememberLocked(key, why string) {
@@ -616,21 +688,29 @@ func (h *contextHost) run(ctx context.Context, c *liveContext, req *wire.Context
 		return &wire.ContextReply{Result: res, Ended: why, EndedBefore: true}
 	default:
 	}
+	jctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	h.mu.Lock()
+	status, why := h.unwantedLocked(c, req, timeout)
+	if status == "" {
+		c.stopCall, c.call = cancel, req.Call
+	}
+	h.mu.Unlock()
+	if status != "" {
+		res.Status, res.ExitCode, res.Message = status, -1, why
+		log.Info("context call not run", "status", status)
+		return &wire.ContextReply{Result: res}
+	}
+	defer func() {
+		h.mu.Lock()
+		c.stopCall, c.call = nil, ""
+		h.mu.Unlock()
+	}()
 	ws, err := w.restoreWorkspace(ctx, c.scope, c.cwd, c.uid, c.disk, c.set.Disk, "", log)
 	if err != nil {
 		log.Warn("the session's files could not be restored; the call runs on this worker's copy", "err", err)
 	}
 	base := c.jl.usage()
-	jctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	h.mu.Lock()
-	c.stopCall = cancel
-	h.mu.Unlock()
-	defer func() {
-		h.mu.Lock()
-		c.stopCall = nil
-		h.mu.Unlock()
-	}()
 	if c.disk == nil && c.set.Disk > 0 {
 		// As for a job: measured while the call runs; a session file
 		// system holds the limit itself.

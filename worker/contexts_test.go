@@ -122,6 +122,8 @@ func TestWorkerContext(t *testing.T) {
 	t.Run("killed after the grace", func(t *testing.T) { contextKilledAfterGrace(t, b, w) })
 	t.Run("died between calls", func(t *testing.T) { contextDiedBetweenCalls(t, b, w) })
 	t.Run("interrupt", func(t *testing.T) { contextInterrupt(t, b, w) })
+	t.Run("run past its caller's deadline", func(t *testing.T) { contextRunPastDeadline(t, b, w) })
+	t.Run("interrupt of a waiting call", func(t *testing.T) { contextInterruptWaitingCall(t, b, w) })
 	t.Run("idle between calls", func(t *testing.T) { contextIdleBetweenCalls(t, b, w) })
 }
 
@@ -340,6 +342,70 @@ func contextInterrupt(t *testing.T, b *broker.Broker, w *Worker) {
 	}
 	if r := runIn(t, b, w, "s1", "intr", "kept", time.Minute); r.Result.Stdout != "7\n" {
 		t.Fatalf("after the interrupt: %+v", r.Result)
+	}
+}
+
+// A run whose caller will have stopped waiting before it could answer (it
+// waited behind another call, or on a worker stopped past the caller's
+// patience) does not start: its caller was told that no answer came, and
+// may send the code again. Before, it ran all the same: through a cluster,
+// a call told "worker did not answer within 31s; try again" after waiting
+// behind a 45 s call wrote its file once that call ended.
+func contextRunPastDeadline(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "late")
+	r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s1", ID: "late", Call: "c1",
+		Code: "open('late.txt', 'a').write('x')", TimeoutMS: 1000, Deadline: time.Now().Add(2 * time.Second)})
+	if r.Result.Status != wire.StatusExpired || r.Ended != "" || !strings.Contains(r.Result.Message, "nothing ran") {
+		t.Errorf("a run that cannot answer before its deadline: %+v (ended %q), want expired, nothing run", r.Result, r.Ended)
+	}
+	r = ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextRun, Scope: "s1", ID: "late", Call: "c2",
+		Code: "import os\nos.path.exists('late.txt')", TimeoutMS: 10_000, Deadline: time.Now().Add(time.Minute)})
+	if r.Result.Status != wire.StatusOK || r.Result.Stdout != "False\n" {
+		t.Fatalf("the next run, in time: %+v; want it run, and no file of the expired one", r.Result)
+	}
+}
+
+// An interrupt names the call whose caller went away: a call waiting behind
+// another is not run, and the other, running, is left alone. Before, the
+// interrupt stopped whatever ran (the other caller's code) and the
+// abandoned call ran after it.
+func contextInterruptWaitingCall(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "wait")
+	send := func(call, code string) <-chan *wire.ContextReply {
+		ch := make(chan *wire.ContextReply, 1)
+		go func() {
+			data, _ := json.Marshal(wire.ContextRequest{V: wire.Version, Op: wire.ContextRun, Scope: "s1", ID: "wait",
+				Call: call, Code: code, TimeoutMS: 60_000, Deadline: time.Now().Add(2 * time.Minute)})
+			out, err := b.RequestContext(context.Background(), w.cfg.Pool, w.ID(), data)
+			var r wire.ContextReply
+			if err != nil || json.Unmarshal(out, &r) != nil || r.Result == nil {
+				t.Errorf("call %s: %v %q", call, err, out)
+			}
+			ch <- &r
+		}()
+		return ch
+	}
+	running := func() bool {
+		w.contexts.mu.Lock()
+		defer w.contexts.mu.Unlock()
+		c := w.contexts.live[contextKey("s1", "wait")]
+		return c != nil && c.stopCall != nil
+	}
+	first := send("first", "import time\ntime.sleep(3)\nfirst_done = True")
+	for !running() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	second := send("second", "open('second.txt', 'w').write('ran')")
+	ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextInterrupt, Scope: "s1", ID: "wait", Call: "second"})
+	if r := <-first; r.Result.Status != wire.StatusOK || r.Ended != "" {
+		t.Errorf("the running call, not the one interrupted: %+v (ended %q), want it to run to its end", r.Result, r.Ended)
+	}
+	if r := <-second; r.Result.Status != wire.StatusCancelled || !strings.Contains(r.Result.Message, "nothing ran") {
+		t.Errorf("the interrupted call, waiting: %+v, want cancelled, nothing run", r.Result)
+	}
+	r := runIn(t, b, w, "s1", "wait", "import os\n('first_done' in dir(), os.path.exists('second.txt'))", time.Minute)
+	if r.Result.Stdout != "(True, False)\n" {
+		t.Fatalf("after both: %+v; want the first call's variable and no file of the interrupted one", r.Result)
 	}
 }
 
