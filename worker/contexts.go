@@ -15,6 +15,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/codexec/codexec/envspec"
+	"github.com/codexec/codexec/statestore"
 	"github.com/codexec/codexec/wire"
 	"github.com/codexec/codexec/worker/limits"
 	"github.com/codexec/codexec/worker/runner"
@@ -469,6 +470,7 @@ func (h *contextHost) create(ctx context.Context, req *wire.ContextRequest, log 
 			"its contexts' memory (%s, --context-memory): ask for less memory in its limits",
 			memoryText(c.mem), memoryText(budget)))
 	}
+	h.endForgotten(ctx, req.Scope, req.ID, log)
 	if msg := h.reserve(c); msg != "" {
 		return fail(wire.StatusLimit, msg)
 	}
@@ -481,6 +483,52 @@ func (h *contextHost) create(ctx context.Context, req *wire.ContextRequest, log 
 	log.Info("context created", "env", c.envID, "ms", time.Since(c.created).Milliseconds())
 	res.Message = fmt.Sprintf("context %s created on %s in environment %s", req.ID, w.cfg.ID, c.envID)
 	return &wire.ContextReply{Result: res}
+}
+
+// endForgotten ends this worker's context of scope and id, asked to be
+// created anew, when the state store holds no record of it that names this
+// worker: a frontend asks for a context only under a name the session's
+// records lack, so one that lives here under it was forgotten, declared
+// lost while this worker was stopped or cut off past its presence record
+// (the caller told that its variables are gone). It is ended, and the name
+// is the new context's. Until 2026-12-05 it lived on until it was idle for
+// --context-idle (30 minutes by default), holding a slot and its memory
+// budget, and every create_context of that name on this worker failed with
+// "context c exists already" while list_contexts showed none. A context
+// busy with a request, or whose record the store cannot give (unreachable),
+// is left alone.
+func (h *contextHost) endForgotten(ctx context.Context, scope, id string, log *slog.Logger) {
+	key := contextKey(scope, id)
+	h.mu.Lock()
+	old := h.live[key]
+	h.mu.Unlock()
+	if old == nil {
+		return
+	}
+	rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	data, err := h.w.store.HGet(rctx, h.w.cfg.Keys.Contexts(scope), id)
+	cancel()
+	switch {
+	case errors.Is(err, statestore.ErrNotFound):
+	case err != nil:
+		return
+	default:
+		var rec wire.ContextRecord
+		if json.Unmarshal(data, &rec) == nil && rec.Worker == h.w.cfg.ID {
+			return // recorded here: it exists
+		}
+	}
+	if !old.mu.TryLock() {
+		return // a request runs in it
+	}
+	defer old.mu.Unlock()
+	h.mu.Lock()
+	still := h.live[key] == old && !old.busy
+	h.mu.Unlock()
+	if still {
+		log.Info("context forgotten by the frontend (no record of it here); ending it for the new one")
+		h.end(old, "")
+	}
 }
 
 // reserve puts c, busy, in the live contexts, ending the least recently

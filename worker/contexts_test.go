@@ -124,6 +124,7 @@ func TestWorkerContext(t *testing.T) {
 	t.Run("interrupt", func(t *testing.T) { contextInterrupt(t, b, w) })
 	t.Run("run past its caller's deadline", func(t *testing.T) { contextRunPastDeadline(t, b, w) })
 	t.Run("interrupt of a waiting call", func(t *testing.T) { contextInterruptWaitingCall(t, b, w) })
+	t.Run("forgotten context made anew", func(t *testing.T) { contextForgottenMadeAnew(t, b, w) })
 	t.Run("idle between calls", func(t *testing.T) { contextIdleBetweenCalls(t, b, w) })
 }
 
@@ -406,6 +407,33 @@ func contextInterruptWaitingCall(t *testing.T, b *broker.Broker, w *Worker) {
 	r := runIn(t, b, w, "s1", "wait", "import os\n('first_done' in dir(), os.path.exists('second.txt'))", time.Minute)
 	if r.Result.Stdout != "(True, False)\n" {
 		t.Fatalf("after both: %+v; want the first call's variable and no file of the interrupted one", r.Result)
+	}
+}
+
+// A context the frontend forgot (declared lost while its worker was stopped
+// past its presence record; the caller told its variables are gone) gives
+// way to a new one of its name on the worker that still holds it; one the
+// state store records on this worker does not. Before, every create of the
+// name failed with "exists already" until the forgotten one was idle for
+// --context-idle, while list_contexts showed none.
+func contextForgottenMadeAnew(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "forgot")
+	runIn(t, b, w, "s1", "forgot", "x = 1", time.Minute)
+	// No record of it in the state store: as after the frontend said it was lost.
+	r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: "s1", ID: "forgot"})
+	if r.Result.Status != wire.StatusOK {
+		t.Fatalf("create of a forgotten context's name: %+v, want a new context", r.Result)
+	}
+	if r := runIn(t, b, w, "s1", "forgot", "'x' in dir()", time.Minute); r.Result.Stdout != "False\n" {
+		t.Fatalf("the new context: %+v, want none of the forgotten one's variables", r.Result)
+	}
+	rec, _ := json.Marshal(wire.ContextRecord{V: wire.Version, Worker: w.ID(), EnvID: "default", CreatedAt: time.Now()})
+	if err := w.store.HSet(t.Context(), w.cfg.Keys.Contexts("s1"), "forgot", rec); err != nil {
+		t.Fatal(err)
+	}
+	r = ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: "s1", ID: "forgot"})
+	if r.Result.Status != wire.StatusLimit || !strings.Contains(r.Result.Message, "exists already") {
+		t.Fatalf("create of a recorded context's name: %+v, want it refused", r.Result)
 	}
 }
 
