@@ -653,6 +653,22 @@ func (w *Worker) runExecute(ctx context.Context, job *wire.Job, attempt int, log
 	if err != nil {
 		return w.restoreFailure(job, attempt, set.Disk, err)
 	}
+	if ws != nil && ws.rec.Snapshot == job.ID {
+		// The session's files were saved after this very job: an earlier
+		// attempt ran it to its end, confirmed its claim and saved them,
+		// then its worker stopped (SIGSTOP, a partition) or died, or could
+		// not store the result, before the result was stored. Run again,
+		// the job would do its work a second time over the first run's
+		// files, and its caller be told it ran once: through a cluster, a
+		// job that appended a line and counted them answered 2, with no
+		// sign of the first run. The files hold what it did; the output
+		// is gone.
+		log.Warn("an earlier attempt of this job saved the session's files after it ran, and stored no result; not run again",
+			"saved_by", ws.rec.Worker)
+		return w.result(job, attempt, wire.StatusInternal, fmt.Sprintf("job %s ran to its end on worker %s, which saved the "+
+			"session's files but stopped or failed before it stored the job's result: the files hold what the job did, its "+
+			"output is lost, and it was not run again (that would have done its work twice)", job.ID, ws.rec.Worker))
+	}
 	script := filepath.Join(scripts, job.ID+"_"+wire.CleanFilename(job.Filename))
 	if err := w.scripts.write(scripts, script, job.Code); err != nil && !errors.Is(err, os.ErrExist) {
 		return w.result(job, attempt, wire.StatusInternal, "save script: "+err.Error())
