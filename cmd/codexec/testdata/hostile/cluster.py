@@ -46,6 +46,45 @@ class Cluster:
 UIDS = "import os,socket;print('UID', os.getuid(), os.getcwd())"
 
 
+def worker_pid(c, name):
+    return next(p.pid for n, p, _ in c.procs if n == name)
+
+
+async def faults_section(R, c):
+    """A context's call its caller gave up on must not run later: one waiting
+    behind a long call, and one sent to a worker stopped (SIGSTOP) past its
+    presence record, which the caller is told is lost. Then a create of the
+    lost context's name on the resumed worker must make a new context."""
+    async with http_session(c.url) as s:
+        r = await s.call_tool("create_context", {"name": "slow"})
+        cid = (r.structured_content or {}).get("context_id", "slow")
+        first = asyncio.create_task(s.call_tool("run_in_context", {"context_id": cid, "code": "import time; time.sleep(45)", "timeout_seconds": 60}))
+        await asyncio.sleep(2)
+        late = await s.call_tool("run_in_context", {"context_id": cid, "code": "open('late_marker','a').write('ran')", "timeout_seconds": 1})
+        await first
+        sc = await run(s, "import os; print(os.path.exists('late_marker'))")
+        R.add("cluster: a context call its caller gave up on (waiting behind another) does not run later",
+              late.is_error and sc.get("stdout") == "False\n", f"late call: {text(late.structured_content or {})[:150]}; marker exists: {sc.get('stdout')!r}")
+    async with http_session(c.url) as s:
+        r = await s.call_tool("create_context", {"name": "stopped"})
+        w = (r.structured_content or {}).get("worker_id", "worker1")
+        await s.call_tool("run_in_context", {"context_id": "stopped", "code": "x = 1"})
+        pid = worker_pid(c, w)
+        os.kill(pid, signal.SIGSTOP)
+        try:
+            lost = await s.call_tool("run_in_context", {"context_id": "stopped", "code": "open('stop_marker','a').write('ran')", "timeout_seconds": 5})
+        finally:
+            os.kill(pid, signal.SIGCONT)
+        await asyncio.sleep(8)
+        sc = await run(s, "import os; print(os.path.exists('stop_marker'))")
+        R.add("cluster: a context call told lost (its worker stopped past its presence) does not run once the worker resumes",
+              lost.is_error and sc.get("stdout") == "False\n", f"call: {text(lost.structured_content or {})[:150]}; marker exists: {sc.get('stdout')!r}")
+        again = await s.call_tool("create_context", {"name": "stopped"})
+        sc2 = (await s.call_tool("run_in_context", {"context_id": "stopped", "code": "'x' in dir()"})).structured_content or {}
+        R.add("cluster: the lost context's name makes a new context", not again.is_error and sc2.get("stdout") == "False\n",
+              f"create: {text(again.structured_content or {})[:150]}; run: {text(sc2)[:100]}")
+
+
 async def main(R, sections):
     import hostile
     hostile.R = R
@@ -87,6 +126,8 @@ async def main(R, sections):
                 await hostile.ids_section(a, b, c)
             if "exhaust" in sections:
                 await hostile.exhaustion_section(a, b)
+        if "faults" in sections:
+            await faults_section(R, c)
     finally:
         c.close()
         print("cluster logs:", c.dir)
