@@ -240,6 +240,16 @@ func (h *contextHost) serve(req *wire.ContextRequest) *wire.ContextReply {
 		return reply
 	}
 	defer h.untake(c)
+	if req.Op != wire.ContextRun && !req.Deadline.IsZero() && time.Now().After(req.Deadline) {
+		// A reset or close that waited behind a call past the time its
+		// caller waits: that caller was told no answer came, and the
+		// context goes on as it is. Until 2026-12-05 a reset done then
+		// ended the context (its new interpreter, made under the passed
+		// deadline, failed to start), its variables gone, after its
+		// caller was told to try again.
+		return &wire.ContextReply{Result: h.result(req, wire.StatusExpired,
+			"the "+string(req.Op)+" waited for the context (busy with another call) past the time its caller waits: nothing was done")}
+	}
 	switch req.Op {
 	case wire.ContextRun:
 		return h.run(ctx, c, req, log)

@@ -125,6 +125,7 @@ func TestWorkerContext(t *testing.T) {
 	t.Run("run past its caller's deadline", func(t *testing.T) { contextRunPastDeadline(t, b, w) })
 	t.Run("interrupt of a waiting call", func(t *testing.T) { contextInterruptWaitingCall(t, b, w) })
 	t.Run("forgotten context made anew", func(t *testing.T) { contextForgottenMadeAnew(t, b, w) })
+	t.Run("reset past its caller's deadline", func(t *testing.T) { contextResetPastDeadline(t, b, w) })
 	t.Run("idle between calls", func(t *testing.T) { contextIdleBetweenCalls(t, b, w) })
 }
 
@@ -434,6 +435,21 @@ func contextForgottenMadeAnew(t *testing.T, b *broker.Broker, w *Worker) {
 	r = ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextCreate, Scope: "s1", ID: "forgot"})
 	if r.Result.Status != wire.StatusLimit || !strings.Contains(r.Result.Message, "exists already") {
 		t.Fatalf("create of a recorded context's name: %+v, want it refused", r.Result)
+	}
+}
+
+// A reset that comes to the context after its caller stopped waiting (it
+// waited behind a long call) does nothing: its caller was told that no
+// answer came. Before, it ended the context, its variables gone.
+func contextResetPastDeadline(t *testing.T, b *broker.Broker, w *Worker) {
+	mustCreate(t, b, w, "s1", "reset-late")
+	runIn(t, b, w, "s1", "reset-late", "kept = 7", time.Minute)
+	r := ctxCall(t, b, w, wire.ContextRequest{Op: wire.ContextReset, Scope: "s1", ID: "reset-late", Deadline: time.Now().Add(-time.Second)})
+	if r.Result.Status != wire.StatusExpired || r.Ended != "" {
+		t.Errorf("a reset past its deadline: %+v (ended %q), want expired, nothing done", r.Result, r.Ended)
+	}
+	if r := runIn(t, b, w, "s1", "reset-late", "kept", time.Minute); r.Result.Stdout != "7\n" {
+		t.Fatalf("after the late reset: %+v (ended %q), want the context and its variables", r.Result, r.Ended)
 	}
 }
 
