@@ -30,10 +30,9 @@
 # status is always its process's wait status, never anything the job wrote.
 # Unsandboxed, and in a sandbox where the zygote has its small init
 # (_init_program), the spare is the job's process and the zygote reaps it
-# itself; in a sandbox it is in a PID namespace of no other job's, whose
-# init (pid 1) is that small program, not a copy of the interpreter: killing
-# the init ends everything the job started, and so does a word to it, which
-# leaves the namespace empty for another job (_Init). Without the small init (another
+# itself; in a sandbox it is pid 2 of a PID namespace of its own, whose init
+# (pid 1) is that small program, not a copy of the interpreter, and killing
+# the init ends everything the job started. Without the small init (another
 # machine, rootless) the spare is the init of its PID namespace, runs no job
 # code, forks the job's process and sends that process's wait status on its
 # socket as soon as it has reaped it.
@@ -191,67 +190,35 @@ def _kill_job(pid, init):
 
 # The init of each sandboxed job's PID namespace, as machine code (x86-64):
 # a process of a few pages in place of a second fork of the interpreter.
-# It holds nothing of the job's and runs nothing of it; as its namespace's
-# init the kernel keeps from it every signal a process of the namespace
-# sends (but those it waits for, which only wake it); it reaps what the
-# job orphans, and its death, which only the zygote can bring about
-# (SIGKILL from outside the namespace) or the zygote's own, ends every
-# process of the namespace. Its one descriptor (3) is a socket to the
-# zygote: a byte there has it kill every process of its namespace
-# (kill(-1, SIGKILL)) and reap them all, and it answers a byte once it has
-# no child left, so that the namespace can take the next job (the zygote's
-# pool of inits: _Init). Assembled from:
+# It holds nothing and runs nothing of the job's; as its namespace's init
+# the kernel keeps from it every signal a process of the namespace sends;
+# it reaps what the job orphans, and its death, which only the zygote can
+# bring about (SIGKILL from outside the namespace) or the zygote's own,
+# ends every process of the namespace. Assembled from:
 #
 #   xor eax, eax; push rax; mov eax, 0x74696e69;      prctl(PR_SET_NAME, "codexec-init"): its
 #     push rax; mov rax, 0x2d63657865646f63;          name in ps, not its memfd's descriptor
 #     push rax; mov eax, 157; mov edi, 15;
 #     mov rsi, rsp; syscall; add rsp, 24
 #   mov eax, 157; mov edi, 1; mov esi, 9; syscall     prctl(PR_SET_PDEATHSIG, SIGKILL)
-#   mov eax, 436; xor edi, edi; mov esi, 2;           close_range(0, 2, 0), then
-#     xor edx, edx; syscall; test rax, rax; jnz oldclose
-#   mov eax, 436; mov edi, 4; mov esi, -1;            close_range(4, ~0U, 0): all but the socket
-#     xor edx, edx; syscall; test rax, rax; jz closed
-#   oldclose: xor edi, edi                            failing that (before Linux 5.9):
-#   closeloop: cmp edi, 3; je skip3;                  close(0) ... close(1023) but 3
-#     mov eax, 3; syscall
-#   skip3: inc edi; cmp edi, 1024; jb closeloop
-#   closed: mov eax, 72; mov edi, 3; mov esi, 8;      fcntl(3, F_SETOWN, 1): SIGIO for itself
-#     mov edx, 1; syscall
-#   mov eax, 72; mov edi, 3; mov esi, 4;              fcntl(3, F_SETFL, O_ASYNC | O_NONBLOCK)
-#     mov edx, 0x2800; syscall
-#   push 0x10010000; mov eax, 14; xor edi, edi;       rt_sigprocmask(SIG_BLOCK, {SIGCHLD, SIGIO},
-#     mov rsi, rsp; xor edx, edx; mov r10d, 8;        NULL, 8): blocked, they are queued, not
-#     syscall                                         ignored
-#   xor r12d, r12d                                    not clearing
-#   reap: mov eax, 61; or rdi, -1; xor esi, esi;      wait4(-1, NULL, WNOHANG, NULL)
-#     mov edx, 1; xor r10d, r10d; syscall
-#   test rax, rax; jg reap                            reaped one: the next
-#   cmp rax, -10; jne command                         no child at all (ECHILD), and clearing:
-#   test r12d, r12d; jz command; xor r12d, r12d
-#   push 0x63; mov eax, 44; mov edi, 3;               sendto(3, "c", 1, 0, NULL, 0): the
-#     mov rsi, rsp; mov edx, 1; xor r10d, r10d;       namespace holds nothing but this process
-#     xor r8d, r8d; xor r9d, r9d; syscall; pop rax
-#   command: sub rsp, 8; mov eax, 45; mov edi, 3;     recvfrom(3, buf, 1, MSG_DONTWAIT, NULL, NULL)
-#     mov rsi, rsp; mov edx, 1; mov r10d, 0x40;
-#     xor r8d, r8d; xor r9d, r9d; syscall; add rsp, 8
-#   cmp rax, 1; jne nocmd
-#   mov eax, 62; or rdi, -1; mov esi, 9; syscall      a byte: kill(-1, SIGKILL), every process of
-#   mov r12d, 1; jmp reap                             the namespace but this one; clearing
-#   nocmd: test rax, rax; jz gone                     end of file: the zygote is gone
-#   mov eax, 128; mov rdi, rsp; xor esi, esi;         else rt_sigtimedwait({SIGCHLD, SIGIO}, NULL,
-#     xor edx, edx; mov r10d, 8; syscall; jmp reap    NULL, 8): until a child ends or a byte comes
-#   gone: mov eax, 60; xor edi, edi; syscall          exit(0)
+#   mov eax, 436; xor edi, edi; mov esi, -1; xor edx, edx; syscall
+#                                                     close_range(0, ~0U, 0)
+#   test rax, rax; jz masked; xor edi, edi            failing that (before Linux 5.9):
+#   closeloop: mov eax, 3; syscall; inc edi;          close(0) ... close(1023)
+#     cmp edi, 1024; jb closeloop
+#   masked: push 0x10000; mov eax, 14; xor edi, edi;  rt_sigprocmask(SIG_BLOCK, {SIGCHLD}, NULL, 8):
+#     mov rsi, rsp; xor edx, edx; mov r10d, 8; syscall  a blocked SIGCHLD is queued, not ignored
+#   reap: mov eax, 61; or rdi, -1; xor esi, esi;      wait4(-1, NULL, 0, NULL)
+#     xor edx, edx; xor r10d, r10d; syscall
+#     test rax, rax; jns reap                         reaped one: the next
+#     mov eax, 128; mov rdi, rsp; xor esi, esi;       no child: rt_sigtimedwait({SIGCHLD}, NULL, NULL, 8)
+#     xor edx, edx; mov r10d, 8; syscall; jmp reap    until one of the namespace ends
 _INIT_X86_64 = bytes.fromhex(
     '31c050b8696e69745048b8636f64657865632d50b89d000000bf0f0000004889e60f054883c418b8'
-    '9d000000bf01000000be090000000f05b8b401000031ffbe0200000031d20f054885c07518b8b401'
-    '0000bf04000000beffffffff31d20f054885c0741831ff83ff037407b8030000000f05ffc781ff00'
-    '04000072eab848000000bf03000000be08000000ba010000000f05b848000000bf03000000be0400'
-    '0000ba002800000f056800000110b80e00000031ff4889e631d241ba080000000f054531e4b83d00'
-    '00004883cfff31f6ba010000004531d20f054885c07fe64883f8f675284585e474234531e46a63b8'
-    '2c000000bf030000004889e6ba010000004531d24531c04531c90f05584883ec08b82d000000bf03'
-    '0000004889e6ba0100000041ba400000004531c04531c90f054883c4084883f801751bb83e000000'
-    '4883cfffbe090000000f0541bc01000000e96fffffff4885c07419b8800000004889e731f631d241'
-    'ba080000000f05e951ffffffb83c00000031ff0f05'
+    '9d000000bf01000000be090000000f05b8b401000031ffbeffffffff31d20f054885c0741331ffb8'
+    '030000000f05ffc781ff0004000072ef6800000100b80e00000031ff4889e631d241ba080000000f'
+    '05b83d0000004883cfff31f631d24531d20f054885c079e9b8800000004889e731f631d241ba0800'
+    '00000f05ebd3'
 )
 
 
@@ -282,7 +249,7 @@ def _open_init():
         return None
     try:
         os.write(fd, prog)
-        pid = _spawn_init(fd, None)
+        pid = _spawn_init(fd)
         os.kill(pid, signal.SIGKILL)
         os.waitpid(pid, 0)
         return fd
@@ -292,13 +259,10 @@ def _open_init():
         return None
 
 
-def _spawn_init(fd, sock):
+def _spawn_init(fd):
     """Start the small init (vfork and exec: the interpreter is not
-    copied); in a new PID namespace it is that namespace's pid 1. sock, on
-    its descriptor 3, is the zygote's line to it (None: it has none, and
-    only reaps)."""
-    actions = [] if sock is None else [(os.POSIX_SPAWN_DUP2, sock.fileno(), 3)]
-    return os.posix_spawn('/proc/self/fd/%d' % fd, ['codexec-init'], {}, file_actions=actions)
+    copied); in a new PID namespace it is that namespace's pid 1."""
+    return os.posix_spawn('/proc/self/fd/%d' % fd, ['codexec-init'], {})
 
 
 # The keeper (_keep_address_space), as x86-64 machine code: a function
@@ -457,30 +421,6 @@ _NETNS_IDLE = 60.0
 _NETNS_MAX = 128
 
 
-class _Init:
-    """A small init the zygote keeps with its PID namespace, to start
-    another job in once the last one's processes are all gone (clear): a
-    new namespace and init per job took the zygote's spawn of the init (an
-    exec), the namespace's teardown after the job, and about 0.2 ms of CPU
-    a job."""
-    __slots__ = ('pid', 'ns', 'sock', 'doomed')
-
-    def __init__(self, pid, ns, sock):
-        self.pid = pid
-        self.ns = ns  # a descriptor on its PID namespace, for setns(2)
-        self.sock = sock  # the zygote's end of its socket (its descriptor 3)
-        self.doomed = False  # killed: never to take another job
-
-
-# How many inits the zygote keeps between jobs, ready for the next spare.
-_IDLE_INITS = 4
-# How many it waits on at once to say that their namespaces are empty:
-# past it, an init is killed (its namespace, and what is left in it, ends
-# with it) rather than waited on. A process that will not die (stuck in the
-# kernel) keeps its init from ever answering.
-_CLEARING_MAX = 64
-
-
 def _spares(sandbox):
     n = sandbox.get('spares')
     return n if type(n) is int and n >= 1 else 2
@@ -535,9 +475,6 @@ class _Zygote:
         self.init_fd = None
         if self.pidns is not None and not sandbox.get('interpreter_init'):
             self.init_fd = _open_init()
-        self.inits = {}  # pid -> _Init, every small init alive with a line to the zygote
-        self.idle_inits = []  # pids of those whose namespaces hold nothing else
-        self.clearing = {}  # socket descriptor -> pid of an init told to clear its namespace
         if sandbox is not None and sandbox.get('clones'):
             # Each job's directories come with its request (mount clones,
             # _attach_clones): no child needs any session's, so the zygote
@@ -596,8 +533,6 @@ class _Zygote:
                 elif fd == ctl:
                     if not self.receive():
                         self.shutdown()
-                elif fd in self.clearing:
-                    self.cleared(fd)
                 else:
                     self.report(fd)
 
@@ -701,8 +636,6 @@ class _Zygote:
             _kill_job(pid, job.init)
         for pid, _, init in self.spares:
             _kill_job(pid, init)
-        for init in list(self.inits):
-            _kill_job(init, None)
         os._exit(0)
 
     def receive(self):
@@ -778,124 +711,25 @@ class _Zygote:
         return pid, ours, init
 
     def fork_under_init(self):
-        """Fork the spare into a PID namespace whose init (pid 1) is the
-        small init (_spawn_init): one fork of the interpreter per job. The
-        namespace is one whose last job's processes are all gone (an idle
-        init's: clear), or a new one. The spare stays the zygote's child,
-        so its wait status, which is the job's, comes to the zygote from the
+        """Make a PID namespace whose init (pid 1) is the small init
+        (_spawn_init), and fork the spare into it as pid 2: one fork of
+        the interpreter per job. The spare stays the zygote's child, so its
+        wait status, which is the job's, comes to the zygote from the
         kernel; killing the init ends the namespace and everything in it.
         Returns (pid, init) in the zygote, (0, None) in the spare."""
-        while self.idle_inits:
-            ini = self.inits.get(self.idle_inits.pop())
-            if ini is None or ini.doomed:
-                continue
-            try:
-                _libc_call('setns', ini.ns, _CLONE_NEWPID)
-            except OSError:
-                self.discard_init(ini.pid)
-                continue
-            try:
-                pid = os.fork()
-            except OSError:
-                _libc_call('setns', self.pidns, _CLONE_NEWPID)
-                self.idle_inits.append(ini.pid)
-                raise
-            if pid != 0:
-                _libc_call('setns', self.pidns, _CLONE_NEWPID)
-            return pid, ini.pid
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         _libc_call('unshare', _CLONE_NEWPID)
         init = None
         try:
-            init = _spawn_init(self.init_fd, theirs)
+            init = _spawn_init(self.init_fd)
             pid = os.fork()
         except OSError:
             if init is not None:
                 _kill_job(init, None)
             _libc_call('setns', self.pidns, _CLONE_NEWPID)
-            ours.close()
             raise
-        finally:
-            theirs.close()
-        if pid == 0:
-            ours.detach()  # the spare's copy: _prepare_child closes it
-            return pid, init
-        _libc_call('setns', self.pidns, _CLONE_NEWPID)
-        ours.setblocking(False)
-        ini = self.inits[init] = _Init(init, None, ours)
-        try:
-            ini.ns = os.open('/proc/%d/ns/pid' % init, os.O_RDONLY | os.O_CLOEXEC)
-        except OSError:
-            ini.doomed = True  # an init of one job only, as before
+        if pid != 0:
+            _libc_call('setns', self.pidns, _CLONE_NEWPID)
         return pid, init
-
-    def end(self, pid, init):
-        """Kill a job's (or spare's) process group and the init of its
-        namespace, which ends everything in it: the init is not reused."""
-        _kill_group(pid)
-        if init is not None:
-            self.discard_init(init)
-
-    def discard_init(self, init):
-        """Kill init; forget it once it is reaped (drop_init)."""
-        ini = self.inits.get(init)
-        if ini is not None:
-            ini.doomed = True
-        try:
-            os.kill(init, signal.SIGKILL)
-        except OSError:
-            pass
-
-    def drop_init(self, init):
-        """Forget an init that died (reaped), closing its descriptors."""
-        ini = self.inits.pop(init, None)
-        if ini is None:
-            return
-        fd = ini.sock.fileno()
-        if self.clearing.pop(fd, None) is not None:
-            self.poller.unregister(fd)
-        if init in self.idle_inits:
-            self.idle_inits.remove(init)
-        ini.sock.close()
-        if ini.ns is not None:
-            os.close(ini.ns)
-
-    def clear(self, init):
-        """Have init kill whatever is left in its namespace (the job's
-        process has exited: all else there descends from init) and say when
-        nothing is; the namespace then takes another job (cleared)."""
-        ini = self.inits.get(init)
-        if ini is None or ini.doomed or len(self.clearing) >= _CLEARING_MAX:
-            self.discard_init(init)
-            return
-        try:
-            ini.sock.send(b'c')
-        except OSError:
-            self.discard_init(init)
-            return
-        fd = ini.sock.fileno()
-        self.clearing[fd] = init
-        self.poller.register(fd, select.POLLIN)
-
-    def cleared(self, fd):
-        init = self.clearing.pop(fd)
-        self.poller.unregister(fd)
-        ini = self.inits.get(init)
-        if ini is None:
-            return
-        try:
-            data = ini.sock.recv(16)
-        except BlockingIOError:
-            # Nothing yet (its descriptor was reused since the poll?): wait on.
-            self.clearing[fd] = init
-            self.poller.register(fd, select.POLLIN)
-            return
-        except OSError:
-            data = b''
-        if data == b'c' and not ini.doomed and len(self.idle_inits) < _IDLE_INITS:
-            self.idle_inits.append(init)
-        else:
-            self.discard_init(init)
 
     def fork_in_pid_namespace(self):
         """Fork a child that is the init (PID 1) of a new PID namespace.
@@ -937,7 +771,7 @@ class _Zygote:
                     # cgroups. Fresh ones take their place.
                     for pid, sock, init in self.spares:
                         sock.close()
-                        self.end(pid, init)
+                        _kill_job(pid, init)
                     self.spares = []
             self.cgroup_dirs = dirs
 
@@ -974,7 +808,7 @@ class _Zygote:
                 # The spare died waiting (its reaping is SIGCHLD's business):
                 # fork another one.
                 sock.close()
-                self.end(pid, init)
+                _kill_job(pid, init)
         else:
             _send(self.ctl, {'op': 'failed', 'id': jid, 'error': 'no process to run the job'})
             return
@@ -993,25 +827,17 @@ class _Zygote:
     def kill(self, jid):
         for pid, job in self.jobs.items():
             if job.id == jid and not job.done:
-                self.end(pid, job.init)
+                _kill_job(pid, job.init)
 
     def finish(self, pid, job, status):
         """Tell the worker how the job ended, then kill what it left
-        behind: its group, and under a small init everything else in its
-        PID namespace, by the init (clear), whose namespace then takes
-        another job; by killing the init where it has no line to the
-        zygote. pid must not be reaped yet, so that it still names the
-        job's group. It has exited, so whatever else is in its namespace
-        descends from the init, which clear relies on."""
+        behind. In that order: the kill ends the keeper too, whose teardown
+        of the job's address space (a millisecond of CPU) then runs beside
+        the result's way back instead of before it. pid must not be reaped
+        yet, so that it still names the job's group."""
         job.done = True
         self.ctl.send(_exited(job.id, status))
-        _kill_group(pid)
-        if job.init is None:
-            return
-        if job.init in self.inits:
-            self.clear(job.init)
-        else:
-            _kill_job(job.init, None)
+        _kill_job(pid, job.init)
 
     def close_report(self, job):
         if job.sock is not None:
@@ -1067,16 +893,14 @@ class _Zygote:
                 # then reap.
                 self.finish(pid, job, _wait_status(info))
             self.wait(pid)
-            if pid in self.inits:
-                self.drop_init(pid)
-            elif job is not None:
+            if job is not None:
                 self.close_report(job)
                 del self.jobs[pid]
             else:
                 for spare in self.spares:
                     if spare[0] == pid:
                         spare[1].close()
-                        self.end(pid, spare[2])
+                        _kill_job(pid, spare[2])
                         self.spares.remove(spare)
                         break
 
@@ -1164,7 +988,7 @@ def _prepare_child(z, sock):
         if os.getppid() != (z.pid if z.pidns is None else 0):
             os._exit(126)
     # The zygote made this process's PID namespace: it is the namespace's
-    # init, or under a small one (z.init_fd) the job's process.
+    # init, or under a small one (z.init_fd) its pid 2, the job's process.
     init = z.pidns is not None
     # Signals as the interpreter had them before the zygote took SIGCHLD.
     signal.set_wakeup_fd(-1)
@@ -1179,8 +1003,6 @@ def _prepare_child(z, sock):
     for job in z.jobs.values():
         if job.sock is not None:
             job.sock.detach()
-    for ini in z.inits.values():
-        ini.sock.detach()  # its descriptor, and the namespace's, closed below
     high = 1023
     if resource is not None:
         soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
@@ -1196,8 +1018,8 @@ def _prepare_child(z, sock):
         # zygote cannot make one per session (session_netns).
         _enter_namespaces(z.sandbox, z.cgroup_dirs, z.sandbox.get('netns') and z.nethome is None)
         if init and z.init_fd is not None:
-            # Under a small init (fork_under_init): this process is the
-            # job's, and the kernel tells the zygote how it ended.
+            # pid 2 under a small init (fork_under_init): this process is
+            # the job's, and the kernel tells the zygote how it ended.
             _own_proc()
         else:
             if not init:
@@ -1230,9 +1052,6 @@ def _forget_other_jobs(z):
     z.last_run = None
     z.netns.clear()
     z.jobs.clear()
-    z.inits.clear()
-    z.idle_inits.clear()
-    z.clearing.clear()
     n = _BUF.find(0)
     if n < 0:
         n = len(_BUF)
