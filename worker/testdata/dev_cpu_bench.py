@@ -4,7 +4,10 @@
 # rounds' calls/s and of the Go process's CPU per call (utime+stime of the codexec process from /proc, so the
 # interpreters' own CPU is not counted: what the Go side spends per call), and the CPU of the server and of all it
 # runs per call ("all CPU": the interpreters and jobs too, reaped ones through their reapers' c-times; the client's
-# is not counted). With LVL=debug it also gives, for the
+# is not counted; nor is a sandboxed job's keeper, which the dying init of its PID namespace reaps with SIGCHLD
+# ignored, so that the kernel adds its CPU to no one's), and the whole machine's busy CPU per call less the client's
+# ("machine CPU": everything, the keepers and the kernel's threads included, and any other work on the machine:
+# meaningful on an idle one). With LVL=debug it also gives, for the
 # sequential calls, the medians of where the time outside the job went, from the servers' `call timing`,
 # `dispatched` and `job timing` debug lines (logs in /tmp/pg/LABEL.log). PROF=1 writes a Go CPU profile of each
 # server to /tmp/pg/LABEL.prof (CODEXEC_CPU_PROFILE). DATA is where the servers' data directories go (default
@@ -118,6 +121,18 @@ for s in srvs:
     for _ in range(30):
         s.ex()
 seq = {s.label: [] for s in srvs}; rates = {s.label: [] for s in srvs}; cpus = {s.label: [] for s in srvs}; alls = {s.label: [] for s in srvs}
+def machine_cpu():
+    """The whole machine's busy CPU (ms: user, nice, system, irq, softirq from /proc/stat), less this client's own:
+    what the server costs whatever process it fell to, a process released unreaped (a job's keeper, reaped by its
+    dying namespace's init with SIGCHLD ignored, counts in no one's c-times) and the kernel's threads included, and
+    whatever else runs on the machine too (meaningful on an idle one only)."""
+    f = open('/proc/stat').readline().split()
+    busy = sum(int(x) for x in (f[1], f[2], f[3], f[6], f[7]))
+    t = os.times()
+    return busy * 1000.0 / TCK - (t.user + t.system) * 1000.0
+
+
+machs = {s.label: [] for s in srvs}
 for r in range(R):
     marks = {s.label: os.path.getsize(s.log) for s in srvs}
     for i in range(N):
@@ -136,19 +151,21 @@ for r in range(R):
                 with lk:
                     cnt[0] += 1
         th = [threading.Thread(target=loop) for _ in range(C)]
-        c0 = s.cpu(); a0 = s.tree_cpu(); t0 = time.monotonic(); [t.start() for t in th]; [t.join() for t in th]
+        c0 = s.cpu(); a0 = s.tree_cpu(); m0 = machine_cpu(); t0 = time.monotonic(); [t.start() for t in th]; [t.join() for t in th]
         el = time.monotonic() - t0; c1 = s.cpu()
         time.sleep(0.3)  # the last jobs' processes reaped
-        a1 = s.tree_cpu()
+        a1 = s.tree_cpu(); m1 = machine_cpu()
         rates[s.label].append(cnt[0] / el); cpus[s.label].append((c1 - c0) / cnt[0]); alls[s.label].append((a1 - a0) / cnt[0])
+        machs[s.label].append((m1 - m0) / cnt[0])
 for s in srvs:
     v = seq[s.label]
     line = '%-12s sequential p50 %6.2f ms p90 %6.2f (n=%d)' % (s.label, statistics.median(v), sorted(v)[int(len(v) * .9)], len(v))
     if C:
-        line += ' | %d callers: %6.1f calls/s (%s), Go CPU per call %5.2f ms (%s), all CPU per call %5.2f ms (%s)' % (
+        line += ' | %d callers: %6.1f calls/s (%s), Go CPU per call %5.2f ms (%s), all CPU per call %5.2f ms (%s), machine CPU per call %5.2f ms (%s)' % (
             C, statistics.median(rates[s.label]), ' '.join('%.0f' % x for x in rates[s.label]),
             statistics.median(cpus[s.label]), ' '.join('%.2f' % x for x in cpus[s.label]),
-            statistics.median(alls[s.label]), ' '.join('%.2f' % x for x in alls[s.label]))
+            statistics.median(alls[s.label]), ' '.join('%.2f' % x for x in alls[s.label]),
+            statistics.median(machs[s.label]), ' '.join('%.2f' % x for x in machs[s.label]))
     print(line)
 if os.environ.get('LVL') == 'debug':
     tables = {s.label: breakdown(s) for s in srvs}
