@@ -4,31 +4,17 @@
 # namespace init, whose SIGCHLD the kernel ignores) counts nowhere. VENV is the interpreter's venv.
 #
 #     VENV=... N=300 python3 worker/runner/testdata/tree_cpu.py bin/codexec [require|off]
-import json, os, subprocess, sys, time
+import os, sys, time
+
+import devrpc
 
 exe = sys.argv[1]
 sb = sys.argv[2] if len(sys.argv) > 2 else 'require'
 N = int(os.environ.get('N', '300'))
-data = '%s/tree-cpu-%d' % (os.environ.get('DATA', '/var/tmp'), os.getpid())
-env = dict(PATH=os.environ['PATH'], HOME=os.environ.get('HOME', '/root'), CODEXEC_DATA_DIR=data,
-           CODEXEC_UID_DIR=data + '/uids', CODEXEC_EXEC_MODE='zygote', CODEXEC_SANDBOX=sb, CODEXEC_VENV=os.environ['VENV'])
-p = subprocess.Popen([exe, 'dev'], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-nid = [0]
-
-
-def call(method, params):
-    nid[0] += 1
-    p.stdin.write((json.dumps(dict(jsonrpc='2.0', id=nid[0], method=method, params=params)) + '\n').encode())
-    p.stdin.flush()
-    while True:
-        m = json.loads(p.stdout.readline())
-        if m.get('id') == nid[0]:
-            return m
-
-
-call('initialize', {'protocolVersion': '2025-03-26', 'capabilities': {}, 'clientInfo': {'name': 'cpu', 'version': '0'}})
+dev = devrpc.Dev(exe, sb, os.environ['VENV'], '%s/tree-cpu-%d' % (os.environ.get('DATA', '/var/tmp'), os.getpid()))
+p = dev.p
 for _ in range(N):
-    call('tools/call', dict(name='execute_code', arguments=dict(code='print(1)')))
+    dev.run('print(1)')
 time.sleep(0.5)
 stats = {}
 for d in os.listdir('/proc'):
@@ -50,5 +36,4 @@ while todo:
         total[1] += t[2] + t[3]
     todo += [c for c, (_, pp, _) in stats.items() if pp == q]
 print('in all: %d ticks (%d own, %d of reaped children)' % (sum(total), total[0], total[1]))
-p.stdin.close()
-p.wait(30)
+dev.close()

@@ -4,26 +4,15 @@
 # (default /var/tmp).
 #
 #     VENV=... N=100 python3 worker/runner/testdata/zygote_syscalls.py bin/codexec [require|off]
-import collections, json, os, re, subprocess, sys, tempfile, time
+import collections, os, re, subprocess, sys, tempfile, time
+
+import devrpc
 
 exe = sys.argv[1]
 sb = sys.argv[2] if len(sys.argv) > 2 else 'require'
 N = int(os.environ.get('N', '100'))
-data = '%s/zygote-syscalls-%d' % (os.environ.get('DATA', '/var/tmp'), os.getpid())
-env = dict(PATH=os.environ['PATH'], HOME=os.environ.get('HOME', '/root'), CODEXEC_DATA_DIR=data,
-           CODEXEC_UID_DIR=data + '/uids', CODEXEC_EXEC_MODE='zygote', CODEXEC_SANDBOX=sb, CODEXEC_VENV=os.environ['VENV'])
-p = subprocess.Popen([exe, 'dev'], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env)
-nid = [0]
-
-
-def call(method, params):
-    nid[0] += 1
-    p.stdin.write((json.dumps(dict(jsonrpc='2.0', id=nid[0], method=method, params=params)) + '\n').encode())
-    p.stdin.flush()
-    while True:
-        m = json.loads(p.stdout.readline())
-        if m.get('id') == nid[0]:
-            return m
+dev = devrpc.Dev(exe, sb, os.environ['VENV'], '%s/zygote-syscalls-%d' % (os.environ.get('DATA', '/var/tmp'), os.getpid()))
+p = dev.p
 
 
 def descendants(root):
@@ -43,21 +32,18 @@ def descendants(root):
     return out
 
 
-call('initialize', {'protocolVersion': '2025-03-26', 'capabilities': {}, 'clientInfo': {'name': 'sc', 'version': '0'}})
-code = dict(name='execute_code', arguments=dict(code='print(1)'))
 for _ in range(20):
-    call('tools/call', code)
+    dev.run('print(1)')
 # The zygote: the oldest interpreter among the server's descendants (spares and jobs are forked from it later).
 zygote = min(c for c in descendants(p.pid) if open('/proc/%d/comm' % c).read().startswith('python'))
 out = tempfile.mktemp(prefix='zygote-syscalls-')
 tr = subprocess.Popen(['perf', 'trace', '-s', '-p', str(zygote), '-o', out], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
 time.sleep(2)
 for _ in range(N):
-    call('tools/call', code)
+    dev.run('print(1)')
 tr.send_signal(2)
 tr.wait()
-p.stdin.close()
-p.wait(30)
+dev.close()
 # perf trace -s: per process, a table of syscall, calls, errors, total (msec), ...; the zygote's is the first.
 text = open(out).read()
 os.unlink(out)
