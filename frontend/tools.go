@@ -424,6 +424,7 @@ func execText(er ExecResult, stdoutShown, stderrShown int) string {
 			fmt.Fprintf(&b, "[... %s truncated: %d of %d bytes shown]\n", s.name, s.shown, s.total)
 		}
 	}
+	b.WriteString(missingModuleHint(er))
 	fmt.Fprintf(&b, "[%s", er.Status)
 	if er.Limit != "" && !strings.Contains(er.Message, "limit") {
 		// The worker's messages name the limit already ("memory limit
