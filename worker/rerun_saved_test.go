@@ -3,7 +3,6 @@ package worker
 import (
 	"context"
 	"log/slog"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,17 +27,7 @@ func TestJobWhoseFilesWereSavedAfterItIsNotRunAgain(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	fx := newLifecycleFixture(t)
-	w, err := New(Config{
-		ID: "saved", DataDir: fx.dataDir, ExecMode: ExecSpawn, Sandbox: testSandbox(t), UIDDir: filepath.Join(fx.dataDir, "uids"),
-		Concurrency: 1, Pythons: []string{}, Logger: slog.New(slog.DiscardHandler),
-	}, fx.broker, fx.store)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := w.Start(ctx); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = w.Stop(context.Background()) })
+	w := startRedisWorker(t, ctx, fx, fx.store, "saved", slog.DiscardHandler)
 	const scope = "saved-scope"
 	run := func(code string, opts ...broker.PublishOption) (*wire.Job, *wire.Result) {
 		t.Helper()

@@ -95,18 +95,22 @@ print(p.pid)`))
 	}
 }
 
-// procState is the state letter of /proc/<pid>/stat, "" once it is gone.
-func procState(pid string) string {
+// procStat is field i of /proc/<pid>/stat counted from the state letter
+// (0; the process group is 2), "" once the process is gone.
+func procStat(pid string, i int) string {
 	data, err := os.ReadFile("/proc/" + pid + "/stat")
 	if err != nil {
 		return ""
 	}
 	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) == 0 {
+	if len(f) <= i {
 		return ""
 	}
-	return f[0]
+	return f[i]
 }
+
+// procState is the state letter of /proc/<pid>/stat, "" once it is gone.
+func procState(pid string) string { return procStat(pid, 0) }
 
 func procField(t *testing.T, pid int, name string) string {
 	t.Helper()
@@ -169,7 +173,7 @@ func TestZygoteKeeperDiesWithTheJob(t *testing.T) {
 	// The stopped zygote adopted the keeper when the job's process ended:
 	// its child in the job's process group, besides the job's process.
 	for _, k := range children(t, zpid) {
-		if k != job && procGroup(k) == job {
+		if k != job && procStat(k, 2) == job {
 			keepers = append(keepers, k)
 		}
 	}
@@ -192,17 +196,4 @@ func TestZygoteKeeperDiesWithTheJob(t *testing.T) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// procGroup is the process group of /proc/<pid>/stat, "" once it is gone.
-func procGroup(pid string) string {
-	data, err := os.ReadFile("/proc/" + pid + "/stat")
-	if err != nil {
-		return ""
-	}
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+1:]))
-	if len(f) < 3 {
-		return ""
-	}
-	return f[2]
 }
